@@ -1,0 +1,1 @@
+//! etl-gen: the pipeline.yaml model, validation rules, IR and code emission.

@@ -1,0 +1,2 @@
+//! The `etl-gen` command line.
+fn main() {}

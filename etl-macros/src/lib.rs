@@ -1,0 +1,1 @@
+//! etl-macros: proc macros, a thin shell over etl-gen.

@@ -1,0 +1,1 @@
+//! etl-runtime: the shared runtime every generated pipeline runs on.

@@ -1,0 +1,2 @@
+//! `cargo xtask`: the etl-rs workflow.
+fn main() {}
