@@ -1,1 +1,18 @@
 //! etl-gen: the pipeline.yaml model, validation rules, IR and code emission.
+//!
+//! The flow is model → validation → IR → emission, one module each; `xtask`, the
+//! `etl-gen` binary and `etl-macros` are thin shells over [`cli`] and [`load`].
+
+pub mod cli;
+pub mod diag;
+pub mod docs;
+pub mod load;
+pub mod model;
+pub mod rules;
+pub mod schema;
+pub mod source_map;
+pub mod template;
+pub mod units;
+
+pub use load::{Outcome, ReadError, Validated, validate_file, validate_str};
+pub use rules::Options;

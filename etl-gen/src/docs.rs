@@ -1,0 +1,218 @@
+//! Reference documents generated from the model and the rule catalogue.
+//!
+//! `cargo xtask codegen` writes them into docs/; a test regenerates them and fails when
+//! the checked-in copies are stale, so the docs cannot drift from the code.
+
+use serde_json::{Map, Value};
+
+use crate::model::PipelineFile;
+
+/// docs/configuration.md.
+pub fn configuration_markdown() -> String {
+    let schema = serde_json::to_value(schemars::schema_for!(PipelineFile)).expect("a JSON schema serializes");
+    let defs = schema.get("$defs").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut rows = Vec::new();
+    collect(&schema, "", &defs, &mut rows, 0);
+    let mut md = String::from(INTRO);
+    let mut section = String::new();
+    for row in rows {
+        let top = row.path.split(['.', '[']).next().unwrap_or_default().to_owned();
+        if top != section {
+            md.push_str(&format!("\n## `{top}`\n\n| key | type | default | meaning |\n|---|---|---|---|\n"));
+            section = top;
+        }
+        md.push_str(&format!("| `{}` | {} | {} | {} |\n", row.path, row.ty, row.default, row.doc.replace('\n', " ")));
+    }
+    md.push_str(OUTRO);
+    md
+}
+
+/// docs/pipeline.schema.json: a JSON Schema of pipeline.yaml for editors.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(PipelineFile);
+    let mut text = serde_json::to_string_pretty(&schema).expect("a JSON schema serializes");
+    text.push('\n');
+    text
+}
+
+/// docs/diagnostics.md.
+pub fn diagnostics_markdown() -> String {
+    crate::rules::catalogue_markdown()
+}
+
+struct Row {
+    path: String,
+    ty: String,
+    default: String,
+    doc: String,
+}
+
+fn resolve<'a>(schema: &'a Value, defs: &'a Map<String, Value>) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/")) {
+        Some(name) => defs.get(name).map(|d| resolve(d, defs)).unwrap_or(schema),
+        None => schema,
+    }
+}
+
+fn ref_name(schema: &Value) -> Option<&str> {
+    schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"))
+}
+
+/// The non-null branch of an `Option<T>`.
+fn unwrap_option(schema: &Value) -> &Value {
+    if let Some(any) = schema.get("anyOf").and_then(Value::as_array) {
+        let non_null: Vec<&Value> = any.iter().filter(|s| s.get("type") != Some(&Value::from("null"))).collect();
+        if non_null.len() == 1 && any.len() == 2 {
+            return non_null[0];
+        }
+    }
+    schema
+}
+
+fn type_name(schema: &Value, defs: &Map<String, Value>) -> String {
+    let schema = unwrap_option(schema);
+    if let Some(name) = ref_name(schema) {
+        match name {
+            "Duration" => return "duration".into(),
+            "ByteSize" => return "size".into(),
+            "Ratio" => return "ratio".into(),
+            "Template" => return "string, `${VAR}` allowed".into(),
+            "ScalarValue" => return "string, number or bool".into(),
+            _ => {}
+        }
+    }
+    let resolved = resolve(schema, defs);
+    if let Some(one_of) = resolved.get("oneOf").and_then(Value::as_array) {
+        let consts: Vec<String> = one_of
+            .iter()
+            .filter_map(|v| v.get("const").or_else(|| v.get("enum").and_then(|e| e.get(0))).and_then(Value::as_str))
+            .map(|c| format!("`{c}`"))
+            .collect();
+        if consts.len() == one_of.len() {
+            return consts.join(" \\| ");
+        }
+    }
+    match resolved.get("type") {
+        Some(Value::String(t)) if t == "array" => {
+            let items = resolved.get("items").map(|i| type_name(i, defs)).unwrap_or_default();
+            format!("list of {items}")
+        }
+        Some(Value::String(t)) if t == "object" && resolved.get("properties").is_none() => {
+            let values = resolved.get("additionalProperties").map(|i| type_name(i, defs)).unwrap_or_default();
+            format!("map of {values}")
+        }
+        Some(Value::String(t)) => match t.as_str() {
+            "integer" => "integer".into(),
+            other => other.into(),
+        },
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect::<Vec<_>>().join(" or "),
+        _ => "see below".into(),
+    }
+}
+
+fn default_text(schema: &Value, required: bool) -> String {
+    match schema.get("default") {
+        Some(Value::Null) => "none".into(),
+        Some(Value::String(s)) if s.is_empty() => "`\"\"`".into(),
+        Some(Value::String(s)) => format!("`{s}`"),
+        Some(Value::Array(a)) if a.is_empty() => "`[]`".into(),
+        Some(Value::Object(o)) if o.is_empty() => "`{}`".into(),
+        Some(v @ (Value::Array(_) | Value::Object(_))) => {
+            if v.as_object().is_some_and(|o| o.values().all(|x| !x.is_object() && !x.is_array())) {
+                format!("`{}`", v.to_string().replace('"', ""))
+            } else {
+                "see below".into()
+            }
+        }
+        Some(v) => format!("`{v}`"),
+        None if required => "**required**".into(),
+        None => "none".into(),
+    }
+}
+
+fn collect(schema: &Value, path: &str, defs: &Map<String, Value>, rows: &mut Vec<Row>, depth: usize) {
+    let resolved = resolve(unwrap_option(schema), defs);
+    // Externally tagged enums (`source`, `sink`, operators): one sub-tree per variant.
+    if let Some(one_of) = resolved.get("oneOf").and_then(Value::as_array) {
+        for variant in one_of {
+            let Some(props) = variant.get("properties").and_then(Value::as_object) else { continue };
+            for (name, sub) in props {
+                let sub_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+                let doc = variant.get("description").and_then(Value::as_str).unwrap_or_default();
+                let sub_resolved = resolve(unwrap_option(sub), defs);
+                if sub_resolved.get("properties").is_some() && depth < 8 {
+                    rows.push(Row { path: sub_path.clone(), ty: "section".into(), default: "one of these".into(), doc: doc.into() });
+                    collect(sub, &sub_path, defs, rows, depth + 1);
+                } else {
+                    rows.push(Row { path: sub_path, ty: type_name(sub, defs), default: "one of these".into(), doc: doc.into() });
+                }
+            }
+        }
+        return;
+    }
+    let Some(props) = resolved.get("properties").and_then(Value::as_object) else { return };
+    let required: Vec<&str> = resolved.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    for (name, sub) in props {
+        let sub_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        let doc = sub.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let target = resolve(unwrap_option(sub), defs);
+        let is_section = target.get("properties").is_some() || target.get("oneOf").is_some_and(|o| o.as_array().is_some_and(|a| a.iter().any(|v| v.get("properties").is_some())));
+        if is_section && depth < 8 {
+            if !path.is_empty() {
+                rows.push(Row { path: sub_path.clone(), ty: "section".into(), default: default_text(sub, required.contains(&name.as_str())), doc });
+            }
+            collect(sub, &sub_path, defs, rows, depth + 1);
+        } else if target.get("type") == Some(&Value::from("array")) && target.get("items").is_some_and(|i| resolve(i, defs).get("properties").is_some() || resolve(i, defs).get("oneOf").is_some()) {
+            rows.push(Row { path: sub_path.clone(), ty: "list".into(), default: default_text(sub, required.contains(&name.as_str())), doc });
+            collect(&target["items"], &format!("{sub_path}[]"), defs, rows, depth + 1);
+        } else {
+            rows.push(Row { path: sub_path, ty: type_name(sub, defs), default: default_text(sub, required.contains(&name.as_str())), doc });
+        }
+    }
+}
+
+const INTRO: &str = "<!-- generated by `cargo xtask codegen` from etl-gen/src/model.rs; do not edit -->
+# Configuration reference
+
+A pipeline is one `pipeline.yaml`. `cargo xtask gen pipeline.yaml --check` validates it;
+every rule and its code is in [diagnostics.md](diagnostics.md). Unknown keys are errors at
+every depth. An editor can check files against [pipeline.schema.json](pipeline.schema.json).
+
+- **Durations**: `250ms`, `5s`, `2m`, `1h`.
+- **Sizes**: `512KiB`, `16MiB`, `1GiB` (binary), `16MB` (decimal), or plain bytes.
+- **Ratios**: decimals such as `0.9`, compared exactly.
+- **Environment**: `${VAR}` and `${VAR:-default}` are read when the binary starts, in the
+  keys marked \"`${VAR}` allowed\" only. Every other key is compiled into the binary and
+  checked at gen time, so it must be a literal (rule E0105).
+- **Exactly one** of `source.kafka` / `source.datagen`, and of `sink.clickhouse` / `sink.file`.
+
+## The sizing rule
+
+```text
+max_inflight_bytes × low_ratio ≥ 2 × ( shards × inflight.max_per_shard × batch.max_bytes
+                                     + shards × queue.capacity × chunk.target_bytes )
+```
+
+`shards` is the number of entries in `sink.clickhouse.shards` (1 for `sink.file`). With the
+defaults the right side is 68 MiB per shard against a 256 MiB low watermark, so they pass for
+1 to 3 shards; with more, `gen` prints the smallest passing `max_inflight_bytes` and the
+largest passing `batch.max_bytes` (rule E0401). Also checked: `0 < low_ratio < high_ratio <= 1`
+and `chunk.target_bytes <= batch.max_bytes`.
+";
+
+const OUTRO: &str = "
+## `transform` operators
+
+Each entry of `transform:` is a one-key mapping, applied in order:
+
+```yaml
+transform:
+  - filter: \"total_cents > 0 && region != 'APAC'\"
+  - map: { total: \"total_cents / 100.0\", region_lc: \"lower(region)\" }
+  - rename: { customer_id: customer }
+  - drop: [coupon]
+  - flat_map: items
+  - select: [order_id, customer, total, items]
+  - rust: { file: ops.rs, fn: enrich }
+```
+";

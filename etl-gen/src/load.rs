@@ -1,0 +1,447 @@
+//! Reading pipeline.yaml: YAML syntax, structure (serde), then the semantic rules.
+//!
+//! serde stops at the first error, but a user wants every problem of a file at once. So
+//! the document is read into a `serde_yaml::Value`, deserialized, and on each error the
+//! offending node is reported and removed before trying again. Defaulted keys then fall
+//! back to their defaults; a removed required key ends the structural pass silently,
+//! since its error is already reported.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::Value;
+
+use crate::diag::{Diagnostic, Report};
+use crate::model::{PipelineFile, Source};
+use crate::rules::{self, Context, Options, avro_schema, invalid_value, literal_required, missing_key, unknown_key, yaml_syntax};
+use crate::schema::RecordType;
+use crate::source_map::{SourceMap, join, parent};
+
+/// Key paths whose values may use `${VAR}`; `*` matches one map key or list index, and a
+/// trailing `.*` any property name (librdkafka names contain dots).
+pub const TEMPLATED_KEYS: &[&str] = &[
+    "source.kafka.brokers",
+    "source.kafka.topic",
+    "source.kafka.group_id",
+    "source.kafka.rdkafka.*",
+    "format.avro.registry",
+    "sink.clickhouse.shards[*].replicas[*]",
+    "sink.clickhouse.user",
+    "sink.clickhouse.password",
+    "sink.clickhouse.settings.*",
+    "sink.file.path",
+    "errors.dlq_topic",
+    "admin.listen",
+];
+
+/// A configuration that passed every rule, with what the generator needs next.
+#[derive(Clone, Debug)]
+pub struct Validated {
+    /// The typed configuration.
+    pub model: PipelineFile,
+    /// The reader schema.
+    pub schema: RecordType,
+    /// The schema file's text, compiled into the binary.
+    pub schema_text: String,
+    /// The directory of pipeline.yaml.
+    pub base_dir: PathBuf,
+    /// pipeline.yaml's text.
+    pub yaml_text: String,
+}
+
+/// The result of validating one file: the findings and, if there was no error, the model.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Errors and warnings.
+    pub report: Report,
+    /// Present when the report has no errors.
+    pub pipeline: Option<Validated>,
+}
+
+/// pipeline.yaml could not be read at all (exit code 2, not a configuration error).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ReadError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Validates the file at `path`.
+pub fn validate_file(path: &Path, options: &Options) -> Result<Outcome, ReadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReadError { path: path.to_owned(), source })?;
+    let base_dir = path.parent().map(Path::to_owned).unwrap_or_default();
+    let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
+    Ok(validate_str(&path.display().to_string(), &text, &base_dir, options))
+}
+
+/// Validates `text` as if read from `file_name` in `base_dir`.
+pub fn validate_str(file_name: &str, text: &str, base_dir: &Path, options: &Options) -> Outcome {
+    let source_map = SourceMap::new(text);
+    let mut diagnostics = Vec::new();
+    let model = read_model(text, &mut diagnostics);
+    let mut pipeline = None;
+    if let Some(model) = model {
+        let schema = match avro_schema::load(base_dir, &model.format.avro.schema) {
+            Ok(loaded) => Some(loaded),
+            Err(found) => {
+                diagnostics.extend(found);
+                None
+            }
+        };
+        let cx = Context { model: &model, source_map: &source_map, base_dir, schema: schema.as_ref().map(|(_, s)| s), options };
+        rules::check(&cx, &mut diagnostics);
+        if let Some((schema_text, schema)) = schema {
+            pipeline = Some(Validated { model, schema, schema_text, base_dir: base_dir.to_owned(), yaml_text: text.to_owned() });
+        }
+    }
+    let mut report = Report { file_name: file_name.to_owned(), text: text.to_owned(), source_map, diagnostics };
+    report.sort();
+    if report.has_errors() {
+        pipeline = None;
+    }
+    Outcome { report, pipeline }
+}
+
+/// Parses and deserializes, reporting every structural problem it can reach.
+fn read_model(text: &str, out: &mut Vec<Diagnostic>) -> Option<PipelineFile> {
+    let mut value: Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let span = e.location().map(|l| l.index()..l.index() + 1).unwrap_or(0..0);
+            let message = e.to_string();
+            // serde_yaml appends " at line L column C"; the rendered label shows that already.
+            let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
+            out.push(
+                Diagnostic::error(&yaml_syntax::RULE, "", format!("YAML syntax error: {message}"))
+                    .with_span(span)
+                    .help("fix the YAML at the marked position (indent with spaces, put a space after `:`)"),
+            );
+            return None;
+        }
+    };
+    if let Err(e) = value.apply_merge() {
+        out.push(Diagnostic::error(&yaml_syntax::RULE, "", format!("YAML merge key error: {e}")).help("fix the `<<` merge"));
+        return None;
+    }
+    if value.is_null() {
+        out.push(
+            Diagnostic::error(&missing_key::RULE, "", "the file is empty")
+                .help("start from examples/quickstart/pipeline.yaml; `pipeline`, `source`, `format` and `sink` are required"),
+        );
+        return None;
+    }
+    let mut removed = HashSet::new();
+    let mut shifts = Shifts::default();
+    check_templates(&mut value, "", out, &mut removed);
+    // Each round reports one error and removes its node, so the number of rounds is
+    // bounded by the number of nodes; the cap only guards against a serde surprise.
+    for _ in 0..256 {
+        let err = match serde_path_to_error::deserialize::<_, PipelineFile>(value.clone()) {
+            Ok(model) => return if out.is_empty() { Some(model) } else { None },
+            Err(err) => err,
+        };
+        let current = normalize(&err.path().to_string());
+        let path = shifts.original(&current);
+        let message = err.into_inner().to_string();
+        let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
+        if let Some(field) = between(&message, "missing field `", "`") {
+            let full = join(&path, field);
+            if !removed.iter().any(|r: &String| r == &full || full.starts_with(&format!("{r}."))) {
+                out.push(
+                    Diagnostic::error(&missing_key::RULE, &path, format!("missing required key `{full}`"))
+                        .help(format!("add `{field}:` under `{}`", if path.is_empty() { "the top level" } else { &path })),
+                );
+            }
+            return None;
+        }
+        let (rule, target) = if let Some(key) = between(&message, "unknown field `", "`") {
+            // serde_path_to_error names the unknown key itself as the last segment.
+            let target = if path.ends_with(key) && (path == key || path.ends_with(&format!(".{key}"))) { path.clone() } else { join(&path, key) };
+            (&unknown_key::RULE, target)
+        } else if between(&message, "unknown variant `", "`").is_some() {
+            (&unknown_key::RULE, path.clone())
+        } else {
+            (&invalid_value::RULE, path.clone())
+        };
+        let current_target = if target == path { current.clone() } else { join(&current, target.rsplit('.').next().unwrap_or(&target)) };
+        if !removed.insert(target.clone()) || !remove(&mut value, &current_target) {
+            // Nothing left to remove: report it and stop rather than loop.
+            out.push(Diagnostic::error(rule, &target, message));
+            return None;
+        }
+        shifts.record(&target);
+        out.push(describe(rule, &target, &message));
+    }
+    None
+}
+
+/// List elements removed so far, so that later errors are reported at the index the user
+/// wrote rather than the index after earlier removals.
+#[derive(Default)]
+struct Shifts {
+    /// Original list path -> original indexes removed from it.
+    removed: Vec<(String, usize)>,
+}
+
+impl Shifts {
+    fn record(&mut self, original: &str) {
+        if let Some(open) = original.rfind('[') {
+            if let Ok(index) = original[open + 1..original.len() - 1].parse() {
+                if original.ends_with(']') {
+                    self.removed.push((original[..open].to_owned(), index));
+                }
+            }
+        }
+    }
+
+    /// Rewrites every `[j]` of a current path into its original index.
+    fn original(&self, current: &str) -> String {
+        let mut out = String::new();
+        let mut rest = current;
+        while let Some(open) = rest.find('[') {
+            out.push_str(&rest[..open]);
+            let Some(close) = rest[open..].find(']') else { break };
+            let index: usize = rest[open + 1..open + close].parse().unwrap_or(0);
+            let mut gone: Vec<usize> = self.removed.iter().filter(|(p, _)| *p == out).map(|(_, i)| *i).collect();
+            gone.sort_unstable();
+            let mut original = index;
+            for g in gone {
+                if g <= original {
+                    original += 1;
+                }
+            }
+            out.push_str(&format!("[{original}]"));
+            rest = &rest[open + close + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// Builds the diagnostic for a serde error, with a fix where one is known.
+fn describe(rule: &'static crate::diag::Rule, path: &str, message: &str) -> Diagnostic {
+    if rule.code == unknown_key::RULE.code {
+        let key = path.rsplit('.').next().unwrap_or(path);
+        let (what, expected) = match message.split_once(", expected ") {
+            Some((what, expected)) => (what.to_owned(), Some(expected.to_owned())),
+            None => (message.to_owned(), None),
+        };
+        let is_variant = what.starts_with("unknown variant");
+        let mut d = Diagnostic::error(rule, path, if is_variant { format!("{what} at `{path}`") } else { format!("unknown key `{key}` at `{}`", parent(path).unwrap_or("the top level")) });
+        if let Some(expected) = expected {
+            let suggestion = closest(key, &expected);
+            d = d.note(format!("expected {expected}"));
+            if let Some(s) = suggestion {
+                d = d.help(format!("did you mean `{s}`?"));
+            } else {
+                d = d.help("remove it; docs/configuration.md lists every key");
+            }
+        } else {
+            d = d.help("remove it; docs/configuration.md lists every key");
+        }
+        return d;
+    }
+    Diagnostic::error(rule, path, format!("invalid value for `{path}`: {message}"))
+        .on_value()
+        .help("see docs/configuration.md for the accepted forms of this key")
+}
+
+/// Finds the allowed name nearest to `key` (edit distance at most 3).
+fn closest(key: &str, expected: &str) -> Option<String> {
+    let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    candidates
+        .into_iter()
+        .map(|c| (strsim_distance(key, c), c))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, c)| c.to_owned())
+}
+
+/// Levenshtein distance; the names compared are short.
+fn strsim_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(row[j]).min(row[j + 1]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Reports `${VAR}` where a literal is required, and removes those nodes.
+fn check_templates(value: &mut Value, path: &str, out: &mut Vec<Diagnostic>, removed: &mut HashSet<String>) {
+    match value {
+        Value::Mapping(map) => {
+            let mut drop_keys = Vec::new();
+            for (k, v) in map.iter_mut() {
+                let key = match k {
+                    Value::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_owned(),
+                };
+                let child = join(path, &key);
+                if is_forbidden_template(v, &child) {
+                    out.push(
+                        Diagnostic::error(&literal_required::RULE, &child, format!("`{child}` must be a literal, not `{}`", v.as_str().unwrap_or_default()))
+                            .on_value()
+                            .note("build-time checks depend on this key, so it is compiled into the binary")
+                            .help("write the value out; generate one binary per environment if it differs"),
+                    );
+                    removed.insert(child);
+                    drop_keys.push(k.clone());
+                } else {
+                    check_templates(v, &child, out, removed);
+                }
+            }
+            for k in drop_keys {
+                map.remove(&k);
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                let child = format!("{path}[{i}]");
+                if is_forbidden_template(item, &child) {
+                    out.push(
+                        Diagnostic::error(&literal_required::RULE, &child, format!("`{child}` must be a literal"))
+                            .on_value()
+                            .help("write the value out"),
+                    );
+                    *item = Value::Null;
+                } else {
+                    check_templates(item, &child, out, removed);
+                }
+            }
+        }
+        Value::Tagged(tagged) => check_templates(&mut tagged.value, path, out, removed),
+        _ => {}
+    }
+}
+
+fn is_forbidden_template(value: &Value, path: &str) -> bool {
+    matches!(value, Value::String(s) if s.contains("${")) && !TEMPLATED_KEYS.iter().any(|p| matches_pattern(p, path))
+}
+
+/// Matches a path against a `TEMPLATED_KEYS` pattern.
+fn matches_pattern(pattern: &str, path: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix(".*") {
+        return path.len() > prefix.len() + 1 && path.starts_with(prefix) && path.as_bytes()[prefix.len()] == b'.';
+    }
+    let mut p = pattern.split('*');
+    let mut rest = path;
+    let first = p.next().unwrap_or_default();
+    let Some(r) = rest.strip_prefix(first) else { return false };
+    rest = r;
+    for piece in p {
+        // `*` stands for a run of digits (a list index).
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return false;
+        }
+        let Some(r) = rest[digits..].strip_prefix(piece) else { return false };
+        rest = r;
+    }
+    rest.is_empty()
+}
+
+/// serde_path_to_error writes the root as `.` and list indexes as `[i]`.
+fn normalize(path: &str) -> String {
+    if path == "." { String::new() } else { path.to_owned() }
+}
+
+fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = s.find(start)? + start.len();
+    let len = s[from..].find(end)?;
+    Some(&s[from..from + len])
+}
+
+/// Removes the node at `path` (a dotted path with `[i]` indexes); false if absent.
+/// Keys of `rdkafka` and `settings` contain dots, so every split point is tried.
+fn remove(value: &mut Value, path: &str) -> bool {
+    let splits: Vec<usize> = path.char_indices().filter(|(_, c)| *c == '.' || *c == '[').map(|(i, _)| i).collect();
+    for &at in splits.iter().rev().chain(std::iter::once(&0)) {
+        let (parent_path, last) = if at == 0 && !path.starts_with('[') { ("", path) } else { (&path[..at], &path[at..]) };
+        let Some(parent_value) = walk(value, parent_path) else { continue };
+        if let Some(index) = last.strip_prefix('[').and_then(|l| l.strip_suffix(']')).and_then(|i| i.parse::<usize>().ok()) {
+            if let Value::Sequence(items) = parent_value {
+                if index < items.len() {
+                    items.remove(index);
+                    return true;
+                }
+            }
+            continue;
+        }
+        let key = last.strip_prefix('.').unwrap_or(last);
+        if let Value::Mapping(map) = parent_value {
+            if map.remove(key).is_some() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The node at `path`, matching the longest map key at each level.
+fn walk<'v>(value: &'v mut Value, path: &str) -> Option<&'v mut Value> {
+    let value = if let Value::Tagged(t) = value { &mut t.value } else { value };
+    if path.is_empty() {
+        return Some(value);
+    }
+    if let Some(rest) = path.strip_prefix('[') {
+        let close = rest.find(']')?;
+        let index: usize = rest[..close].parse().ok()?;
+        let tail = &rest[close + 1..];
+        let tail = tail.strip_prefix('.').unwrap_or(tail);
+        return match value {
+            Value::Sequence(items) => walk(items.get_mut(index)?, tail),
+            _ => None,
+        };
+    }
+    let Value::Mapping(map) = value else { return None };
+    let key = map
+        .keys()
+        .filter_map(Value::as_str)
+        .filter(|k| path == *k || path.strip_prefix(*k).is_some_and(|r| r.starts_with('.') || r.starts_with('[')))
+        .max_by_key(|k| k.len())?
+        .to_owned();
+    let tail = &path[key.len()..];
+    let tail = tail.strip_prefix('.').unwrap_or(tail);
+    walk(map.get_mut(key.as_str())?, tail)
+}
+
+/// The pipeline's name if the model has one, for messages outside diagnostics.
+pub fn pipeline_name(model: &PipelineFile) -> &str {
+    &model.pipeline.name
+}
+
+/// True when the source is Kafka.
+pub fn is_kafka(model: &PipelineFile) -> bool {
+    matches!(model.source, Source::Kafka(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_patterns() {
+        assert!(matches_pattern("sink.clickhouse.shards[*].replicas[*]", "sink.clickhouse.shards[0].replicas[12]"));
+        assert!(!matches_pattern("sink.clickhouse.shards[*].replicas[*]", "sink.clickhouse.shards[0].replicas"));
+        assert!(matches_pattern("source.kafka.rdkafka.*", "source.kafka.rdkafka.sasl.password"));
+        assert!(!matches_pattern("source.kafka.rdkafka.*", "source.kafka.rdkafka"));
+        assert!(matches_pattern("admin.listen", "admin.listen"));
+        assert!(!matches_pattern("admin.listen", "admin.listener"));
+    }
+
+    #[test]
+    fn suggests_near_keys() {
+        assert_eq!(closest("topics", "one of `brokers`, `topic`, `group_id`"), Some("topic".into()));
+        assert_eq!(closest("zzzzzzzz", "one of `brokers`, `topic`"), None);
+    }
+}

@@ -1,0 +1,635 @@
+//! The typed model of pipeline.yaml: one struct per section, every key documented.
+//!
+//! These doc comments are the source of docs/configuration.md (`cargo xtask codegen`), so
+//! they are written for users. Every struct rejects unknown keys. Keys whose value may be
+//! read from the environment have the type [`Template`]; every other key must be a literal
+//! because a build-time check depends on it (see `crate::load::TEMPLATED_KEYS`).
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::template::Template;
+use crate::units::{ByteSize, Duration, Ratio};
+
+/// A whole pipeline.yaml.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    /// What the pipeline is called and how it runs.
+    pub pipeline: Pipeline,
+    /// Where records come from: exactly one of `kafka` or `datagen`.
+    #[serde(with = "serde_yaml::with::singleton_map")]
+    #[schemars(with = "Source")]
+    pub source: Source,
+    /// How message payloads are encoded.
+    pub format: Format,
+    /// The operator chain, applied in order. Empty: every schema field maps to the
+    /// same-named column.
+    #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    #[schemars(with = "Vec<Operator>")]
+    pub transform: Vec<Operator>,
+    /// Where rows go: exactly one of `clickhouse` or `file`.
+    #[serde(with = "serde_yaml::with::singleton_map")]
+    #[schemars(with = "Sink")]
+    pub sink: Sink,
+    /// The in-flight byte budget and the pause controller.
+    #[serde(default)]
+    pub backpressure: Backpressure,
+    /// Offset checkpointing.
+    #[serde(default)]
+    pub checkpoint: Checkpoint,
+    /// What happens to records that cannot be decoded or transformed.
+    #[serde(default)]
+    pub errors: Errors,
+    /// The admin HTTP server (/metrics, /healthz, /readyz).
+    #[serde(default)]
+    pub admin: Admin,
+}
+
+/// `pipeline:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pipeline {
+    /// The pipeline's name: `[a-z][a-z0-9-]*`. It names the generated crate and binary.
+    pub name: String,
+    /// Pipeline threads; lanes (partitions) are spread over them. Default: the number of
+    /// cores the binary sees at run time.
+    #[serde(default)]
+    pub threads: Option<u32>,
+}
+
+/// `source:` exactly one source per pipeline.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Source {
+    /// A Kafka topic consumed as a member of a consumer group.
+    Kafka(KafkaSource),
+    /// Records synthesized from the Avro schema, for local runs, tests and benchmarks.
+    Datagen(DatagenSource),
+}
+
+/// `source.kafka:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSource {
+    /// Comma-separated bootstrap servers (`host:port,...`).
+    pub brokers: Template,
+    /// The topic to consume; exactly one topic per pipeline.
+    pub topic: Template,
+    /// The consumer group id.
+    pub group_id: Template,
+    /// How often librdkafka commits the offsets the pipeline has stored
+    /// (librdkafka's `auto.commit.interval.ms`).
+    #[serde(default = "defaults::commit_interval")]
+    pub commit_interval: Duration,
+    /// No partition assigned by then: a fatal startup error that says why.
+    #[serde(default = "defaults::startup_timeout")]
+    pub startup_timeout: Duration,
+    /// How often librdkafka emits statistics, which feed the lag metrics; `0s` disables.
+    #[serde(default = "defaults::statistics_interval")]
+    pub statistics_interval: Duration,
+    /// Raw librdkafka properties, checked by librdkafka's own parser at gen time, then
+    /// applied verbatim. Properties the framework owns are rejected (docs/diagnostics.md).
+    /// Values may be strings, numbers or booleans, and may use `${VAR}`.
+    #[serde(default)]
+    pub rdkafka: IndexMap<String, ScalarValue>,
+}
+
+/// `source.datagen:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DatagenSource {
+    /// Records per second over all partitions; 0 means as fast as possible.
+    #[serde(default)]
+    pub rate: u64,
+    /// Records to produce before the source ends; 0 means never end.
+    #[serde(default)]
+    pub count: u64,
+    /// Seed of the random generator: the same seed gives the same records.
+    #[serde(default)]
+    pub seed: u64,
+    /// Partitions (lanes) to spread the records over.
+    #[serde(default = "defaults::one")]
+    pub partitions: u32,
+}
+
+/// A librdkafka property or ClickHouse setting value: YAML strings, numbers and booleans,
+/// passed on as their text.
+#[derive(Clone, Debug, Serialize, JsonSchema, PartialEq)]
+#[serde(untagged)]
+pub enum ScalarValue {
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A decimal number.
+    Float(f64),
+    /// Text, possibly with `${VAR}`.
+    Text(Template),
+}
+
+impl<'de> Deserialize<'de> for ScalarValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ScalarValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ScalarValue, E> {
+                Ok(ScalarValue::Bool(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ScalarValue, E> {
+                Ok(ScalarValue::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ScalarValue, E> {
+                i64::try_from(v).map(ScalarValue::Int).map_err(|_| E::custom(format!("`{v}` is too large")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ScalarValue, E> {
+                Ok(ScalarValue::Float(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ScalarValue, E> {
+                Template::parse(v).map(ScalarValue::Text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl ScalarValue {
+    /// The value as librdkafka reads it, with any `${VAR}` left in place.
+    pub fn to_text(&self) -> String {
+        match self {
+            Self::Bool(b) => b.to_string(),
+            Self::Int(i) => i.to_string(),
+            Self::Float(f) => f.to_string(),
+            Self::Text(t) => t.as_str().to_owned(),
+        }
+    }
+
+    /// The template, when the value reads the environment.
+    pub fn template(&self) -> Option<&Template> {
+        match self {
+            Self::Text(t) if !t.is_literal() => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// `format:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Format {
+    /// Avro payloads.
+    pub avro: AvroFormat,
+    /// Larger messages are record errors (handled by `errors.policy`).
+    #[serde(default = "defaults::max_message_bytes")]
+    pub max_message_bytes: ByteSize,
+}
+
+/// `format.avro:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AvroFormat {
+    /// The reader schema (.avsc), relative to pipeline.yaml; compiled into the binary.
+    pub schema: String,
+    /// `confluent`: a magic byte and a 4-byte schema id before the datum; `raw`: the bare datum.
+    #[serde(default)]
+    pub wire: Wire,
+    /// Optional Confluent-API schema registry: writer schemas are fetched by id and
+    /// resolved to the reader schema.
+    #[serde(default)]
+    pub registry: Option<Template>,
+}
+
+/// The Avro wire format.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Wire {
+    /// Magic byte 0, a big-endian 4-byte schema id, then the datum.
+    #[default]
+    Confluent,
+    /// The bare Avro datum.
+    Raw,
+}
+
+/// One operator of `transform:`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Operator {
+    /// Keep rows for which the expression is true.
+    Filter(String),
+    /// Add or replace fields: `{ field: "expression" }`.
+    Map(IndexMap<String, String>),
+    /// Rename fields: `{ old: new }`.
+    Rename(IndexMap<String, String>),
+    /// Remove these fields.
+    Drop(Vec<String>),
+    /// One row per element of this array field; the field then holds the element.
+    FlatMap(String),
+    /// Keep only these fields, in this order (the column order).
+    Select(Vec<String>),
+    /// A user function `fn(row: &mut Row) -> bool` (false drops the row).
+    Rust(RustOperator),
+}
+
+/// `transform[].rust:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RustOperator {
+    /// A Rust file next to pipeline.yaml; it is included in the generated crate.
+    pub file: String,
+    /// The function's name.
+    #[serde(rename = "fn")]
+    pub function: String,
+}
+
+/// `sink:` exactly one sink per pipeline.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Sink {
+    /// A ClickHouse table, sharded.
+    Clickhouse(ClickhouseSink),
+    /// A local NDJSON file (one shard), for local runs and tests.
+    File(FileSink),
+}
+
+impl Sink {
+    /// The knobs of the sizing rule, which both sinks have.
+    pub fn flow(&self) -> Flow {
+        let (batch, inflight, chunk, queue) = match self {
+            Self::Clickhouse(c) => (&c.batch, &c.inflight, &c.chunk, &c.queue),
+            Self::File(f) => (&f.batch, &f.inflight, &f.chunk, &f.queue),
+        };
+        Flow { batch: batch.clone(), inflight: inflight.clone(), chunk: chunk.clone(), queue: queue.clone() }
+    }
+
+    /// The number of shards (`shards` in the sizing rule).
+    pub fn shard_count(&self) -> u64 {
+        match self {
+            Self::Clickhouse(c) => c.shards.len() as u64,
+            Self::File(_) => 1,
+        }
+    }
+
+    /// `clickhouse` or `file`: the key under `sink:`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Clickhouse(_) => "clickhouse",
+            Self::File(_) => "file",
+        }
+    }
+}
+
+/// `sink.clickhouse:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClickhouseSink {
+    /// The database of the table.
+    #[serde(default = "defaults::database")]
+    pub database: String,
+    /// The table rows are inserted into.
+    pub table: String,
+    /// Rows are routed to shards by a hash of this output field; without it, round-robin.
+    #[serde(default)]
+    pub shard_key: Option<String>,
+    /// Extra ClickHouse settings sent with every insert.
+    #[serde(default)]
+    pub settings: IndexMap<String, ScalarValue>,
+    /// Time allowed for one insert.
+    #[serde(default = "defaults::insert_timeout")]
+    pub timeout: Duration,
+    /// Retries of a failed insert.
+    #[serde(default)]
+    pub retry: Retry,
+    /// Exactly-once inserts (see docs/exactly-once.md).
+    #[serde(default)]
+    pub exactly_once: bool,
+    /// One entry per shard; `len(shards)` is `shards` in the sizing rule.
+    #[serde(default = "defaults::shards")]
+    pub shards: Vec<Shard>,
+    /// The ClickHouse user.
+    #[serde(default = "defaults::user")]
+    pub user: Template,
+    /// The ClickHouse password (never logged).
+    #[serde(default = "defaults::password")]
+    pub password: Template,
+    /// When a batch is written.
+    #[serde(default)]
+    pub batch: Batch,
+    /// Concurrent writes.
+    #[serde(default)]
+    pub inflight: Inflight,
+    /// The unit pipeline threads hand to the shard queues.
+    #[serde(default)]
+    pub chunk: Chunk,
+    /// The per-shard queue between pipeline threads and the sink.
+    #[serde(default)]
+    pub queue: Queue,
+}
+
+/// One ClickHouse shard.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Shard {
+    /// The shard's replicas as `http://host:port` or `https://host:port` URLs; a failing
+    /// replica is rotated out and retried later.
+    pub replicas: Vec<Template>,
+}
+
+/// `sink.clickhouse.retry:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Retry {
+    /// Attempts per batch, the first included; then the pipeline stops without storing
+    /// the batch's offsets.
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    /// The first backoff; it doubles each attempt, with jitter.
+    #[serde(default = "defaults::initial_backoff")]
+    pub initial_backoff: Duration,
+    /// The largest backoff.
+    #[serde(default = "defaults::max_backoff")]
+    pub max_backoff: Duration,
+}
+
+/// `sink.file:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileSink {
+    /// The output file; relative paths are relative to the working directory.
+    pub path: Template,
+    /// The output format.
+    #[serde(default)]
+    pub format: FileFormat,
+    /// When a batch is written.
+    #[serde(default)]
+    pub batch: Batch,
+    /// Concurrent writes.
+    #[serde(default)]
+    pub inflight: Inflight,
+    /// The unit pipeline threads hand to the shard queues.
+    #[serde(default)]
+    pub chunk: Chunk,
+    /// The per-shard queue between pipeline threads and the sink.
+    #[serde(default)]
+    pub queue: Queue,
+}
+
+/// The file sink's format.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FileFormat {
+    /// One JSON object per row and line.
+    #[default]
+    Ndjson,
+}
+
+/// The batching knobs both sinks have; each appears in the sizing rule.
+#[derive(Clone, Debug)]
+pub struct Flow {
+    /// `batch.*`
+    pub batch: Batch,
+    /// `inflight.*`
+    pub inflight: Inflight,
+    /// `chunk.*`
+    pub chunk: Chunk,
+    /// `queue.*`
+    pub queue: Queue,
+}
+
+/// `batch:` a batch is written when any limit is reached.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    /// Rows per batch at most.
+    #[serde(default = "defaults::max_rows")]
+    pub max_rows: u64,
+    /// Encoded bytes per batch at most.
+    #[serde(default = "defaults::max_bytes")]
+    pub max_bytes: ByteSize,
+    /// How long a partial batch waits for more rows.
+    #[serde(default = "defaults::linger")]
+    pub linger: Duration,
+}
+
+/// `inflight:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Inflight {
+    /// Concurrent writes per shard.
+    #[serde(default = "defaults::max_per_shard")]
+    pub max_per_shard: u64,
+}
+
+/// `chunk:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Chunk {
+    /// Encoded bytes at which a pipeline thread hands a chunk to its shard queue.
+    #[serde(default = "defaults::chunk_bytes")]
+    pub target_bytes: ByteSize,
+}
+
+/// `queue:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Queue {
+    /// Chunks per shard queue.
+    #[serde(default = "defaults::queue_capacity")]
+    pub capacity: u64,
+}
+
+/// `backpressure:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Backpressure {
+    /// Bytes that may be in flight between the source and durable writes. Must satisfy the
+    /// sizing rule (docs/configuration.md#the-sizing-rule).
+    #[serde(default = "defaults::max_inflight_bytes")]
+    pub max_inflight_bytes: ByteSize,
+    /// Lanes pause when in-flight bytes cross `max_inflight_bytes × high_ratio`.
+    #[serde(default = "defaults::high_ratio")]
+    pub high_ratio: Ratio,
+    /// Paused lanes resume below `max_inflight_bytes × low_ratio` (and after `min_pause`).
+    #[serde(default = "defaults::low_ratio")]
+    pub low_ratio: Ratio,
+    /// A paused lane stays paused at least this long, so the controller cannot flap.
+    #[serde(default = "defaults::min_pause")]
+    pub min_pause: Duration,
+}
+
+/// `checkpoint:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// On revocation and shutdown, the time allowed to write what is in flight before the
+    /// final offsets are committed.
+    #[serde(default = "defaults::drain_timeout")]
+    pub drain_timeout: Duration,
+}
+
+/// `errors:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Errors {
+    /// What to do with a record that cannot be decoded or transformed.
+    #[serde(default)]
+    pub policy: ErrorPolicy,
+    /// The Kafka topic for `policy: dlq`.
+    #[serde(default)]
+    pub dlq_topic: Option<Template>,
+    /// What to do with a tombstone (a message with a null payload).
+    #[serde(default)]
+    pub tombstones: TombstonePolicy,
+}
+
+/// `errors.policy`
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorPolicy {
+    /// Count the record and move on.
+    #[default]
+    Skip,
+    /// Stop the pipeline without committing past the record.
+    Fail,
+    /// Write the raw message with error headers to `dlq_topic`, then move on.
+    Dlq,
+}
+
+/// `errors.tombstones`
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TombstonePolicy {
+    /// Count the tombstone and move on.
+    #[default]
+    Skip,
+    /// Stop the pipeline without committing past the tombstone.
+    Fail,
+}
+
+/// `admin:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// The address of /metrics, /healthz and /readyz.
+    #[serde(default = "defaults::listen")]
+    pub listen: Template,
+}
+
+macro_rules! default_impls {
+    ($($ty:ident { $($field:ident: $value:expr),* $(,)? })*) => {
+        $(impl Default for $ty {
+            fn default() -> Self {
+                Self { $($field: $value),* }
+            }
+        })*
+    };
+}
+
+default_impls! {
+    Retry {
+        max_attempts: defaults::max_attempts(),
+        initial_backoff: defaults::initial_backoff(),
+        max_backoff: defaults::max_backoff(),
+    }
+    Batch { max_rows: defaults::max_rows(), max_bytes: defaults::max_bytes(), linger: defaults::linger() }
+    Inflight { max_per_shard: defaults::max_per_shard() }
+    Chunk { target_bytes: defaults::chunk_bytes() }
+    Queue { capacity: defaults::queue_capacity() }
+    Backpressure {
+        max_inflight_bytes: defaults::max_inflight_bytes(),
+        high_ratio: defaults::high_ratio(),
+        low_ratio: defaults::low_ratio(),
+        min_pause: defaults::min_pause(),
+    }
+    Checkpoint { drain_timeout: defaults::drain_timeout() }
+    Errors { policy: ErrorPolicy::Skip, dlq_topic: None, tombstones: TombstonePolicy::Skip }
+    Admin { listen: defaults::listen() }
+}
+
+/// The defaults of DESIGN §3; with them the sizing rule holds for 1 to 3 shards.
+mod defaults {
+    use super::*;
+
+    pub(super) fn one() -> u32 {
+        1
+    }
+    pub(super) fn commit_interval() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub(super) fn startup_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(super) fn statistics_interval() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub(super) fn max_message_bytes() -> ByteSize {
+        ByteSize::mib(1)
+    }
+    pub(super) fn database() -> String {
+        "default".to_owned()
+    }
+    pub(super) fn insert_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(super) fn shards() -> Vec<Shard> {
+        vec![Shard { replicas: vec![template("${CLICKHOUSE_URL:-http://localhost:8123}")] }]
+    }
+    pub(super) fn user() -> Template {
+        template("${CLICKHOUSE_USER:-default}")
+    }
+    pub(super) fn password() -> Template {
+        template("${CLICKHOUSE_PASSWORD:-}")
+    }
+    pub(super) fn max_attempts() -> u32 {
+        10
+    }
+    pub(super) fn initial_backoff() -> Duration {
+        Duration::from_millis(100)
+    }
+    pub(super) fn max_backoff() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub(super) fn max_rows() -> u64 {
+        500_000
+    }
+    pub(super) fn max_bytes() -> ByteSize {
+        ByteSize::mib(16)
+    }
+    pub(super) fn linger() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(super) fn max_per_shard() -> u64 {
+        2
+    }
+    pub(super) fn chunk_bytes() -> ByteSize {
+        ByteSize::kib(256)
+    }
+    pub(super) fn queue_capacity() -> u64 {
+        8
+    }
+    pub(super) fn max_inflight_bytes() -> ByteSize {
+        ByteSize::mib(512)
+    }
+    pub(super) fn high_ratio() -> Ratio {
+        Ratio::new(9, 1)
+    }
+    pub(super) fn low_ratio() -> Ratio {
+        Ratio::new(5, 1)
+    }
+    pub(super) fn min_pause() -> Duration {
+        Duration::from_millis(250)
+    }
+    pub(super) fn drain_timeout() -> Duration {
+        Duration::from_secs(25)
+    }
+    pub(super) fn listen() -> Template {
+        template("0.0.0.0:9464")
+    }
+
+    fn template(text: &str) -> Template {
+        Template::parse(text).expect("default templates are valid")
+    }
+}

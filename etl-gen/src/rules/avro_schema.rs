@@ -1,0 +1,70 @@
+//! E0601–E0603: the Avro reader schema exists, parses and uses only supported types.
+
+use std::path::Path;
+
+use crate::diag::{Diagnostic, Rule};
+use crate::schema::{self, RecordType};
+
+/// The schema file is missing or unreadable.
+pub static MISSING: Rule = Rule {
+    code: "E0601",
+    name: "avro-schema-missing",
+    summary: "`format.avro.schema` names a file that cannot be read",
+    doc: "The reader schema is compiled into the binary, so it must exist at gen time. The \
+path is relative to the directory of pipeline.yaml.",
+};
+
+/// The schema file is not a valid Avro schema.
+pub static INVALID: Rule = Rule {
+    code: "E0602",
+    name: "avro-schema-invalid",
+    summary: "the schema file is not a valid Avro schema",
+    doc: "The file is parsed with apache-avro; its message is shown. Check that the file is \
+JSON and follows the Avro specification (names, field types, defaults).",
+};
+
+/// The schema uses a type that etl-rs cannot decode or map to a column.
+pub static UNSUPPORTED: Rule = Rule {
+    code: "E0603",
+    name: "avro-type-unsupported",
+    summary: "the schema uses a type with no ClickHouse mapping",
+    doc: "Supported: boolean, int, long, float, double, string, bytes, enum, array, map, \
+records (nested fields are flattened as `parent_child`), unions of null and one other \
+type, and the logical types timestamp-millis, timestamp-micros, date, decimal (precision \
+1 to 76) and uuid. Not supported: other unions, plain `fixed`, time-of-day, local and \
+nanosecond timestamps, `duration`, and recursive types. Each unsupported place is listed \
+with its path inside the schema (`items[].price`).",
+};
+
+const PATH: &str = "format.avro.schema";
+
+/// Loads and converts the schema at `relative` (from `base_dir`).
+pub fn load(base_dir: &Path, relative: &str) -> Result<(String, RecordType), Vec<Diagnostic>> {
+    let file = base_dir.join(relative);
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        vec![
+            Diagnostic::error(&MISSING, PATH, format!("cannot read the Avro schema `{}`: {e}", file.display()))
+                .on_value()
+                .note("the path is relative to the directory of pipeline.yaml")
+                .help("check the path, or create the schema file"),
+        ]
+    })?;
+    let parsed = apache_avro::Schema::parse_str(&text).map_err(|e| {
+        vec![
+            Diagnostic::error(&INVALID, PATH, format!("`{relative}` is not a valid Avro schema"))
+                .on_value()
+                .note(format!("apache-avro: {e}"))
+                .help("fix the schema so that it follows the Avro specification"),
+        ]
+    })?;
+    schema::convert(&parsed).map(|record| (text, record)).map_err(|unsupported| {
+        unsupported
+            .into_iter()
+            .map(|u| {
+                Diagnostic::error(&UNSUPPORTED, PATH, format!("`{relative}`, field `{}`: {}", u.path, u.what))
+                    .on_value()
+                    .help(u.fix)
+            })
+            .collect()
+    })
+}

@@ -1,0 +1,96 @@
+//! E0303: a passthrough property that librdkafka itself rejects.
+
+use super::Context;
+use crate::diag::{Diagnostic, Rule};
+use crate::model::Source;
+
+/// The rule.
+pub static RULE: Rule = Rule {
+    code: "E0303",
+    name: "rdkafka-property",
+    summary: "a property in `source.kafka.rdkafka` that librdkafka's own parser rejects",
+    doc: "Each passthrough property is set on a fresh librdkafka configuration at gen time, \
+with the same librdkafka the binary links, so a misspelt name or an ill-typed value \
+(`fetch.max.bytes: lots`, `auto.offset.reset: newest`) fails the build with librdkafka's \
+own message instead of failing in production. A value that uses `${VAR}` is only known \
+at run time: then only the property name is checked. librdkafka's CONFIGURATION.md lists \
+the properties; this rule cannot see producer-only properties, which the consumer ignores \
+with a warning.",
+};
+
+/// What librdkafka says about one property.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accepted.
+    Ok,
+    /// The property does not exist.
+    Unknown(String),
+    /// The property exists but the value is invalid.
+    Invalid(String),
+}
+
+/// Asks librdkafka whether it accepts `name = value`.
+#[cfg(feature = "librdkafka")]
+pub fn librdkafka_verdict(name: &str, value: &str) -> Verdict {
+    use rdkafka::ClientConfig;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaConfRes;
+
+    let mut config = ClientConfig::new();
+    config.set(name, value);
+    match config.create_native_config() {
+        Ok(_) => Verdict::Ok,
+        Err(KafkaError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, message, ..)) => Verdict::Unknown(message),
+        Err(KafkaError::ClientConfig(_, message, ..)) => Verdict::Invalid(message),
+        Err(other) => Verdict::Invalid(other.to_string()),
+    }
+}
+
+/// Without librdkafka linked, every property is accepted (the binary checks at startup).
+#[cfg(not(feature = "librdkafka"))]
+pub fn librdkafka_verdict(_name: &str, _value: &str) -> Verdict {
+    Verdict::Ok
+}
+
+pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
+    let Source::Kafka(kafka) = &cx.model.source else { return };
+    for (name, value) in &kafka.rdkafka {
+        // Owned properties get their own, clearer diagnostic.
+        if super::owned_property::lookup(name).is_some() {
+            continue;
+        }
+        let path = format!("source.kafka.rdkafka.{name}");
+        let templated = value.template().is_some();
+        // For a value read from the environment only the name can be checked; a value
+        // that every string-typed property accepts is used to ask about the name.
+        let probe = if templated { String::new() } else { value.to_text() };
+        match librdkafka_verdict(name, &probe) {
+            Verdict::Ok => {}
+            Verdict::Unknown(message) => out.push(
+                Diagnostic::error(&RULE, &path, format!("librdkafka does not know the property `{name}`"))
+                    .note(format!("librdkafka: {message}"))
+                    .help("check the spelling against librdkafka's CONFIGURATION.md"),
+            ),
+            Verdict::Invalid(_) if templated => {}
+            Verdict::Invalid(message) => out.push(
+                Diagnostic::error(&RULE, &path, format!("librdkafka rejects `{name}: {}`", value.to_text()))
+                    .on_value()
+                    .note(format!("librdkafka: {message}"))
+                    .help("use a value of the type librdkafka's CONFIGURATION.md gives for this property"),
+            ),
+        }
+    }
+}
+
+#[cfg(all(test, feature = "librdkafka"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_librdkafka() {
+        assert_eq!(librdkafka_verdict("fetch.wait.max.ms", "100"), Verdict::Ok);
+        assert!(matches!(librdkafka_verdict("fetch.wait.max.msec", "100"), Verdict::Unknown(_)));
+        assert!(matches!(librdkafka_verdict("fetch.wait.max.ms", "soon"), Verdict::Invalid(_)));
+        assert!(matches!(librdkafka_verdict("auto.offset.reset", "newest"), Verdict::Invalid(_)));
+    }
+}

@@ -1,0 +1,327 @@
+//! The Avro reader schema as the generator sees it: only the types etl-rs can decode
+//! and map to ClickHouse columns, with named types resolved.
+
+use std::collections::HashMap;
+
+use apache_avro::Schema;
+
+/// A supported Avro type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AvroType {
+    /// `boolean`
+    Boolean,
+    /// `int`
+    Int,
+    /// `long`
+    Long,
+    /// `float`
+    Float,
+    /// `double`
+    Double,
+    /// `bytes`
+    Bytes,
+    /// `string`
+    String,
+    /// `enum`
+    Enum {
+        /// The enum's full name.
+        name: String,
+        /// Its symbols, in order.
+        symbols: Vec<String>,
+    },
+    /// `array`
+    Array(Box<AvroType>),
+    /// `map` (keys are strings)
+    Map(Box<AvroType>),
+    /// A union of `null` and one other type.
+    Nullable {
+        /// The other type.
+        inner: Box<AvroType>,
+        /// The branch index of `null` (0 or 1), which the encoding uses.
+        null_index: u8,
+    },
+    /// A nested `record`.
+    Record(RecordType),
+    /// `long` with logicalType `timestamp-millis`
+    TimestampMillis,
+    /// `long` with logicalType `timestamp-micros`
+    TimestampMicros,
+    /// `int` with logicalType `date`
+    Date,
+    /// `bytes` or `fixed` with logicalType `decimal`
+    Decimal {
+        /// Total digits.
+        precision: u32,
+        /// Digits after the point.
+        scale: u32,
+        /// The fixed size when the decimal is stored in a `fixed`.
+        fixed_size: Option<usize>,
+    },
+    /// `string` with logicalType `uuid`
+    Uuid,
+}
+
+/// A record and its fields, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordType {
+    /// The record's full name.
+    pub name: String,
+    /// Its fields.
+    pub fields: Vec<Field>,
+}
+
+/// One record field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Field {
+    /// The field's name.
+    pub name: String,
+    /// Its type.
+    pub ty: AvroType,
+}
+
+/// A type etl-rs does not support, found at `path` inside the schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    /// Where in the schema: `items[].price`.
+    pub path: String,
+    /// What was found and why it is not supported.
+    pub what: String,
+    /// What to use instead.
+    pub fix: String,
+}
+
+/// Converts a parsed schema, listing every unsupported type rather than the first.
+pub fn convert(schema: &Schema) -> Result<RecordType, Vec<Unsupported>> {
+    let mut cx = Converter::default();
+    let converted = match schema {
+        Schema::Record(_) => cx.convert(schema, ""),
+        other => {
+            cx.unsupported("", format!("the top-level schema is {}, not a record", describe(other)), "the reader schema must be a record");
+            None
+        }
+    };
+    match converted {
+        Some(AvroType::Record(record)) if cx.errors.is_empty() => Ok(record),
+        _ => Err(cx.errors),
+    }
+}
+
+#[derive(Default)]
+struct Converter {
+    named: HashMap<String, AvroType>,
+    in_progress: Vec<String>,
+    errors: Vec<Unsupported>,
+}
+
+impl Converter {
+    fn unsupported(&mut self, path: &str, what: String, fix: &str) {
+        let path = if path.is_empty() { "(top level)".to_owned() } else { path.to_owned() };
+        self.errors.push(Unsupported { path, what, fix: fix.to_owned() });
+    }
+
+    fn convert(&mut self, schema: &Schema, path: &str) -> Option<AvroType> {
+        Some(match schema {
+            Schema::Boolean => AvroType::Boolean,
+            Schema::Int => AvroType::Int,
+            Schema::Long => AvroType::Long,
+            Schema::Float => AvroType::Float,
+            Schema::Double => AvroType::Double,
+            Schema::Bytes => AvroType::Bytes,
+            Schema::String => AvroType::String,
+            Schema::Uuid => AvroType::Uuid,
+            Schema::Date => AvroType::Date,
+            Schema::TimestampMillis => AvroType::TimestampMillis,
+            Schema::TimestampMicros => AvroType::TimestampMicros,
+            Schema::Decimal(d) => {
+                let fixed_size = match d.inner.as_ref() {
+                    Schema::Fixed(f) => Some(f.size),
+                    _ => None,
+                };
+                if d.precision == 0 || d.precision > 76 {
+                    self.unsupported(
+                        path,
+                        format!("decimal precision {} is outside ClickHouse's 1 to 76", d.precision),
+                        "use a precision between 1 and 76",
+                    );
+                    return None;
+                }
+                AvroType::Decimal { precision: d.precision as u32, scale: d.scale as u32, fixed_size }
+            }
+            Schema::Enum(e) => {
+                let ty = AvroType::Enum { name: e.name.fullname(None), symbols: e.symbols.clone() };
+                self.named.insert(e.name.fullname(None), ty.clone());
+                ty
+            }
+            Schema::Array(a) => AvroType::Array(Box::new(self.convert(&a.items, &format!("{path}[]"))?)),
+            Schema::Map(m) => AvroType::Map(Box::new(self.convert(&m.types, &format!("{path}{{}}"))?)),
+            Schema::Union(u) => {
+                let variants = u.variants();
+                let null_index = variants.iter().position(|v| matches!(v, Schema::Null));
+                match (variants.len(), null_index) {
+                    (2, Some(null_index)) => {
+                        let other = &variants[1 - null_index];
+                        if matches!(other, Schema::Union(_)) {
+                            self.unsupported(path, "a nested union is not supported".into(), "use [\"null\", T]");
+                            return None;
+                        }
+                        AvroType::Nullable {
+                            inner: Box::new(self.convert(other, path)?),
+                            null_index: null_index as u8,
+                        }
+                    }
+                    _ => {
+                        let names: Vec<String> = variants.iter().map(describe).collect();
+                        self.unsupported(
+                            path,
+                            format!("a union of [{}] is not supported", names.join(", ")),
+                            "only a union of null and one other type ([\"null\", T]) maps to a column; split the field or use a record",
+                        );
+                        return None;
+                    }
+                }
+            }
+            Schema::Record(r) => {
+                let name = r.name.fullname(None);
+                self.in_progress.push(name.clone());
+                let mut fields = Vec::with_capacity(r.fields.len());
+                let mut ok = true;
+                for f in &r.fields {
+                    let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
+                    match self.convert(&f.schema, &field_path) {
+                        Some(ty) => fields.push(Field { name: f.name.clone(), ty }),
+                        None => ok = false,
+                    }
+                }
+                self.in_progress.pop();
+                if !ok {
+                    return None;
+                }
+                let ty = AvroType::Record(RecordType { name: name.clone(), fields });
+                self.named.insert(name, ty.clone());
+                ty
+            }
+            Schema::Ref { name } => {
+                let full = name.fullname(None);
+                if self.in_progress.contains(&full) {
+                    self.unsupported(path, format!("a recursive reference to `{full}` is not supported"), "recursive types have no column mapping; cut the recursion");
+                    return None;
+                }
+                match self.named.get(&full) {
+                    Some(ty) => ty.clone(),
+                    None => {
+                        self.unsupported(path, format!("a reference to `{full}`, which is not defined before it"), "define the named type before using it");
+                        return None;
+                    }
+                }
+            }
+            other => {
+                let fix = match other {
+                    Schema::Null => "`null` alone carries no data; use [\"null\", T] for an optional field",
+                    Schema::Fixed(_) => "use `bytes`, or a `decimal` logical type on the fixed",
+                    Schema::TimeMillis | Schema::TimeMicros => "store the time of day as an `int`/`long` or use a timestamp",
+                    Schema::TimestampNanos => "use timestamp-micros",
+                    Schema::LocalTimestampMillis | Schema::LocalTimestampMicros | Schema::LocalTimestampNanos => {
+                        "use timestamp-millis or timestamp-micros (UTC)"
+                    }
+                    Schema::BigDecimal => "use the `decimal` logical type with a fixed precision and scale",
+                    _ => "see docs/configuration.md for the supported types",
+                };
+                self.unsupported(path, format!("{} is not supported", describe(other)), fix);
+                return None;
+            }
+        })
+    }
+}
+
+/// How a schema is named in messages.
+fn describe(schema: &Schema) -> String {
+    match schema {
+        Schema::Null => "null".into(),
+        Schema::Boolean => "boolean".into(),
+        Schema::Int => "int".into(),
+        Schema::Long => "long".into(),
+        Schema::Float => "float".into(),
+        Schema::Double => "double".into(),
+        Schema::Bytes => "bytes".into(),
+        Schema::String => "string".into(),
+        Schema::Array(_) => "array".into(),
+        Schema::Map(_) => "map".into(),
+        Schema::Union(_) => "union".into(),
+        Schema::Record(r) => format!("record `{}`", r.name.fullname(None)),
+        Schema::Enum(e) => format!("enum `{}`", e.name.fullname(None)),
+        Schema::Fixed(f) => format!("fixed `{}`", f.name.fullname(None)),
+        Schema::Decimal(_) => "decimal".into(),
+        Schema::BigDecimal => "big-decimal".into(),
+        Schema::Uuid => "uuid".into(),
+        Schema::Date => "date".into(),
+        Schema::TimeMillis => "time-millis".into(),
+        Schema::TimeMicros => "time-micros".into(),
+        Schema::TimestampMillis => "timestamp-millis".into(),
+        Schema::TimestampMicros => "timestamp-micros".into(),
+        Schema::TimestampNanos => "timestamp-nanos".into(),
+        Schema::LocalTimestampMillis => "local-timestamp-millis".into(),
+        Schema::LocalTimestampMicros => "local-timestamp-micros".into(),
+        Schema::LocalTimestampNanos => "local-timestamp-nanos".into(),
+        Schema::Duration => "duration".into(),
+        Schema::Ref { name } => format!("reference `{}`", name.fullname(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<RecordType, Vec<Unsupported>> {
+        convert(&Schema::parse_str(json).unwrap())
+    }
+
+    #[test]
+    fn converts_every_supported_type() {
+        let record = parse(
+            r#"{"type":"record","name":"R","fields":[
+                {"name":"b","type":"boolean"},{"name":"i","type":"int"},{"name":"l","type":"long"},
+                {"name":"f","type":"float"},{"name":"d","type":"double"},{"name":"s","type":"string"},
+                {"name":"by","type":"bytes"},
+                {"name":"e","type":{"type":"enum","name":"E","symbols":["A","B"]}},
+                {"name":"e2","type":"E"},
+                {"name":"a","type":{"type":"array","items":"long"}},
+                {"name":"m","type":{"type":"map","values":"string"}},
+                {"name":"n","type":["null","string"]},
+                {"name":"n2","type":["string","null"]},
+                {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+                {"name":"tu","type":{"type":"long","logicalType":"timestamp-micros"}},
+                {"name":"dt","type":{"type":"int","logicalType":"date"}},
+                {"name":"dec","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
+                {"name":"u","type":{"type":"string","logicalType":"uuid"}},
+                {"name":"nested","type":{"type":"record","name":"N","fields":[{"name":"x","type":"int"}]}}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(record.fields.len(), 19);
+        assert_eq!(record.fields[8].ty, record.fields[7].ty, "a named type resolves to its definition");
+        assert_eq!(record.fields[12].ty, AvroType::Nullable { inner: Box::new(AvroType::String), null_index: 1 });
+        assert_eq!(record.fields[16].ty, AvroType::Decimal { precision: 12, scale: 2, fixed_size: None });
+    }
+
+    #[test]
+    fn lists_every_unsupported_type() {
+        let errors = parse(
+            r#"{"type":"record","name":"R","fields":[
+                {"name":"u","type":["string","long"]},
+                {"name":"items","type":{"type":"array","items":{"type":"record","name":"I","fields":[
+                    {"name":"t","type":{"type":"int","logicalType":"time-millis"}}]}}},
+                {"name":"fx","type":{"type":"fixed","name":"F","size":4}}
+            ]}"#,
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["u", "items[].t", "fx"]);
+        assert!(errors[0].what.contains("union of [string, long]"));
+    }
+
+    #[test]
+    fn top_level_must_be_a_record() {
+        let errors = convert(&Schema::parse_str(r#""string""#).unwrap()).unwrap_err();
+        assert_eq!(errors[0].path, "(top level)");
+    }
+}
