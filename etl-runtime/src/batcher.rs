@@ -1,0 +1,232 @@
+//! The shard worker: merges chunks into batches and writes them, with retries, on the tokio runtime.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use rand::Rng;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{BatchConfig, RetryConfig};
+use crate::handle::Shared;
+use crate::pipeline::Ack;
+use crate::sink::{Batch, Chunk, Sink};
+
+/// Decides where batches are cut. Today batches merge chunks across partitions up to the size
+/// limits; the exactly-once work will swap in a per-partition policy with offset-chosen boundaries.
+pub(crate) trait BatchPolicy: Send {
+    /// Whether `chunk` may join the open batch; false writes the open batch first.
+    fn fits(&self, open: &Batch, chunk: &Chunk) -> bool;
+    /// Whether the open batch must be written now.
+    fn is_full(&self, open: &Batch) -> bool;
+    /// How long a non-empty batch may wait for more chunks.
+    fn linger(&self) -> Duration;
+}
+
+/// `batch.max_rows`, `batch.max_bytes`, `batch.linger`, across partitions.
+pub(crate) struct SizePolicy(pub(crate) BatchConfig);
+
+impl BatchPolicy for SizePolicy {
+    fn fits(&self, open: &Batch, chunk: &Chunk) -> bool {
+        open.rows + u64::from(chunk.rows) <= self.0.max_rows
+            && open.bytes + chunk.bytes.len() as u64 <= self.0.max_bytes
+    }
+
+    fn is_full(&self, open: &Batch) -> bool {
+        open.rows >= self.0.max_rows || open.bytes >= self.0.max_bytes
+    }
+
+    fn linger(&self) -> Duration {
+        self.0.linger
+    }
+}
+
+/// One shard's worker thread.
+pub(crate) struct ShardWorker<K> {
+    pub(crate) shard: usize,
+    pub(crate) rx: Receiver<Chunk>,
+    pub(crate) sink: Arc<K>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) acks: Arc<Vec<Sender<Ack>>>,
+    pub(crate) token_prefix: String,
+}
+
+impl<K: Sink> ShardWorker<K> {
+    /// Receives chunks until every pipeline thread has dropped its sender, writing a batch when it is
+    /// full, when its linger expires, or when a drain sealed one of its chunks.
+    pub(crate) fn run(self) {
+        let policy = SizePolicy(self.shared.config.batch);
+        let mut open: Option<(Batch, Instant)> = None;
+        let mut sequence = 0u64;
+        loop {
+            let received = match &open {
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some((_, started)) => self.rx.recv_deadline(*started + policy.linger()),
+            };
+            match received {
+                Ok(chunk) => {
+                    if let Some((batch, _)) = &open {
+                        if !policy.fits(batch, &chunk) {
+                            let (batch, _) = open.take().expect("checked above");
+                            if !self.write(batch, &mut sequence) {
+                                return;
+                            }
+                        }
+                    }
+                    let urgent = chunk.urgent;
+                    let (batch, _) =
+                        open.get_or_insert_with(|| (self.empty_batch(), Instant::now()));
+                    batch.rows += u64::from(chunk.rows);
+                    batch.bytes += chunk.bytes.len() as u64;
+                    batch.chunks.push(chunk);
+                    if urgent || policy.is_full(batch) {
+                        let (batch, _) = open.take().expect("just inserted");
+                        if !self.write(batch, &mut sequence) {
+                            return;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some((batch, _)) = open.take() {
+                        if !self.write(batch, &mut sequence) {
+                            return;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    if let Some((batch, _)) = open.take() {
+                        self.write(batch, &mut sequence);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn empty_batch(&self) -> Batch {
+        Batch {
+            shard: self.shard,
+            token: String::new(),
+            chunks: Vec::new(),
+            rows: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Waits for a write slot — while it waits it does not receive, so the shard queue fills and the
+    /// pipeline threads see rejections: that is the backpressure — then spawns the write. Returns
+    /// false when the pipeline is closing and the worker must end.
+    fn write(&self, mut batch: Batch, sequence: &mut u64) -> bool {
+        *sequence += 1;
+        batch.token = format!("{}-{}-{}", self.token_prefix, self.shard, sequence);
+        let permit = match self.runtime.block_on(self.permits.clone().acquire_owned()) {
+            Ok(permit) => permit,
+            Err(_) => return false,
+        };
+        let task = write_batch(
+            self.sink.clone(),
+            batch,
+            self.shared.clone(),
+            self.acks.clone(),
+            permit,
+        );
+        self.runtime.spawn(task);
+        true
+    }
+}
+
+/// Writes one batch, retrying retryable errors with exponential backoff and full jitter under the
+/// same token. Success releases the bytes and acks every chunk to its pipeline thread; exhaustion
+/// or a fatal error stops the pipeline and never acks, so those offsets are never stored.
+async fn write_batch<K: Sink>(
+    sink: Arc<K>,
+    batch: Batch,
+    shared: Arc<Shared>,
+    acks: Arc<Vec<Sender<Ack>>>,
+    permit: OwnedSemaphorePermit,
+) {
+    let retry = shared.config.retry;
+    let shard = batch.shard;
+    let metrics = &shared.metrics;
+    let mut attempt = 1u32;
+    loop {
+        let started = Instant::now();
+        match sink.write(shard, &batch).await {
+            Ok(()) => {
+                metrics.insert_duration[shard].observe(started.elapsed().as_secs_f64());
+                metrics.batch_rows[shard].observe(batch.rows as f64);
+                metrics.batch_bytes[shard].observe(batch.bytes as f64);
+                metrics.records_out.inc_by(batch.rows);
+                shared.budget.release(batch.bytes);
+                drop(permit);
+                let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
+                for chunk in &batch.chunks {
+                    per_thread[chunk.origin.thread]
+                        .push((chunk.origin.lane_id, chunk.origin.first_offset));
+                }
+                for (thread, chunks) in per_thread.into_iter().enumerate() {
+                    if !chunks.is_empty() {
+                        // A closed channel means the thread has exited; its lanes are gone.
+                        let _ = acks[thread].send(Ack::Chunks(chunks));
+                    }
+                }
+                tracing::trace!(shard, token = %batch.token, rows = batch.rows, bytes = batch.bytes, "batch written");
+                return;
+            }
+            Err(error) => {
+                metrics.sink_errors[shard].inc();
+                if error.is_retryable() && attempt < retry.max_attempts {
+                    let backoff = backoff(&retry, attempt);
+                    tracing::warn!(shard, token = %batch.token, attempt, ?backoff, %error, "sink write failed; retrying");
+                    metrics.sink_retries[shard].inc();
+                    tokio::time::sleep(backoff).await;
+                    attempt += 1;
+                } else {
+                    shared.fatal.report(format!(
+                        "writing batch {} to shard {shard} failed after {attempt} attempt(s): {error}",
+                        batch.token
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Full jitter: a uniform wait in `[0, min(max_backoff, initial_backoff × 2^(attempt-1))]`.
+pub(crate) fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
+    let factor = 1u32
+        .checked_shl(attempt.saturating_sub(1).min(31))
+        .unwrap_or(u32::MAX);
+    let cap = retry
+        .initial_backoff
+        .saturating_mul(factor)
+        .min(retry.max_backoff);
+    let nanos = cap.as_nanos().min(u128::from(u64::MAX)) as u64;
+    Duration::from_nanos(rand::rng().random_range(0..=nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The backoff stays within its exponential cap and never exceeds max_backoff.
+    #[test]
+    fn backoff_is_bounded_by_exponential_cap() {
+        let retry = RetryConfig {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        };
+        for attempt in 1..40 {
+            let cap = Duration::from_millis(100)
+                .saturating_mul(1 << (attempt - 1).min(20))
+                .min(Duration::from_secs(1));
+            for _ in 0..50 {
+                assert!(backoff(&retry, attempt) <= cap);
+            }
+        }
+    }
+}

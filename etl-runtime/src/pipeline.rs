@@ -1,0 +1,693 @@
+//! The pipeline thread: polls its lanes, runs the chain, seals chunks, and turns acks into offsets.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use crate::chain::{Chain, OpenBuffer, RowOut};
+use crate::checkpoint::Checkpointer;
+use crate::config::{ErrorPolicy, TombstonePolicy};
+use crate::handle::Shared;
+use crate::sink::{Chunk, ChunkOrigin, DeadLetterAck, DeadRecord};
+use crate::source::{Lane, SourceErrorKind};
+
+/// How many records one lane may process before the thread looks at acks, control messages and its
+/// other lanes again. It bounds the gap between two iterations of the loop.
+const BURST: usize = 256;
+
+/// How long an idle thread waits for an ack or a control message before it polls its lanes again.
+/// Short, so a lane whose source has new data is picked up at once ("keeps polling").
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+
+/// An acknowledgement from the sink side, sent over the owning thread's unbounded ack channel.
+#[derive(Debug)]
+pub(crate) enum Ack {
+    /// The chunks of one written batch that belong to this thread: `(lane_id, first_offset)`.
+    Chunks(Vec<(u64, i64)>),
+    /// A dead-letter write of `offset` is durable.
+    DeadLetter { lane_id: u64, offset: i64 },
+}
+
+/// What the coordinator asks of a pipeline thread.
+pub(crate) enum Control {
+    AddLane {
+        lane_id: u64,
+        lane: Box<dyn Lane>,
+    },
+    /// Drain and drop the lanes of these partitions; reply with their final stored offsets.
+    RemoveLanes {
+        partitions: Vec<i32>,
+        deadline: Instant,
+        reply: Sender<Vec<(i32, Option<i64>)>>,
+    },
+    /// Store the safe watermark of every remaining lane and end the thread.
+    Exit,
+}
+
+struct LaneState {
+    id: u64,
+    partition: i32,
+    lane: Box<dyn Lane>,
+    buffers: Vec<OpenBuffer>,
+    round_robin: usize,
+    checkpointer: Checkpointer,
+    /// Sealed chunks a shard queue rejected (or that queued up behind one), already counted in the
+    /// budget: the exact resume point of the lane, sent before its next record is taken.
+    pending: VecDeque<Chunk>,
+    paused_since: Option<Instant>,
+    /// The drain this lane belongs to, and its deadline.
+    drain: Option<(u64, Instant)>,
+    /// A record failed under `errors.policy: fail`; the lane is no longer polled.
+    failed: bool,
+    newest_timestamp_ms: Option<i64>,
+    lag_seconds: prometheus::Gauge,
+}
+
+struct DrainRequest {
+    id: u64,
+    remaining: usize,
+    results: Vec<(i32, Option<i64>)>,
+    reply: Option<Sender<Vec<(i32, Option<i64>)>>>,
+}
+
+/// The id of the drain a finite lane starts for itself when it has finished.
+const SELF_DRAIN: u64 = 0;
+
+/// Counters kept locally and added to the shared metrics once per loop iteration.
+#[derive(Default)]
+struct Counts {
+    records_in: u64,
+    filtered: u64,
+    errors: u64,
+    tombstones: u64,
+    dead_letters: u64,
+}
+
+enum Poll {
+    Record,
+    Idle,
+    Stop,
+}
+
+pub(crate) struct PipelineThread<C: Chain> {
+    index: usize,
+    chain: C,
+    lanes: Vec<LaneState>,
+    control: Receiver<Control>,
+    acks: Receiver<Ack>,
+    ack_tx: Sender<Ack>,
+    queues: Vec<Sender<Chunk>>,
+    shared: Arc<Shared>,
+    drains: Vec<DrainRequest>,
+    next_drain: u64,
+    snapshot: Vec<(usize, u32)>,
+    counts: Counts,
+}
+
+impl<C: Chain> PipelineThread<C> {
+    pub(crate) fn new(
+        index: usize,
+        chain: C,
+        control: Receiver<Control>,
+        (ack_tx, acks): (Sender<Ack>, Receiver<Ack>),
+        queues: Vec<Sender<Chunk>>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        PipelineThread {
+            index,
+            chain,
+            lanes: Vec::new(),
+            control,
+            acks,
+            ack_tx,
+            queues,
+            shared,
+            drains: Vec::new(),
+            next_drain: SELF_DRAIN + 1,
+            snapshot: Vec::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// The thread's loop. It never blocks on a send (Invariant 1); the only wait is the short idle
+    /// `select!` on the ack and control channels.
+    pub(crate) fn run(mut self) {
+        let mut last = Instant::now();
+        loop {
+            let now = Instant::now();
+            let gap = now.duration_since(last).as_nanos() as u64;
+            self.shared
+                .max_loop_gap_ns
+                .fetch_max(gap, Ordering::Relaxed);
+            last = now;
+
+            loop {
+                match self.control.try_recv() {
+                    Ok(msg) => {
+                        if self.handle_control(msg) {
+                            return self.exit();
+                        }
+                    }
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => return self.exit(),
+                }
+            }
+            while let Ok(ack) = self.acks.try_recv() {
+                self.handle_ack(ack);
+            }
+
+            let mut busy = false;
+            let stopped = self.shared.fatal.is_set();
+            let high = self.shared.budget.above_high();
+            for i in 0..self.lanes.len() {
+                busy |= self.step_lane(i, high, stopped);
+            }
+            self.finish_drains();
+            self.store_offsets();
+            self.flush_counts();
+
+            if !busy {
+                crossbeam_channel::select! {
+                    recv(self.acks) -> ack => if let Ok(ack) = ack { self.handle_ack(ack) },
+                    recv(self.control) -> msg => match msg {
+                        Ok(msg) => if self.handle_control(msg) { return self.exit() },
+                        Err(_) => return self.exit(),
+                    },
+                    default(IDLE_WAIT) => {}
+                }
+            }
+        }
+    }
+
+    /// Returns true when the thread must exit.
+    fn handle_control(&mut self, msg: Control) -> bool {
+        match msg {
+            Control::AddLane { lane_id, lane } => {
+                let partition = lane.partition();
+                tracing::info!(thread = self.index, partition, lane_id, "lane added");
+                let lag_seconds = self
+                    .shared
+                    .metrics
+                    .lag_seconds
+                    .with_label_values(&[partition.to_string().as_str()]);
+                self.lanes.push(LaneState {
+                    id: lane_id,
+                    partition,
+                    lane,
+                    buffers: (0..self.queues.len())
+                        .map(|_| OpenBuffer::default())
+                        .collect(),
+                    round_robin: 0,
+                    checkpointer: Checkpointer::default(),
+                    pending: VecDeque::new(),
+                    paused_since: None,
+                    drain: None,
+                    failed: false,
+                    newest_timestamp_ms: None,
+                    lag_seconds,
+                });
+                false
+            }
+            Control::RemoveLanes {
+                partitions,
+                deadline,
+                reply,
+            } => {
+                let id = self.next_drain;
+                self.next_drain += 1;
+                let mut request = DrainRequest {
+                    id,
+                    remaining: 0,
+                    results: Vec::new(),
+                    reply: Some(reply),
+                };
+                for &partition in &partitions {
+                    match self.lanes.iter_mut().find(|l| {
+                        l.partition == partition && l.drain.is_none_or(|(d, _)| d == SELF_DRAIN)
+                    }) {
+                        Some(lane) => {
+                            lane.drain = Some((id, deadline));
+                            request.remaining += 1;
+                        }
+                        None => request.results.push((partition, None)),
+                    }
+                }
+                tracing::info!(
+                    thread = self.index,
+                    ?partitions,
+                    lanes = request.remaining,
+                    "draining lanes"
+                );
+                self.drains.push(request);
+                self.finish_drains();
+                false
+            }
+            Control::Exit => true,
+        }
+    }
+
+    fn handle_ack(&mut self, ack: Ack) {
+        match ack {
+            Ack::Chunks(chunks) => {
+                for (lane_id, first_offset) in chunks {
+                    self.ack_one(lane_id, first_offset);
+                }
+            }
+            Ack::DeadLetter { lane_id, offset } => self.ack_one(lane_id, offset),
+        }
+    }
+
+    fn ack_one(&mut self, lane_id: u64, first_offset: i64) {
+        // An ack for a lane that is gone (drained past its deadline) has nothing left to move.
+        if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id) {
+            if !lane.checkpointer.ack(first_offset) {
+                tracing::error!(
+                    partition = lane.partition,
+                    first_offset,
+                    "ack for an offset that was never registered"
+                );
+            }
+        }
+    }
+
+    /// One iteration for one lane. Returns true when the lane did work and may have more.
+    fn step_lane(&mut self, i: usize, high: bool, stopped: bool) -> bool {
+        if !self.lanes[i].pending.is_empty() {
+            self.send_pending(i);
+        }
+        if self.lanes[i].drain.is_some() {
+            for shard in 0..self.queues.len() {
+                self.seal(i, shard, true);
+            }
+            return false;
+        }
+        if self.lanes[i].failed || stopped {
+            return false;
+        }
+        if let Some(since) = self.lanes[i].paused_since {
+            let lane = &self.lanes[i];
+            let ready = lane.pending.is_empty()
+                && self.shared.budget.below_low()
+                && since.elapsed() >= self.shared.config.backpressure.min_pause;
+            if !ready {
+                return false;
+            }
+            self.resume_lane(i);
+        }
+        if high {
+            // The budget is at its high watermark: every producing lane pauses (Invariant 6).
+            self.pause_lane(i);
+            return false;
+        }
+        let target = self.shared.config.chunk_target_bytes;
+        for _ in 0..BURST {
+            match self.poll_one(i) {
+                Poll::Record => {
+                    for shard in 0..self.queues.len() {
+                        if self.lanes[i].buffers[shard].bytes.len() >= target {
+                            self.seal(i, shard, false);
+                            if self.lanes[i].paused_since.is_some() {
+                                break;
+                            }
+                        }
+                    }
+                    if self.lanes[i].paused_since.is_some() || self.lanes[i].failed {
+                        return false;
+                    }
+                }
+                Poll::Idle => {
+                    for shard in 0..self.queues.len() {
+                        if self.lanes[i].paused_since.is_some() {
+                            break;
+                        }
+                        self.seal(i, shard, false);
+                    }
+                    let lane = &mut self.lanes[i];
+                    if lane.lane.is_finished() && lane.drain.is_none() {
+                        tracing::info!(partition = lane.partition, "lane finished; draining it");
+                        lane.drain = Some((
+                            SELF_DRAIN,
+                            Instant::now() + Duration::from_secs(365 * 24 * 3600),
+                        ));
+                    }
+                    self.update_lag(i);
+                    return false;
+                }
+                Poll::Stop => return false,
+            }
+        }
+        self.update_lag(i);
+        true
+    }
+
+    /// Takes one record from the lane and runs it through the chain.
+    fn poll_one(&mut self, i: usize) -> Poll {
+        let PipelineThread {
+            lanes,
+            chain,
+            shared,
+            snapshot,
+            counts,
+            ack_tx,
+            ..
+        } = self;
+        let LaneState {
+            id,
+            lane,
+            buffers,
+            round_robin,
+            checkpointer,
+            failed,
+            newest_timestamp_ms,
+            partition,
+            ..
+        } = &mut lanes[i];
+        let record = match lane.next() {
+            None => return Poll::Idle,
+            Some(Err(error)) if error.kind == SourceErrorKind::Transient => {
+                tracing::warn!(partition = *partition, %error, "transient source error");
+                return Poll::Idle;
+            }
+            Some(Err(error)) => {
+                *failed = true;
+                shared
+                    .fatal
+                    .report(format!("partition {partition}: {error}"));
+                return Poll::Stop;
+            }
+            Some(Ok(record)) => record,
+        };
+        counts.records_in += 1;
+        let offset = record.offset;
+        if record.timestamp_ms.is_some() {
+            *newest_timestamp_ms = record.timestamp_ms;
+        }
+        if record.payload.is_none() {
+            match shared.config.tombstones {
+                TombstonePolicy::Skip => {
+                    counts.tombstones += 1;
+                    checkpointer.processed(offset);
+                    return Poll::Record;
+                }
+                TombstonePolicy::Fail => {
+                    *failed = true;
+                    shared.fatal.report(format!(
+                        "tombstone at partition {partition} offset {offset}"
+                    ));
+                    return Poll::Stop;
+                }
+            }
+        }
+
+        snapshot.clear();
+        snapshot.extend(buffers.iter().map(|b| (b.bytes.len(), b.rows)));
+        let mut out = RowOut {
+            buffers,
+            round_robin,
+            rows: 0,
+        };
+        let result = chain.process(&record, &mut out);
+        let rows = out.rows;
+        match result {
+            Ok(()) => {
+                if rows == 0 {
+                    counts.filtered += 1;
+                }
+                for (buffer, &(_, rows_before)) in buffers.iter_mut().zip(snapshot.iter()) {
+                    if buffer.rows > rows_before {
+                        if rows_before == 0 {
+                            buffer.first_offset = offset;
+                            checkpointer.register(offset);
+                        }
+                        buffer.last_offset = offset;
+                    }
+                }
+                checkpointer.processed(offset);
+                Poll::Record
+            }
+            Err(error) => {
+                // Rows pushed before the error are discarded so the record leaves nothing behind.
+                for (buffer, &(len, rows_before)) in buffers.iter_mut().zip(snapshot.iter()) {
+                    buffer.bytes.truncate(len);
+                    buffer.rows = rows_before;
+                }
+                match (shared.config.error_policy, shared.dead_letter.as_ref()) {
+                    (ErrorPolicy::Skip, _) => {
+                        tracing::debug!(partition = *partition, offset, %error, "record skipped");
+                        counts.errors += 1;
+                        checkpointer.processed(offset);
+                        Poll::Record
+                    }
+                    (ErrorPolicy::DeadLetter, Some(dead_letter)) => {
+                        tracing::debug!(partition = *partition, offset, %error, "record sent to the dead-letter sink");
+                        counts.dead_letters += 1;
+                        checkpointer.register(offset);
+                        checkpointer.processed(offset);
+                        let ack = DeadLetterAck {
+                            ack: ack_tx.clone(),
+                            fatal: shared.fatal.clone(),
+                            lane_id: *id,
+                            offset,
+                        };
+                        dead_letter.send(DeadRecord::from_record(&record, error.to_string()), ack);
+                        Poll::Record
+                    }
+                    (ErrorPolicy::Fail, _) | (ErrorPolicy::DeadLetter, None) => {
+                        *failed = true;
+                        shared.fatal.report(format!(
+                            "record at partition {partition} offset {offset}: {error}"
+                        ));
+                        Poll::Stop
+                    }
+                }
+            }
+        }
+    }
+
+    /// Seals the lane's open buffer for `shard` into a chunk, counts it in the budget and offers it to
+    /// the shard queue. A rejection keeps the chunk as the lane's resume point and pauses the lane
+    /// and the other lanes of this thread whose next chunk goes to that shard (Invariant 1).
+    fn seal(&mut self, i: usize, shard: usize, urgent: bool) {
+        let target = self.shared.config.chunk_target_bytes;
+        let lane = &mut self.lanes[i];
+        let buffer = &mut lane.buffers[shard];
+        if buffer.rows == 0 {
+            return;
+        }
+        let bytes = std::mem::replace(&mut buffer.bytes, Vec::with_capacity(target.min(1 << 20)));
+        let chunk = Chunk {
+            rows: std::mem::take(&mut buffer.rows),
+            origin: ChunkOrigin {
+                thread: self.index,
+                lane_id: lane.id,
+                partition: lane.partition,
+                first_offset: buffer.first_offset,
+                last_offset: buffer.last_offset,
+            },
+            shard,
+            urgent,
+            bytes,
+        };
+        let above_high = self.shared.budget.acquire(chunk.bytes.len() as u64);
+        let mut rejected = false;
+        if lane.pending.is_empty() {
+            match self.queues[shard].try_send(chunk) {
+                Ok(()) => {}
+                Err(TrySendError::Full(chunk)) => {
+                    self.shared.metrics.queue_full[shard].inc();
+                    lane.pending.push_back(chunk);
+                    rejected = true;
+                }
+                Err(TrySendError::Disconnected(chunk)) => {
+                    self.shared.budget.release(chunk.bytes.len() as u64);
+                    self.shared
+                        .fatal
+                        .report(format!("the worker of shard {shard} is gone"));
+                }
+            }
+        } else {
+            lane.pending.push_back(chunk);
+        }
+        if lane.drain.is_some() {
+            return;
+        }
+        if rejected {
+            tracing::debug!(
+                partition = lane.partition,
+                shard,
+                "shard queue full; pausing"
+            );
+            self.pause_lane(i);
+            for j in 0..self.lanes.len() {
+                if j != i && self.lanes[j].drain.is_none() && self.lanes[j].buffers[shard].rows > 0
+                {
+                    self.pause_lane(j);
+                }
+            }
+        }
+        if above_high {
+            self.pause_lane(i);
+        }
+    }
+
+    /// Offers the lane's rejected chunks again, in order, without blocking.
+    fn send_pending(&mut self, i: usize) {
+        let lane = &mut self.lanes[i];
+        while let Some(chunk) = lane.pending.pop_front() {
+            let shard = chunk.shard;
+            match self.queues[shard].try_send(chunk) {
+                Ok(()) => {}
+                Err(TrySendError::Full(chunk)) => {
+                    lane.pending.push_front(chunk);
+                    return;
+                }
+                Err(TrySendError::Disconnected(chunk)) => {
+                    self.shared.budget.release(chunk.bytes.len() as u64);
+                    self.shared
+                        .fatal
+                        .report(format!("the worker of shard {shard} is gone"));
+                }
+            }
+        }
+    }
+
+    fn pause_lane(&mut self, i: usize) {
+        let lane = &mut self.lanes[i];
+        if lane.paused_since.is_none() {
+            lane.lane.pause();
+            lane.paused_since = Some(Instant::now());
+            self.shared.metrics.pause_events.inc();
+            self.shared.paused_lanes.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn resume_lane(&mut self, i: usize) {
+        let lane = &mut self.lanes[i];
+        if lane.paused_since.take().is_some() {
+            lane.lane.resume();
+            self.shared.paused_lanes.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn update_lag(&mut self, i: usize) {
+        let lane = &self.lanes[i];
+        if let Some(ts) = lane.newest_timestamp_ms {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            lane.lag_seconds.set((now_ms - ts).max(0) as f64 / 1000.0);
+        }
+    }
+
+    /// Finalizes the draining lanes that are done or past their deadline, and answers the requests
+    /// whose lanes are all finalized.
+    fn finish_drains(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.lanes.len() {
+            let lane = &self.lanes[i];
+            let Some((drain, deadline)) = lane.drain else {
+                i += 1;
+                continue;
+            };
+            let done = lane.pending.is_empty()
+                && lane.buffers.iter().all(|b| b.rows == 0)
+                && lane.checkpointer.is_settled();
+            if !done && now < deadline {
+                i += 1;
+                continue;
+            }
+            if !done {
+                tracing::warn!(
+                    partition = lane.partition,
+                    "drain deadline passed with unacknowledged data; storing the safe offset"
+                );
+            }
+            let mut lane = self.remove_lane(i);
+            let offset = lane.checkpointer.stored();
+            tracing::info!(partition = lane.partition, next_offset = ?offset, complete = done, "lane drained");
+            lane.lane.pause();
+            if let Some(request) = self.drains.iter_mut().find(|r| r.id == drain) {
+                request.results.push((lane.partition, offset));
+                request.remaining -= 1;
+            }
+        }
+        self.drains.retain_mut(|request| {
+            if request.remaining > 0 {
+                return true;
+            }
+            if let Some(reply) = request.reply.take() {
+                // The requester may have given up waiting; the offsets are stored either way.
+                let _ = reply.send(std::mem::take(&mut request.results));
+            }
+            false
+        });
+    }
+
+    /// Removes a lane after storing its safe offset and returning its unsent bytes to the budget.
+    fn remove_lane(&mut self, i: usize) -> LaneState {
+        self.store_offset(i);
+        let lane = self.lanes.swap_remove(i);
+        let unsent: u64 = lane.pending.iter().map(|c| c.bytes.len() as u64).sum();
+        self.shared.budget.release(unsent);
+        if lane.paused_since.is_some() {
+            self.shared.paused_lanes.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.shared.lane_counts[self.index].fetch_sub(1, Ordering::AcqRel);
+        lane
+    }
+
+    fn store_offsets(&mut self) {
+        for i in 0..self.lanes.len() {
+            self.store_offset(i);
+        }
+    }
+
+    fn store_offset(&mut self, i: usize) {
+        let lane = &mut self.lanes[i];
+        if let Some(next) = lane.checkpointer.offset_to_store() {
+            match lane.lane.store_offset(next) {
+                Ok(()) => lane.checkpointer.mark_stored(next),
+                Err(error) => {
+                    tracing::warn!(partition = lane.partition, next_offset = next, %error, "storing the offset failed")
+                }
+            }
+        }
+    }
+
+    fn flush_counts(&mut self) {
+        let c = std::mem::take(&mut self.counts);
+        let m = &self.shared.metrics;
+        for (counter, n) in [
+            (&m.records_in, c.records_in),
+            (&m.dropped_filtered, c.filtered),
+            (&m.dropped_error, c.errors),
+            (&m.dropped_tombstone, c.tombstones),
+            (&m.dropped_dead_letter, c.dead_letters),
+        ] {
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
+    }
+
+    fn exit(mut self) {
+        self.flush_counts();
+        while let Ok(ack) = self.acks.try_recv() {
+            self.handle_ack(ack);
+        }
+        while !self.lanes.is_empty() {
+            let lane = self.remove_lane(self.lanes.len() - 1);
+            tracing::info!(partition = lane.partition, next_offset = ?lane.checkpointer.stored(), "lane closed");
+        }
+        for request in &mut self.drains {
+            if let Some(reply) = request.reply.take() {
+                let _ = reply.send(std::mem::take(&mut request.results));
+            }
+        }
+        tracing::debug!(thread = self.index, "pipeline thread exits");
+    }
+}

@@ -1,0 +1,146 @@
+//! The entry point the generated `main` calls: start, serve admin, run the source, stop on signals.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::chain::Chain;
+use crate::config::RuntimeConfig;
+use crate::handle::{Pipeline, Wake};
+use crate::sink::{DeadLetter, Sink};
+use crate::source::Source;
+
+/// How a run ended; [`RunOutcome::exit_code`] gives the process exit code of DESIGN §6.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// A signal, a shutdown request or the end of a finite source; drained and stored. Exit code 0.
+    Clean,
+    /// A fatal runtime error; no offset passes unwritten data. Exit code 1.
+    Fatal(String),
+    /// A configuration or environment error at start-up. Exit code 2.
+    Startup(String),
+}
+
+impl RunOutcome {
+    /// 0, 1 or 2.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunOutcome::Clean => 0,
+            RunOutcome::Fatal(_) => 1,
+            RunOutcome::Startup(_) => 2,
+        }
+    }
+}
+
+impl From<RunOutcome> for std::process::ExitCode {
+    fn from(outcome: RunOutcome) -> Self {
+        std::process::ExitCode::from(outcome.exit_code())
+    }
+}
+
+/// Runs a pipeline until SIGTERM/SIGINT, a fatal error, or the end of a finite source.
+///
+/// It starts the pipeline (threads, shard workers, the sink's tokio runtime), the admin server on
+/// `config.admin_listen`, the signal handlers, then the source. On a signal it drains every lane
+/// within `drain_timeout`, stores the final offsets, calls [`Source::shutdown`] and returns
+/// [`RunOutcome::Clean`]. On a fatal error each lane stores only its safe watermark.
+pub fn run<S, C, F, K>(
+    config: RuntimeConfig,
+    mut source: S,
+    chains: F,
+    sink: K,
+    dead_letter: Option<Arc<dyn DeadLetter>>,
+) -> RunOutcome
+where
+    S: Source,
+    C: Chain,
+    F: Fn() -> C,
+    K: Sink,
+{
+    let drain_timeout = config.drain_timeout;
+    let admin = config.admin_listen;
+    let pipeline = match Pipeline::start(config, chains, sink, dead_letter) {
+        Ok(pipeline) => pipeline,
+        Err(error) => return RunOutcome::Startup(error.to_string()),
+    };
+    if let Some(addr) = admin {
+        let listener = match pipeline
+            .runtime()
+            .block_on(tokio::net::TcpListener::bind(addr))
+        {
+            Ok(listener) => listener,
+            Err(error) => return RunOutcome::Startup(format!("admin.listen {addr}: {error}")),
+        };
+        tracing::info!(%addr, "admin server listening");
+        let shared = pipeline.shared().clone();
+        pipeline.runtime().spawn(async move {
+            if let Err(error) = crate::admin::serve(listener, shared).await {
+                tracing::error!(%error, "admin server failed");
+            }
+        });
+    }
+    let handle = pipeline.handle();
+    {
+        let handle = handle.clone();
+        let _guard = pipeline.runtime().enter();
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    return RunOutcome::Startup(format!("installing the SIGTERM handler: {error}"));
+                }
+            };
+        pipeline.runtime().spawn(async move {
+            tokio::select! {
+                _ = terminate.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
+                _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+            }
+            handle.request_shutdown();
+        });
+    }
+
+    if let Err(error) = source.start(handle.clone()) {
+        pipeline.abort();
+        return RunOutcome::Startup(error.to_string());
+    }
+    let finite = source.is_finite();
+    loop {
+        match pipeline.wait(Duration::from_millis(50)) {
+            Wake::Stop => break,
+            Wake::Fatal(message) => {
+                pipeline.abort();
+                if let Err(error) = source.shutdown() {
+                    tracing::warn!(%error, "source shutdown failed");
+                }
+                return RunOutcome::Fatal(message);
+            }
+            Wake::Timeout => {
+                if finite && handle.live_lanes() == 0 {
+                    tracing::info!("the source has ended");
+                    break;
+                }
+            }
+        }
+    }
+    let report = pipeline.shutdown(drain_timeout);
+    if !report.complete {
+        tracing::warn!("the drain did not complete within drain_timeout; stored the safe offsets");
+    }
+    if let Err(error) = source.shutdown() {
+        tracing::warn!(%error, "source shutdown failed");
+    }
+    match report.fatal {
+        Some(message) => RunOutcome::Fatal(message),
+        None => RunOutcome::Clean,
+    }
+}
+
+/// Installs a `tracing` subscriber that logs to stderr, filtered by `RUST_LOG` (default `info`).
+/// Calling it twice is harmless.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

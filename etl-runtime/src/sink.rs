@@ -1,0 +1,225 @@
+//! The sink side: chunks, batches, the `Sink` trait, its errors and the dead-letter trait.
+
+use std::future::Future;
+
+use crate::source::Record;
+
+/// A sealed buffer of encoded rows from one lane for one shard.
+#[derive(Debug)]
+pub struct Chunk {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) rows: u32,
+    pub(crate) origin: ChunkOrigin,
+    pub(crate) shard: usize,
+    /// Sealed by a drain: the shard worker writes its batch at once instead of lingering.
+    pub(crate) urgent: bool,
+}
+
+/// Where a chunk's acknowledgement goes, and which offsets its rows come from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkOrigin {
+    pub(crate) thread: usize,
+    pub(crate) lane_id: u64,
+    pub(crate) partition: i32,
+    pub(crate) first_offset: i64,
+    pub(crate) last_offset: i64,
+}
+
+impl Chunk {
+    /// The encoded rows, back to back.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> u32 {
+        self.rows
+    }
+
+    /// The source partition the rows come from.
+    pub fn partition(&self) -> i32 {
+        self.origin.partition
+    }
+
+    /// The offset of the record whose row entered the chunk first.
+    pub fn first_offset(&self) -> i64 {
+        self.origin.first_offset
+    }
+
+    /// The offset of the record whose row entered the chunk last.
+    pub fn last_offset(&self) -> i64 {
+        self.origin.last_offset
+    }
+}
+
+/// What a shard worker hands to [`Sink::write`]: chunks merged up to the batch limits.
+#[derive(Debug)]
+pub struct Batch {
+    pub(crate) shard: usize,
+    pub(crate) token: String,
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) rows: u64,
+    pub(crate) bytes: u64,
+}
+
+impl Batch {
+    /// The shard this batch goes to.
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// A token unique to this batch within the process, the same for every attempt to write it,
+    /// so a sink can use it as a deduplication token across retries.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The chunks, in the order the shard worker received them.
+    pub fn chunks(&self) -> &[Chunk] {
+        &self.chunks
+    }
+
+    /// The total number of rows.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The total number of encoded bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// A sink that writes batches durably (Invariant 3): `write` resolves to `Ok` only when the batch is
+/// durable (ClickHouse: the INSERT returned success; file: written and fsynced).
+///
+/// Writes run as tasks on the runtime's small tokio runtime, at most `inflight.max_per_shard` per
+/// shard at a time; the runtime retries [`SinkErrorKind::Retryable`] errors itself.
+pub trait Sink: Send + Sync + 'static {
+    /// Writes one batch to `shard`.
+    fn write(
+        &self,
+        shard: usize,
+        batch: &Batch,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Checks that the sink is reachable; `/readyz` answers 200 only once this succeeded.
+    fn check(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
+}
+
+/// An error from a sink write or check.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("sink error ({kind:?}): {message}")]
+pub struct SinkError {
+    /// How the runtime reacts.
+    pub kind: SinkErrorKind,
+    /// What happened.
+    pub message: String,
+}
+
+/// How the runtime reacts to a [`SinkError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkErrorKind {
+    /// Retried with backoff up to `retry.max_attempts`; then fatal.
+    Retryable,
+    /// Stops the pipeline at once with exit code 1; the batch's offsets are never stored.
+    Fatal,
+    /// Some rows were rejected (their indexes within the batch). The runtime treats it as fatal for
+    /// now; a later policy can route those rows to the dead-letter sink.
+    Data {
+        /// Indexes of the rejected rows within the batch.
+        rows: Vec<u64>,
+    },
+}
+
+impl SinkError {
+    /// A retryable error.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        SinkError {
+            kind: SinkErrorKind::Retryable,
+            message: message.into(),
+        }
+    }
+
+    /// A fatal error.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        SinkError {
+            kind: SinkErrorKind::Fatal,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn is_retryable(&self) -> bool {
+        self.kind == SinkErrorKind::Retryable
+    }
+}
+
+/// A record that failed in the chain, copied out of the lane for the dead-letter sink.
+#[derive(Debug, Clone)]
+pub struct DeadRecord {
+    /// The raw payload (`None` for a tombstone).
+    pub payload: Option<Vec<u8>>,
+    /// The raw key.
+    pub key: Option<Vec<u8>>,
+    /// The source partition.
+    pub partition: i32,
+    /// The source offset.
+    pub offset: i64,
+    /// The source timestamp in milliseconds.
+    pub timestamp_ms: Option<i64>,
+    /// Why the record failed.
+    pub error: String,
+}
+
+impl DeadRecord {
+    pub(crate) fn from_record(record: &Record<'_>, error: String) -> Self {
+        DeadRecord {
+            payload: record.payload.map(<[u8]>::to_vec),
+            key: record.key.map(<[u8]>::to_vec),
+            partition: record.partition,
+            offset: record.offset,
+            timestamp_ms: record.timestamp_ms,
+            error,
+        }
+    }
+}
+
+/// Where `errors.policy: dlq` sends failed records (the Kafka issue implements it on a producer).
+///
+/// `send` must not block the pipeline thread: it hands the record off and calls
+/// [`DeadLetterAck::complete`] later, from any thread, once the write is durable or has failed. The
+/// record's offset counts as done only after a successful completion.
+pub trait DeadLetter: Send + Sync + 'static {
+    /// Hands off one record; `ack` must be completed exactly once.
+    fn send(&self, record: DeadRecord, ack: DeadLetterAck);
+}
+
+/// The completion handle of one dead-letter write; it travels over the same unbounded ack channel
+/// as chunk acks (Invariant 2).
+#[derive(Debug)]
+pub struct DeadLetterAck {
+    pub(crate) ack: crossbeam_channel::Sender<crate::pipeline::Ack>,
+    pub(crate) fatal: crate::handle::FatalSlot,
+    pub(crate) lane_id: u64,
+    pub(crate) offset: i64,
+}
+
+impl DeadLetterAck {
+    /// Reports the outcome of the dead-letter write. An error stops the pipeline (exit code 1)
+    /// without the record's offset ever being stored.
+    pub fn complete(self, result: Result<(), SinkError>) {
+        match result {
+            Ok(()) => {
+                // A closed channel means the pipeline thread is gone; nothing is left to store.
+                let _ = self.ack.send(crate::pipeline::Ack::DeadLetter {
+                    lane_id: self.lane_id,
+                    offset: self.offset,
+                });
+            }
+            Err(error) => self.fatal.report(format!(
+                "dead-letter write of offset {} failed: {error}",
+                self.offset
+            )),
+        }
+    }
+}
