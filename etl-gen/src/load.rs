@@ -152,26 +152,38 @@ fn read_model(text: &str, out: &mut Vec<Diagnostic>) -> Option<PipelineFile> {
             if !removed.iter().any(|r: &String| r == &full || full.starts_with(&format!("{r}."))) {
                 out.push(
                     Diagnostic::error(&missing_key::RULE, &path, format!("missing required key `{full}`"))
-                        .help(format!("add `{field}:` under `{}`", if path.is_empty() { "the top level" } else { &path })),
+                        .help(if path.is_empty() { format!("add a `{field}:` section") } else { format!("add `{field}:` under `{path}`") }),
                 );
             }
             return None;
         }
-        let (rule, target) = if let Some(key) = between(&message, "unknown field `", "`") {
+        // What to report (in the user's coordinates) and what to remove (in the current
+        // document's coordinates).
+        let (rule, target, current_target) = if let Some(key) = between(&message, "unknown field `", "`") {
             // serde_path_to_error names the unknown key itself as the last segment.
-            let target = if path.ends_with(key) && (path == key || path.ends_with(&format!(".{key}"))) { path.clone() } else { join(&path, key) };
-            (&unknown_key::RULE, target)
-        } else if between(&message, "unknown variant `", "`").is_some() {
-            (&unknown_key::RULE, path.clone())
+            if path == key || path.ends_with(&format!(".{key}")) {
+                (&unknown_key::RULE, path.clone(), current.clone())
+            } else {
+                (&unknown_key::RULE, join(&path, key), join(&current, key))
+            }
+        } else if let Some(variant) = between(&message, "unknown variant `", "`") {
+            match (path.strip_suffix(variant).and_then(|p| p.strip_suffix('.')), current.strip_suffix(variant).and_then(|p| p.strip_suffix('.'))) {
+                // A kind written as a key (`source: { kafak: ... }`, `- where: ...`): the
+                // path ends with it. Report the key; remove the whole one-key mapping.
+                (Some(_), Some(current_parent)) => (&unknown_key::RULE, path.clone(), current_parent.to_owned()),
+                // An enumerated value such as `wire: avro`.
+                _ => (&invalid_value::RULE, path.clone(), current.clone()),
+            }
         } else {
-            (&invalid_value::RULE, path.clone())
+            (&invalid_value::RULE, path.clone(), current.clone())
         };
-        let current_target = if target == path { current.clone() } else { join(&current, target.rsplit('.').next().unwrap_or(&target)) };
         if !removed.insert(target.clone()) || !remove(&mut value, &current_target) {
             // Nothing left to remove: report it and stop rather than loop.
             out.push(Diagnostic::error(rule, &target, message));
             return None;
         }
+        // A later "missing field" for the removed node is a consequence, not a new error.
+        removed.insert(shifts.original(&current_target));
         shifts.record(&target);
         out.push(describe(rule, &target, &message));
     }
@@ -225,12 +237,8 @@ impl Shifts {
 fn describe(rule: &'static crate::diag::Rule, path: &str, message: &str) -> Diagnostic {
     if rule.code == unknown_key::RULE.code {
         let key = path.rsplit('.').next().unwrap_or(path);
-        let (what, expected) = match message.split_once(", expected ") {
-            Some((what, expected)) => (what.to_owned(), Some(expected.to_owned())),
-            None => (message.to_owned(), None),
-        };
-        let is_variant = what.starts_with("unknown variant");
-        let mut d = Diagnostic::error(rule, path, if is_variant { format!("{what} at `{path}`") } else { format!("unknown key `{key}` at `{}`", parent(path).unwrap_or("the top level")) });
+        let expected = message.split_once(", expected ").map(|(_, expected)| expected.to_owned());
+        let mut d = Diagnostic::error(rule, path, format!("unknown key `{key}` in `{}`", parent(path).unwrap_or("the top level")));
         if let Some(expected) = expected {
             let suggestion = closest(key, &expected);
             d = d.note(format!("expected {expected}"));
@@ -243,6 +251,19 @@ fn describe(rule: &'static crate::diag::Rule, path: &str, message: &str) -> Diag
             d = d.help("remove it; docs/configuration.md lists every key");
         }
         return d;
+    }
+    if let Some(variant) = between(message, "unknown variant `", "`") {
+        let expected = message.split_once(", expected ").map(|(_, e)| e).unwrap_or_default();
+        let d = Diagnostic::error(rule, path, format!("`{variant}` is not a valid value for `{path}`")).on_value().note(format!("expected {expected}"));
+        return match closest(variant, expected) {
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None => d.help(format!("use {expected}")),
+        };
+    }
+    if message.contains("expected map with a single key") {
+        return Diagnostic::error(rule, path, format!("`{path}` must have exactly one key, naming its kind"))
+            .note("a pipeline has exactly one source (`kafka` or `datagen`) and one sink (`clickhouse` or `file`); each operator is a one-key mapping")
+            .help("keep one of the keys");
     }
     Diagnostic::error(rule, path, format!("invalid value for `{path}`: {message}"))
         .on_value()

@@ -26,7 +26,7 @@ pub struct PipelineFile {
     pub format: Format,
     /// The operator chain, applied in order. Empty: every schema field maps to the
     /// same-named column.
-    #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    #[serde(default, with = "one_key_maps")]
     #[schemars(with = "Vec<Operator>")]
     pub transform: Vec<Operator>,
     /// Where rows go: exactly one of `clickhouse` or `file`.
@@ -45,6 +45,26 @@ pub struct PipelineFile {
     /// The admin HTTP server (/metrics, /healthz, /readyz).
     #[serde(default)]
     pub admin: Admin,
+}
+
+/// (De)serializes a list of operators, each written as a one-key mapping
+/// (`- filter: "..."`), which serde_yaml otherwise expects as YAML tags.
+mod one_key_maps {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Operator;
+
+    #[derive(Deserialize, Serialize)]
+    #[serde(transparent)]
+    struct OneKey(#[serde(with = "serde_yaml::with::singleton_map")] Operator);
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Operator>, D::Error> {
+        Ok(Vec::<OneKey>::deserialize(deserializer)?.into_iter().map(|o| o.0).collect())
+    }
+
+    pub(super) fn serialize<S: Serializer>(ops: &[Operator], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(ops.iter().cloned().map(OneKey))
+    }
 }
 
 /// `pipeline:`

@@ -128,6 +128,9 @@ impl ByteSize {
         let number: u64 = number
             .parse()
             .map_err(|_| format!("`{text}`: the number is too large"))?;
+        if unit.starts_with('.') {
+            return Err(format!("`{text}`: sizes are whole numbers; use a smaller unit (`1536MiB`, not `1.5GiB`)"));
+        }
         let factor: u64 = match unit.trim() {
             "" | "B" => 1,
             "KiB" => 1 << 10,
@@ -329,7 +332,8 @@ mod tests {
         assert_eq!(Ratio::parse(".25").unwrap(), Ratio::new(25, 2));
         assert!(Ratio::parse("0.5.1").is_err());
         assert!(Ratio::parse("-0.5").is_err());
-        assert!(Ratio::new(5, 1).lt(Ratio::new(9, 10)));
+        assert!(Ratio::new(5, 1).lt(Ratio::new(9, 1)));
+        assert!(!Ratio::new(5, 1).lt(Ratio::new(50, 2)));
         assert_eq!(Ratio::new(5, 2).to_string(), "0.05");
         let from_yaml: Ratio = serde_yaml::from_str("0.3").unwrap();
         assert_eq!(from_yaml, Ratio::new(3, 1));

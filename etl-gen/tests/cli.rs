@@ -1,0 +1,46 @@
+//! The `etl-gen gen --check` command's exit codes (DESIGN §6) and output streams.
+
+use std::path::Path;
+use std::process::Command;
+
+fn gen_check(path: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen")).arg("gen").arg(path).arg("--check").output().unwrap();
+    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn corpus(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus").join(rel)
+}
+
+#[test]
+fn valid_file_exits_0() {
+    let (code, stdout, stderr) = gen_check(&corpus("valid/minimal_kafka.yaml"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("ok: "), "{stdout}");
+}
+
+#[test]
+fn invalid_configuration_exits_1_with_diagnostics_on_stderr() {
+    for case in ["invalid/sizing_four_shards.yaml", "invalid/yaml_syntax.yaml", "invalid/schema_missing.yaml", "invalid/schema_invalid.yaml"] {
+        let (code, stdout, stderr) = gen_check(&corpus(case));
+        assert_eq!(code, 1, "{case}: {stderr}");
+        assert!(stdout.is_empty(), "{case}: diagnostics belong on stderr");
+        assert!(stderr.contains("error["), "{case}: {stderr}");
+    }
+}
+
+#[test]
+fn unreadable_file_exits_2() {
+    let (code, _, stderr) = gen_check(&corpus("does-not-exist.yaml"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("cannot read"), "{stderr}");
+    let dir = corpus("invalid");
+    let (code, _, _) = gen_check(&dir);
+    assert_eq!(code, 2, "a directory is not a readable pipeline.yaml");
+}
+
+#[test]
+fn usage_error_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen")).args(["gen", "--frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

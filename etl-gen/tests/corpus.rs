@@ -1,0 +1,93 @@
+//! The validation corpus: every invalid file is rejected with exactly the rules its
+//! `# expect:` line names, and its rendered diagnostics are snapshot-tested; every valid
+//! file and every example passes.
+
+use std::path::Path;
+
+use etl_gen::{Options, validate_file, validate_str};
+
+fn expected_codes(text: &str) -> Vec<String> {
+    let line = text.lines().next().and_then(|l| l.strip_prefix("# expect:")).expect("an invalid case starts with `# expect: CODE ...`");
+    let mut codes: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+    codes.sort();
+    codes
+}
+
+#[test]
+fn invalid_files_are_rejected_by_the_expected_rules() {
+    insta::glob!("corpus/invalid/*.yaml", |path| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let name = format!("corpus/invalid/{}", path.file_name().unwrap().to_string_lossy());
+        let outcome = validate_str(&name, &text, path.parent().unwrap(), &Options::default());
+        let rendered = outcome.report.render();
+        let mut codes: Vec<String> = outcome.report.errors().map(|d| d.rule.code.to_owned()).collect();
+        codes.sort();
+        assert_eq!(codes, expected_codes(&text), "{name}:\n{rendered}");
+        assert!(outcome.pipeline.is_none(), "{name} must not produce a pipeline");
+        // Every error names the line and column it is about.
+        assert!(rendered.contains(&format!("{name}:")), "{rendered}");
+        insta::assert_snapshot!(rendered);
+    });
+}
+
+#[test]
+fn valid_files_pass() {
+    insta::glob!("corpus/valid/*.yaml", |path| {
+        let outcome = validate_file(path, &Options::default()).unwrap();
+        assert!(!outcome.report.has_errors(), "{}:\n{}", path.display(), outcome.report.render());
+        assert!(outcome.pipeline.is_some());
+    });
+}
+
+#[test]
+fn every_example_passes() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let file = entry.unwrap().path().join("pipeline.yaml");
+        if !file.exists() {
+            continue;
+        }
+        let outcome = validate_file(&file, &Options::default()).unwrap();
+        assert!(!outcome.report.has_errors(), "{}:\n{}", file.display(), outcome.report.render());
+        seen += 1;
+    }
+    assert!(seen >= 2, "expected the examples to be found, saw {seen}");
+}
+
+#[test]
+fn unsafe_sizing_is_a_warning_only_when_asked_for() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/invalid/sizing_four_shards.yaml");
+    let strict = validate_file(&path, &Options::default()).unwrap();
+    assert!(strict.report.has_errors());
+    let lax = validate_file(&path, &Options { allow_unsafe_sizing: true }).unwrap();
+    assert!(!lax.report.has_errors(), "{}", lax.report.render());
+    assert!(lax.report.render().contains("warning[E0401]"));
+    assert!(lax.pipeline.is_some());
+}
+
+/// The sizing message's fixes, read back from the rendered text, are right to the byte:
+/// each passes when applied, and one byte the other way fails.
+#[test]
+fn sizing_fixes_in_the_message_are_exact() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/invalid/sizing_small_budget.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rendered = validate_file(&path, &Options::default()).unwrap().report.render();
+    let number_after = |marker: &str| -> u64 {
+        let at = rendered.find(marker).unwrap_or_else(|| panic!("`{marker}` in:\n{rendered}")) + marker.len();
+        rendered[at..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let budget = number_after("max_inflight_bytes to at least ");
+    let batch = number_after("batch.max_bytes to at most ");
+    let check = |budget: u64, batch: u64| {
+        let edited = text
+            .replace("max_inflight_bytes: 100000007", &format!("max_inflight_bytes: {budget}"))
+            .replace("max_bytes: 32MiB", &format!("max_bytes: {batch}"));
+        let outcome = validate_str("x.yaml", &edited, path.parent().unwrap(), &Options::default());
+        !outcome.report.errors().any(|d| d.rule.code == "E0401")
+    };
+    assert!(check(budget, 32 << 20), "the smallest budget passes");
+    assert!(!check(budget - 1, 32 << 20), "one byte less fails");
+    assert!(check(100_000_007, batch), "the largest batch passes");
+    assert!(!check(100_000_007, batch + 1), "one byte more fails");
+}
