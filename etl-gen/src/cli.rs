@@ -52,7 +52,9 @@ fn gen_command(args: &GenArgs) -> ExitCode {
         Ok(outcome) => outcome,
         Err(e) => {
             eprintln!("error: {e}");
-            eprintln!("help: pass the path of a pipeline.yaml, e.g. `cargo xtask gen examples/quickstart/pipeline.yaml --check`");
+            eprintln!(
+                "help: pass the path of a pipeline.yaml, e.g. `cargo xtask gen examples/quickstart/pipeline.yaml --check`"
+            );
             return ExitCode::from(2);
         }
     };
@@ -78,6 +80,8 @@ fn gen_command(args: &GenArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    eprintln!("error: code generation is not implemented yet; only `gen --check` works in this version (see README.md, \"Missing\")");
+    eprintln!(
+        "error: code generation is not implemented yet; only `gen --check` works in this version (see README.md, \"Missing\")"
+    );
     ExitCode::from(1)
 }

@@ -105,7 +105,9 @@ fn type_name(schema: &Value, defs: &Map<String, Value>) -> String {
             "integer" => "integer".into(),
             other => other.into(),
         },
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect::<Vec<_>>().join(" or "),
+        Some(Value::Array(ts)) => {
+            ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect::<Vec<_>>().join(" or ")
+        }
         _ => "see below".into(),
     }
 }
@@ -118,11 +120,8 @@ fn default_text(schema: &Value, required: bool) -> String {
         Some(Value::Array(a)) if a.is_empty() => "`[]`".into(),
         Some(Value::Object(o)) if o.is_empty() => "`{}`".into(),
         Some(v @ (Value::Array(_) | Value::Object(_))) => {
-            if v.as_object().is_some_and(|o| o.values().all(|x| !x.is_object() && !x.is_array())) {
-                format!("`{}`", v.to_string().replace('"', ""))
-            } else {
-                "see below".into()
-            }
+            let compact = v.to_string().replace('"', "");
+            if compact.len() <= 80 { format!("`{compact}`") } else { "see the example below".into() }
         }
         Some(v) => format!("`{v}`"),
         None if required => "**required**".into(),
@@ -141,32 +140,68 @@ fn collect(schema: &Value, path: &str, defs: &Map<String, Value>, rows: &mut Vec
                 let doc = variant.get("description").and_then(Value::as_str).unwrap_or_default();
                 let sub_resolved = resolve(unwrap_option(sub), defs);
                 if sub_resolved.get("properties").is_some() && depth < 8 {
-                    rows.push(Row { path: sub_path.clone(), ty: "section".into(), default: "one of these".into(), doc: doc.into() });
+                    rows.push(Row {
+                        path: sub_path.clone(),
+                        ty: "section".into(),
+                        default: "one of these".into(),
+                        doc: doc.into(),
+                    });
                     collect(sub, &sub_path, defs, rows, depth + 1);
                 } else {
-                    rows.push(Row { path: sub_path, ty: type_name(sub, defs), default: "one of these".into(), doc: doc.into() });
+                    rows.push(Row {
+                        path: sub_path,
+                        ty: type_name(sub, defs),
+                        default: "one of these".into(),
+                        doc: doc.into(),
+                    });
                 }
             }
         }
         return;
     }
     let Some(props) = resolved.get("properties").and_then(Value::as_object) else { return };
-    let required: Vec<&str> = resolved.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = resolved
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     for (name, sub) in props {
         let sub_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
         let doc = sub.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
         let target = resolve(unwrap_option(sub), defs);
-        let is_section = target.get("properties").is_some() || target.get("oneOf").is_some_and(|o| o.as_array().is_some_and(|a| a.iter().any(|v| v.get("properties").is_some())));
+        let is_section = target.get("properties").is_some()
+            || target
+                .get("oneOf")
+                .is_some_and(|o| o.as_array().is_some_and(|a| a.iter().any(|v| v.get("properties").is_some())));
         if is_section && depth < 8 {
             if !path.is_empty() {
-                rows.push(Row { path: sub_path.clone(), ty: "section".into(), default: default_text(sub, required.contains(&name.as_str())), doc });
+                rows.push(Row {
+                    path: sub_path.clone(),
+                    ty: "section".into(),
+                    default: default_text(sub, required.contains(&name.as_str())),
+                    doc,
+                });
             }
             collect(sub, &sub_path, defs, rows, depth + 1);
-        } else if target.get("type") == Some(&Value::from("array")) && target.get("items").is_some_and(|i| resolve(i, defs).get("properties").is_some() || resolve(i, defs).get("oneOf").is_some()) {
-            rows.push(Row { path: sub_path.clone(), ty: "list".into(), default: default_text(sub, required.contains(&name.as_str())), doc });
+        } else if target.get("type") == Some(&Value::from("array"))
+            && target.get("items").is_some_and(|i| {
+                resolve(i, defs).get("properties").is_some() || resolve(i, defs).get("oneOf").is_some()
+            })
+        {
+            rows.push(Row {
+                path: sub_path.clone(),
+                ty: "list".into(),
+                default: default_text(sub, required.contains(&name.as_str())),
+                doc,
+            });
             collect(&target["items"], &format!("{sub_path}[]"), defs, rows, depth + 1);
         } else {
-            rows.push(Row { path: sub_path, ty: type_name(sub, defs), default: default_text(sub, required.contains(&name.as_str())), doc });
+            rows.push(Row {
+                path: sub_path,
+                ty: type_name(sub, defs),
+                default: default_text(sub, required.contains(&name.as_str())),
+                doc,
+            });
         }
     }
 }

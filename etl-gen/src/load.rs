@@ -13,7 +13,9 @@ use serde_yaml::Value;
 
 use crate::diag::{Diagnostic, Report};
 use crate::model::{PipelineFile, Source};
-use crate::rules::{self, Context, Options, avro_schema, invalid_value, literal_required, missing_key, unknown_key, yaml_syntax};
+use crate::rules::{
+    self, Context, Options, avro_schema, invalid_value, literal_required, missing_key, unknown_key, yaml_syntax,
+};
 use crate::schema::RecordType;
 use crate::source_map::{SourceMap, join, parent};
 
@@ -91,10 +93,22 @@ pub fn validate_str(file_name: &str, text: &str, base_dir: &Path, options: &Opti
                 None
             }
         };
-        let cx = Context { model: &model, source_map: &source_map, base_dir, schema: schema.as_ref().map(|(_, s)| s), options };
+        let cx = Context {
+            model: &model,
+            source_map: &source_map,
+            base_dir,
+            schema: schema.as_ref().map(|(_, s)| s),
+            options,
+        };
         rules::check(&cx, &mut diagnostics);
         if let Some((schema_text, schema)) = schema {
-            pipeline = Some(Validated { model, schema, schema_text, base_dir: base_dir.to_owned(), yaml_text: text.to_owned() });
+            pipeline = Some(Validated {
+                model,
+                schema,
+                schema_text,
+                base_dir: base_dir.to_owned(),
+                yaml_text: text.to_owned(),
+            });
         }
     }
     let mut report = Report { file_name: file_name.to_owned(), text: text.to_owned(), source_map, diagnostics };
@@ -123,14 +137,15 @@ fn read_model(text: &str, out: &mut Vec<Diagnostic>) -> Option<PipelineFile> {
         }
     };
     if let Err(e) = value.apply_merge() {
-        out.push(Diagnostic::error(&yaml_syntax::RULE, "", format!("YAML merge key error: {e}")).help("fix the `<<` merge"));
+        out.push(
+            Diagnostic::error(&yaml_syntax::RULE, "", format!("YAML merge key error: {e}")).help("fix the `<<` merge"),
+        );
         return None;
     }
     if value.is_null() {
-        out.push(
-            Diagnostic::error(&missing_key::RULE, "", "the file is empty")
-                .help("start from examples/quickstart/pipeline.yaml; `pipeline`, `source`, `format` and `sink` are required"),
-        );
+        out.push(Diagnostic::error(&missing_key::RULE, "", "the file is empty").help(
+            "start from examples/quickstart/pipeline.yaml; `pipeline`, `source`, `format` and `sink` are required",
+        ));
         return None;
     }
     let mut removed = HashSet::new();
@@ -150,10 +165,13 @@ fn read_model(text: &str, out: &mut Vec<Diagnostic>) -> Option<PipelineFile> {
         if let Some(field) = between(&message, "missing field `", "`") {
             let full = join(&path, field);
             if !removed.iter().any(|r: &String| r == &full || full.starts_with(&format!("{r}."))) {
-                out.push(
-                    Diagnostic::error(&missing_key::RULE, &path, format!("missing required key `{full}`"))
-                        .help(if path.is_empty() { format!("add a `{field}:` section") } else { format!("add `{field}:` under `{path}`") }),
-                );
+                out.push(Diagnostic::error(&missing_key::RULE, &path, format!("missing required key `{full}`")).help(
+                    if path.is_empty() {
+                        format!("add a `{field}:` section")
+                    } else {
+                        format!("add `{field}:` under `{path}`")
+                    },
+                ));
             }
             return None;
         }
@@ -167,7 +185,10 @@ fn read_model(text: &str, out: &mut Vec<Diagnostic>) -> Option<PipelineFile> {
                 (&unknown_key::RULE, join(&path, key), join(&current, key))
             }
         } else if let Some(variant) = between(&message, "unknown variant `", "`") {
-            match (path.strip_suffix(variant).and_then(|p| p.strip_suffix('.')), current.strip_suffix(variant).and_then(|p| p.strip_suffix('.'))) {
+            match (
+                path.strip_suffix(variant).and_then(|p| p.strip_suffix('.')),
+                current.strip_suffix(variant).and_then(|p| p.strip_suffix('.')),
+            ) {
                 // A kind written as a key (`source: { kafak: ... }`, `- where: ...`): the
                 // path ends with it. Report the key; remove the whole one-key mapping.
                 (Some(_), Some(current_parent)) => (&unknown_key::RULE, path.clone(), current_parent.to_owned()),
@@ -238,7 +259,11 @@ fn describe(rule: &'static crate::diag::Rule, path: &str, message: &str) -> Diag
     if rule.code == unknown_key::RULE.code {
         let key = path.rsplit('.').next().unwrap_or(path);
         let expected = message.split_once(", expected ").map(|(_, expected)| expected.to_owned());
-        let mut d = Diagnostic::error(rule, path, format!("unknown key `{key}` in `{}`", parent(path).unwrap_or("the top level")));
+        let mut d = Diagnostic::error(
+            rule,
+            path,
+            format!("unknown key `{key}` in `{}`", parent(path).unwrap_or("the top level")),
+        );
         if let Some(expected) = expected {
             let suggestion = closest(key, &expected);
             d = d.note(format!("expected {expected}"));
@@ -254,7 +279,9 @@ fn describe(rule: &'static crate::diag::Rule, path: &str, message: &str) -> Diag
     }
     if let Some(variant) = between(message, "unknown variant `", "`") {
         let expected = message.split_once(", expected ").map(|(_, e)| e).unwrap_or_default();
-        let d = Diagnostic::error(rule, path, format!("`{variant}` is not a valid value for `{path}`")).on_value().note(format!("expected {expected}"));
+        let d = Diagnostic::error(rule, path, format!("`{variant}` is not a valid value for `{path}`"))
+            .on_value()
+            .note(format!("expected {expected}"));
         return match closest(variant, expected) {
             Some(s) => d.help(format!("did you mean `{s}`?")),
             None => d.help(format!("use {expected}")),
@@ -310,10 +337,14 @@ fn check_templates(value: &mut Value, path: &str, out: &mut Vec<Diagnostic>, rem
                 let child = join(path, &key);
                 if is_forbidden_template(v, &child) {
                     out.push(
-                        Diagnostic::error(&literal_required::RULE, &child, format!("`{child}` must be a literal, not `{}`", v.as_str().unwrap_or_default()))
-                            .on_value()
-                            .note("build-time checks depend on this key, so it is compiled into the binary")
-                            .help("write the value out; generate one binary per environment if it differs"),
+                        Diagnostic::error(
+                            &literal_required::RULE,
+                            &child,
+                            format!("`{child}` must be a literal, not `{}`", v.as_str().unwrap_or_default()),
+                        )
+                        .on_value()
+                        .note("build-time checks depend on this key, so it is compiled into the binary")
+                        .help("write the value out; generate one binary per environment if it differs"),
                     );
                     removed.insert(child);
                     drop_keys.push(k.clone());
@@ -387,9 +418,12 @@ fn between<'a>(s: &'a str, start: &str, end: &str) -> Option<&'a str> {
 fn remove(value: &mut Value, path: &str) -> bool {
     let splits: Vec<usize> = path.char_indices().filter(|(_, c)| *c == '.' || *c == '[').map(|(i, _)| i).collect();
     for &at in splits.iter().rev().chain(std::iter::once(&0)) {
-        let (parent_path, last) = if at == 0 && !path.starts_with('[') { ("", path) } else { (&path[..at], &path[at..]) };
+        let (parent_path, last) =
+            if at == 0 && !path.starts_with('[') { ("", path) } else { (&path[..at], &path[at..]) };
         let Some(parent_value) = walk(value, parent_path) else { continue };
-        if let Some(index) = last.strip_prefix('[').and_then(|l| l.strip_suffix(']')).and_then(|i| i.parse::<usize>().ok()) {
+        if let Some(index) =
+            last.strip_prefix('[').and_then(|l| l.strip_suffix(']')).and_then(|i| i.parse::<usize>().ok())
+        {
             if let Value::Sequence(items) = parent_value {
                 if index < items.len() {
                     items.remove(index);

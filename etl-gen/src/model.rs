@@ -323,7 +323,7 @@ pub struct ClickhouseSink {
     /// Retries of a failed insert.
     #[serde(default)]
     pub retry: Retry,
-    /// Exactly-once inserts (see docs/exactly-once.md).
+    /// Exactly-once inserts. Not implemented yet: `gen` rejects `true` (rule E0901).
     #[serde(default)]
     pub exactly_once: bool,
     /// One entry per shard; `len(shards)` is `shards` in the sizing rule.

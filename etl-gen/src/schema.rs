@@ -96,7 +96,11 @@ pub fn convert(schema: &Schema) -> Result<RecordType, Vec<Unsupported>> {
     let converted = match schema {
         Schema::Record(_) => cx.convert(schema, ""),
         other => {
-            cx.unsupported("", format!("the top-level schema is {}, not a record", describe(other)), "the reader schema must be a record");
+            cx.unsupported(
+                "",
+                format!("the top-level schema is {}, not a record", describe(other)),
+                "the reader schema must be a record",
+            );
             None
         }
     };
@@ -164,10 +168,7 @@ impl Converter {
                             self.unsupported(path, "a nested union is not supported".into(), "use [\"null\", T]");
                             return None;
                         }
-                        AvroType::Nullable {
-                            inner: Box::new(self.convert(other, path)?),
-                            null_index: null_index as u8,
-                        }
+                        AvroType::Nullable { inner: Box::new(self.convert(other, path)?), null_index: null_index as u8 }
                     }
                     _ => {
                         let names: Vec<String> = variants.iter().map(describe).collect();
@@ -203,13 +204,21 @@ impl Converter {
             Schema::Ref { name } => {
                 let full = name.fullname(None);
                 if self.in_progress.contains(&full) {
-                    self.unsupported(path, format!("a recursive reference to `{full}` is not supported"), "recursive types have no column mapping; cut the recursion");
+                    self.unsupported(
+                        path,
+                        format!("a recursive reference to `{full}` is not supported"),
+                        "recursive types have no column mapping; cut the recursion",
+                    );
                     return None;
                 }
                 match self.named.get(&full) {
                     Some(ty) => ty.clone(),
                     None => {
-                        self.unsupported(path, format!("a reference to `{full}`, which is not defined before it"), "define the named type before using it");
+                        self.unsupported(
+                            path,
+                            format!("a reference to `{full}`, which is not defined before it"),
+                            "define the named type before using it",
+                        );
                         return None;
                     }
                 }
@@ -218,7 +227,9 @@ impl Converter {
                 let fix = match other {
                     Schema::Null => "`null` alone carries no data; use [\"null\", T] for an optional field",
                     Schema::Fixed(_) => "use `bytes`, or a `decimal` logical type on the fixed",
-                    Schema::TimeMillis | Schema::TimeMicros => "store the time of day as an `int`/`long` or use a timestamp",
+                    Schema::TimeMillis | Schema::TimeMicros => {
+                        "store the time of day as an `int`/`long` or use a timestamp"
+                    }
                     Schema::TimestampNanos => "use timestamp-micros",
                     Schema::LocalTimestampMillis | Schema::LocalTimestampMicros | Schema::LocalTimestampNanos => {
                         "use timestamp-millis or timestamp-micros (UTC)"

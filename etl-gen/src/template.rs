@@ -38,9 +38,7 @@ impl Template {
                 lit.push('$');
                 rest = tail;
             } else if let Some(body) = after.strip_prefix('{') {
-                let end = body
-                    .find('}')
-                    .ok_or_else(|| format!("`{text}`: `${{` is not closed by `}}`"))?;
+                let end = body.find('}').ok_or_else(|| format!("`{text}`: `${{` is not closed by `}}`"))?;
                 let inner = &body[..end];
                 let (name, default) = match inner.split_once(":-") {
                     Some((name, default)) => (name, Some(default.to_owned())),

@@ -49,24 +49,17 @@ impl Duration {
         if number.is_empty() {
             return Err(format!("`{text}` is not a duration; write e.g. `250ms`, `5s`, `2m`"));
         }
-        let number: u64 = number
-            .parse()
-            .map_err(|_| format!("`{text}`: the number is too large"))?;
+        let number: u64 = number.parse().map_err(|_| format!("`{text}`: the number is too large"))?;
         let factor = match unit.trim() {
             "ms" => 1,
             "s" => 1_000,
             "m" => 60_000,
             "h" => 3_600_000,
             other => {
-                return Err(format!(
-                    "`{text}`: unknown duration unit `{other}`; use ms, s, m or h"
-                ));
+                return Err(format!("`{text}`: unknown duration unit `{other}`; use ms, s, m or h"));
             }
         };
-        number
-            .checked_mul(factor)
-            .map(Self::from_millis)
-            .ok_or_else(|| format!("`{text}` is too long"))
+        number.checked_mul(factor).map(Self::from_millis).ok_or_else(|| format!("`{text}` is too long"))
     }
 }
 
@@ -121,13 +114,9 @@ impl ByteSize {
         let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
         if number.is_empty() {
-            return Err(format!(
-                "`{text}` is not a size; write e.g. `512KiB`, `16MiB`, `1GiB` or plain bytes"
-            ));
+            return Err(format!("`{text}` is not a size; write e.g. `512KiB`, `16MiB`, `1GiB` or plain bytes"));
         }
-        let number: u64 = number
-            .parse()
-            .map_err(|_| format!("`{text}`: the number is too large"))?;
+        let number: u64 = number.parse().map_err(|_| format!("`{text}`: the number is too large"))?;
         if unit.starts_with('.') {
             return Err(format!("`{text}`: sizes are whole numbers; use a smaller unit (`1536MiB`, not `1.5GiB`)"));
         }
@@ -147,10 +136,7 @@ impl ByteSize {
                 ));
             }
         };
-        number
-            .checked_mul(factor)
-            .map(Self::b)
-            .ok_or_else(|| format!("`{text}` is too large"))
+        number.checked_mul(factor).map(Self::b).ok_or_else(|| format!("`{text}` is too large"))
     }
 }
 
@@ -274,22 +260,27 @@ macro_rules! text_unit {
 text_unit!(
     Duration,
     "a duration such as `250ms`, `5s` or `2m`",
-    |v| if v == 0 { Ok(Duration::from_millis(0)) } else { Err(format!("`{v}` has no unit; write e.g. `{v}ms` or `{v}s`")) },
+    |v| if v == 0 {
+        Ok(Duration::from_millis(0))
+    } else {
+        Err(format!("`{v}` has no unit; write e.g. `{v}ms` or `{v}s`"))
+    },
     |v| Err(format!("`{v}` is not a duration; write e.g. `250ms`, `5s` or `2m`"))
 );
-text_unit!(
-    ByteSize,
-    "a size such as `512KiB`, `16MiB` or a number of bytes",
-    |v| Ok(ByteSize::b(v)),
-    |v| Err(format!("`{v}` is not a whole number of bytes; write e.g. `16MiB`"))
-);
+text_unit!(ByteSize, "a size such as `512KiB`, `16MiB` or a number of bytes", |v| Ok(ByteSize::b(v)), |v| Err(
+    format!("`{v}` is not a whole number of bytes; write e.g. `16MiB`")
+));
 text_unit!(
     Ratio,
     "a decimal number such as `0.9`",
     |v| Ok(Ratio::new(v, 0)),
     // serde_yaml hands decimals over as f64; the shortest text that round-trips is the
     // literal the user wrote (`0.9` stays `0.9`), so the ratio stays exact.
-    |v| if v.is_finite() && v >= 0.0 { Ratio::parse(&format!("{v}")) } else { Err(format!("`{v}` must be a number between 0 and 1")) }
+    |v| if v.is_finite() && v >= 0.0 {
+        Ratio::parse(&format!("{v}"))
+    } else {
+        Err(format!("`{v}` must be a number between 0 and 1"))
+    }
 );
 
 #[cfg(test)]

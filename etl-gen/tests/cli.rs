@@ -21,7 +21,12 @@ fn valid_file_exits_0() {
 
 #[test]
 fn invalid_configuration_exits_1_with_diagnostics_on_stderr() {
-    for case in ["invalid/sizing_four_shards.yaml", "invalid/yaml_syntax.yaml", "invalid/schema_missing.yaml", "invalid/schema_invalid.yaml"] {
+    for case in [
+        "invalid/sizing_four_shards.yaml",
+        "invalid/yaml_syntax.yaml",
+        "invalid/schema_missing.yaml",
+        "invalid/schema_invalid.yaml",
+    ] {
         let (code, stdout, stderr) = gen_check(&corpus(case));
         assert_eq!(code, 1, "{case}: {stderr}");
         assert!(stdout.is_empty(), "{case}: diagnostics belong on stderr");

@@ -7,7 +7,11 @@ use std::path::Path;
 use etl_gen::{Options, validate_file, validate_str};
 
 fn expected_codes(text: &str) -> Vec<String> {
-    let line = text.lines().next().and_then(|l| l.strip_prefix("# expect:")).expect("an invalid case starts with `# expect: CODE ...`");
+    let line = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# expect:"))
+        .expect("an invalid case starts with `# expect: CODE ...`");
     let mut codes: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
     codes.sort();
     codes

@@ -1,7 +1,5 @@
 //! `cargo xtask codegen`: writes the docs generated from code.
 
-use std::path::{Path, PathBuf};
-
 use anyhow::{Context, bail};
 
 /// `codegen` arguments.
@@ -22,7 +20,7 @@ pub(crate) fn generated() -> Vec<(&'static str, String)> {
 }
 
 pub(crate) fn run(args: &CodegenArgs) -> anyhow::Result<()> {
-    let root = workspace_root();
+    let root = crate::workspace_root();
     let mut stale = Vec::new();
     for (path, text) in generated() {
         let file = root.join(path);
@@ -41,8 +39,4 @@ pub(crate) fn run(args: &CodegenArgs) -> anyhow::Result<()> {
         bail!("stale generated files: {}; run `cargo xtask codegen`", stale.join(", "));
     }
     Ok(())
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
 }

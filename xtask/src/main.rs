@@ -4,6 +4,7 @@
 //! (regenerating docs, local infrastructure) lives in its own module here.
 
 mod codegen;
+mod test;
 
 use std::process::ExitCode;
 
@@ -23,17 +24,29 @@ enum Command {
     Gen(etl_gen::cli::Command),
     /// Regenerate the checked-in files derived from code (docs/configuration.md, ...).
     Codegen(codegen::CodegenArgs),
+    /// Run every test, installing and starting what they need (what CI runs).
+    Test(test::TestArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Gen(command) => etl_gen::cli::run(command),
-        Command::Codegen(args) => match codegen::run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(1)
-            }
-        },
+        Command::Codegen(args) => report(codegen::run(&args)),
+        Command::Test(args) => report(test::run(&args)),
     }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub(crate) fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
 }

@@ -24,7 +24,8 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Some(value) = kafka.rdkafka.get(PROPERTY) else { return };
     let text = value.to_text();
     let strategies: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let cooperative: Vec<&str> = strategies.iter().copied().filter(|s| s.to_ascii_lowercase().contains("cooperative")).collect();
+    let cooperative: Vec<&str> =
+        strategies.iter().copied().filter(|s| s.to_ascii_lowercase().contains("cooperative")).collect();
     if cooperative.is_empty() {
         return;
     }

@@ -24,19 +24,29 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
                 .help(format!("add `dlq_topic: {}-dlq` under `errors:`", cx.model.pipeline.name)),
         ),
         (ErrorPolicy::Dlq, Some(topic)) if topic.as_str().trim().is_empty() => out.push(
-            Diagnostic::error(&RULE, "errors.dlq_topic", "`errors.dlq_topic` is empty").on_value().help("name the dead-letter topic"),
+            Diagnostic::error(&RULE, "errors.dlq_topic", "`errors.dlq_topic` is empty")
+                .on_value()
+                .help("name the dead-letter topic"),
         ),
         (ErrorPolicy::Skip | ErrorPolicy::Fail, Some(_)) => out.push(
-            Diagnostic::warning(&RULE, "errors.dlq_topic", "`errors.dlq_topic` has no effect unless `errors.policy` is `dlq`")
-                .help("remove it, or set `policy: dlq`"),
+            Diagnostic::warning(
+                &RULE,
+                "errors.dlq_topic",
+                "`errors.dlq_topic` has no effect unless `errors.policy` is `dlq`",
+            )
+            .help("remove it, or set `policy: dlq`"),
         ),
         _ => {}
     }
     if errors.policy == ErrorPolicy::Dlq && !matches!(cx.model.source, Source::Kafka(_)) {
         out.push(
-            Diagnostic::error(&RULE, "errors.policy", "`errors.policy: dlq` needs a Kafka source to write the dead letters to")
-                .on_value()
-                .help("use `policy: skip` or `policy: fail` with this source"),
+            Diagnostic::error(
+                &RULE,
+                "errors.policy",
+                "`errors.policy: dlq` needs a Kafka source to write the dead letters to",
+            )
+            .on_value()
+            .help("use `policy: skip` or `policy: fail` with this source"),
         );
     }
 }

@@ -20,6 +20,7 @@ pub mod invalid_value;
 pub mod librdkafka_property;
 pub mod literal_required;
 pub mod missing_key;
+pub mod not_implemented;
 pub mod owned_property;
 pub mod pipeline_name;
 pub mod replica_url;
@@ -49,6 +50,7 @@ pub static CATALOGUE: &[&Rule] = &[
     &avro_schema::MISSING,
     &avro_schema::INVALID,
     &avro_schema::UNSUPPORTED,
+    &not_implemented::RULE,
 ];
 
 /// Choices that change what the rules report.
@@ -84,6 +86,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     watermarks::check(cx, out);
     chunk_size::check(cx, out);
     dlq_topic::check(cx, out);
+    not_implemented::check(cx, out);
 }
 
 /// The key path of a sink sub-key, e.g. `sink.clickhouse.batch.max_bytes`.
@@ -103,7 +106,13 @@ pub fn catalogue_markdown() -> String {
          | code | name | rejects |\n|---|---|---|\n",
     );
     for rule in CATALOGUE {
-        md.push_str(&format!("| [{}](#{}) | `{}` | {} |\n", rule.code, rule.code.to_lowercase(), rule.name, rule.summary));
+        md.push_str(&format!(
+            "| [{}](#{}) | `{}` | {} |\n",
+            rule.code,
+            rule.code.to_lowercase(),
+            rule.name,
+            rule.summary
+        ));
     }
     for rule in CATALOGUE {
         md.push_str(&format!("\n## {}\n\n`{}`: {}\n\n{}\n", rule.code, rule.name, rule.summary, rule.doc.trim()));

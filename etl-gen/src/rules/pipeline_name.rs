@@ -28,9 +28,13 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .skip_while(|c| !c.is_ascii_lowercase())
             .collect();
-        let mut d = Diagnostic::error(&RULE, "pipeline.name", format!("pipeline name `{name}` is not of the form [a-z][a-z0-9-]*"))
-            .on_value()
-            .note("the name becomes the crate, binary and image name");
+        let mut d = Diagnostic::error(
+            &RULE,
+            "pipeline.name",
+            format!("pipeline name `{name}` is not of the form [a-z][a-z0-9-]*"),
+        )
+        .on_value()
+        .note("the name becomes the crate, binary and image name");
         if is_valid(&suggestion) {
             d = d.help(format!("write `name: {suggestion}`"));
         } else {

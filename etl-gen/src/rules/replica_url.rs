@@ -23,7 +23,9 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             // What the URL starts with, as far as it is known at gen time.
             let known = match replica.parts().first() {
                 Some(Part::Lit(text)) => Some(text.as_str()),
-                Some(Part::Var { default: Some(d), .. }) if replica.parts().len() == 1 && !d.is_empty() => Some(d.as_str()),
+                Some(Part::Var { default: Some(d), .. }) if replica.parts().len() == 1 && !d.is_empty() => {
+                    Some(d.as_str())
+                }
                 _ => None,
             };
             if let Some(start) = known {
@@ -31,9 +33,16 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
                 if !ok {
                     let path = format!("sink.clickhouse.shards[{s}].replicas[{r}]");
                     out.push(
-                        Diagnostic::error(&RULE, &path, format!("replica `{replica}` is not an http:// or https:// URL"))
-                            .on_value()
-                            .help(format!("write `http://{}` (the HTTP interface, port 8123 by default)", start.trim_start_matches("tcp://"))),
+                        Diagnostic::error(
+                            &RULE,
+                            &path,
+                            format!("replica `{replica}` is not an http:// or https:// URL"),
+                        )
+                        .on_value()
+                        .help(format!(
+                            "write `http://{}` (the HTTP interface, port 8123 by default)",
+                            start.trim_start_matches("tcp://")
+                        )),
                     );
                 }
             }

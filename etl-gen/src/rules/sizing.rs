@@ -133,7 +133,11 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         .unwrap_or_else(|| "backpressure.max_inflight_bytes".to_owned());
     let den = u128::from(sizing.low_ratio.denominator());
     let left_floor = v.left_scaled / den;
-    let left_exact = if v.left_scaled % den == 0 { format!("{left_floor}") } else { format!("{left_floor}.{}", fraction(v.left_scaled % den, den)) };
+    let left_exact = if v.left_scaled % den == 0 {
+        format!("{left_floor}")
+    } else {
+        format!("{left_floor}.{}", fraction(v.left_scaled % den, den))
+    };
     let s = sizing;
     let (diag, message) = if cx.options.allow_unsafe_sizing {
         (
@@ -141,7 +145,10 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             "the backpressure budget breaks the sizing rule (allowed by --allow-unsafe-sizing)",
         )
     } else {
-        (Diagnostic::error as fn(_, _, _) -> Diagnostic, "the backpressure budget is too small for the sink's batching (sizing rule)")
+        (
+            Diagnostic::error as fn(_, _, _) -> Diagnostic,
+            "the backpressure budget is too small for the sink's batching (sizing rule)",
+        )
     };
     let mut d = diag(&RULE, path, message)
         .on_value()

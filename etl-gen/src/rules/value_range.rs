@@ -62,7 +62,10 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             for (i, shard) in c.shards.iter().enumerate() {
                 if shard.replicas.is_empty() {
                     let path = format!("sink.clickhouse.shards[{i}].replicas");
-                    out.push(Diagnostic::error(&RULE, &path, format!("shard {i} has no replica")).help("list at least one replica URL"));
+                    out.push(
+                        Diagnostic::error(&RULE, &path, format!("shard {i} has no replica"))
+                            .help("list at least one replica URL"),
+                    );
                 }
             }
             at_least_one(out, "sink.clickhouse.retry.max_attempts".into(), u64::from(c.retry.max_attempts));
@@ -71,7 +74,10 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
                     Diagnostic::error(
                         &RULE,
                         "sink.clickhouse.retry.initial_backoff",
-                        format!("`initial_backoff` ({}) is longer than `max_backoff` ({})", c.retry.initial_backoff, c.retry.max_backoff),
+                        format!(
+                            "`initial_backoff` ({}) is longer than `max_backoff` ({})",
+                            c.retry.initial_backoff, c.retry.max_backoff
+                        ),
                     )
                     .on_value()
                     .help("make `initial_backoff` at most `max_backoff`"),

@@ -35,10 +35,14 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     }
     if !low.lt(high) {
         out.push(
-            Diagnostic::error(&RULE, "backpressure.low_ratio", format!("`low_ratio` {low} is not below `high_ratio` {high}"))
-                .on_value()
-                .note("the gap between the watermarks is the hysteresis that stops the pause controller from flapping")
-                .help("make low_ratio smaller than high_ratio (the defaults are 0.5 and 0.9)"),
+            Diagnostic::error(
+                &RULE,
+                "backpressure.low_ratio",
+                format!("`low_ratio` {low} is not below `high_ratio` {high}"),
+            )
+            .on_value()
+            .note("the gap between the watermarks is the hysteresis that stops the pause controller from flapping")
+            .help("make low_ratio smaller than high_ratio (the defaults are 0.5 and 0.9)"),
         );
     }
 }

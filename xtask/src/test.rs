@@ -1,0 +1,46 @@
+//! `cargo xtask test`: every check CI runs, on a fresh machine, in one command.
+//!
+//! It installs and starts what the tests need, then runs them. `.ci/run` calls exactly
+//! this command, and README.md opens with it.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// `test` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TestArgs {
+    /// Extra arguments for `cargo test` (after `--`).
+    #[arg(last = true)]
+    cargo_test_args: Vec<String>,
+}
+
+pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
+    let root = crate::workspace_root();
+    step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
+    step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
+    step(
+        "workspace tests",
+        Command::new(cargo())
+            .current_dir(&root)
+            .args(["test", "--workspace", "--locked", "--all-targets"])
+            .arg("--")
+            .args(&args.cargo_test_args),
+    )?;
+    println!("xtask test: all steps passed");
+    Ok(())
+}
+
+fn step(name: &str, command: &mut Command) -> anyhow::Result<()> {
+    println!("==> {name}: {command:?}");
+    let status = command.status().with_context(|| format!("starting {name}"))?;
+    if !status.success() {
+        bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+/// The cargo that runs this xtask, so a toolchain override applies to every step.
+pub(crate) fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
