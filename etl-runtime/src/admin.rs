@@ -11,10 +11,7 @@ use axum::routing::get;
 use crate::handle::Shared;
 
 /// Serves the admin endpoints on `listener` until the runtime shuts down.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    shared: Arc<Shared>,
-) -> std::io::Result<()> {
+pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> std::io::Result<()> {
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -24,10 +21,7 @@ pub(crate) async fn serve(
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.render_metrics(),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], shared.render_metrics())
 }
 
 /// Alive as long as the process answers.
@@ -38,11 +32,7 @@ async fn healthz() -> &'static str {
 /// Ready when the source says so (for Kafka: joined the group, even with no partition) and the
 /// sink's check has passed.
 async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
-    if shared.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-    }
+    if shared.is_ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
 }
 
 #[cfg(test)]
@@ -55,14 +45,8 @@ mod tests {
 
     fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         let status = response.split(' ').nth(1).unwrap().parse().unwrap();
@@ -73,16 +57,10 @@ mod tests {
     // turns from 503 to 200 once the source reports ready (the null sink's check passes at once).
     #[test]
     fn admin_endpoints() {
-        let pipeline =
-            Pipeline::start(crate::testing::config(1, 1), || PassThrough, NullSink, None).unwrap();
-        let listener = pipeline
-            .runtime()
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
+        let pipeline = Pipeline::start(crate::testing::config(1, 1), || PassThrough, NullSink, None).unwrap();
+        let listener = pipeline.runtime().block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        pipeline
-            .runtime()
-            .spawn(super::serve(listener, pipeline.shared().clone()));
+        pipeline.runtime().spawn(super::serve(listener, pipeline.shared().clone()));
 
         assert_eq!(get(addr, "/healthz").0, 200);
         let (status, body) = get(addr, "/metrics");
@@ -91,11 +69,7 @@ mod tests {
             // Vector metrics without a labelled child yet show only in the catalogue, so check
             // the families that always have a value.
             if doc.labels.is_empty() || doc.labels == ["shard"] || doc.name == "etl_build_info" {
-                assert!(
-                    body.contains(doc.name),
-                    "{} missing from /metrics",
-                    doc.name
-                );
+                assert!(body.contains(doc.name), "{} missing from /metrics", doc.name);
             }
         }
         assert_eq!(get(addr, "/readyz").0, 503);

@@ -66,6 +66,14 @@ impl<K: Sink> ShardWorker<K> {
                 Some((_, started)) => self.rx.recv_deadline(*started + policy.linger()),
             };
             match received {
+                Ok(chunk) if chunk.rows == 0 => {
+                    // A drain's marker: write what is open now, and drop the marker itself.
+                    if let Some((batch, _)) = open.take() {
+                        if !self.write(batch, &mut sequence) {
+                            return;
+                        }
+                    }
+                }
                 Ok(chunk) => {
                     if let Some((batch, _)) = &open {
                         if !policy.fits(batch, &chunk) {
@@ -76,8 +84,7 @@ impl<K: Sink> ShardWorker<K> {
                         }
                     }
                     let urgent = chunk.urgent;
-                    let (batch, _) =
-                        open.get_or_insert_with(|| (self.empty_batch(), Instant::now()));
+                    let (batch, _) = open.get_or_insert_with(|| (self.empty_batch(), Instant::now()));
                     batch.rows += u64::from(chunk.rows);
                     batch.bytes += chunk.bytes.len() as u64;
                     batch.chunks.push(chunk);
@@ -106,13 +113,7 @@ impl<K: Sink> ShardWorker<K> {
     }
 
     fn empty_batch(&self) -> Batch {
-        Batch {
-            shard: self.shard,
-            token: String::new(),
-            chunks: Vec::new(),
-            rows: 0,
-            bytes: 0,
-        }
+        Batch { shard: self.shard, token: String::new(), chunks: Vec::new(), rows: 0, bytes: 0 }
     }
 
     /// Waits for a write slot — while it waits it does not receive, so the shard queue fills and the
@@ -125,13 +126,7 @@ impl<K: Sink> ShardWorker<K> {
             Ok(permit) => permit,
             Err(_) => return false,
         };
-        let task = write_batch(
-            self.sink.clone(),
-            batch,
-            self.shared.clone(),
-            self.acks.clone(),
-            permit,
-        );
+        let task = write_batch(self.sink.clone(), batch, self.shared.clone(), self.acks.clone(), permit);
         self.runtime.spawn(task);
         true
     }
@@ -163,8 +158,7 @@ async fn write_batch<K: Sink>(
                 drop(permit);
                 let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
                 for chunk in &batch.chunks {
-                    per_thread[chunk.origin.thread]
-                        .push((chunk.origin.lane_id, chunk.origin.first_offset));
+                    per_thread[chunk.origin.thread].push((chunk.origin.lane_id, chunk.origin.first_offset));
                 }
                 for (thread, chunks) in per_thread.into_iter().enumerate() {
                     if !chunks.is_empty() {
@@ -197,13 +191,8 @@ async fn write_batch<K: Sink>(
 
 /// Full jitter: a uniform wait in `[0, min(max_backoff, initial_backoff × 2^(attempt-1))]`.
 pub(crate) fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
-    let factor = 1u32
-        .checked_shl(attempt.saturating_sub(1).min(31))
-        .unwrap_or(u32::MAX);
-    let cap = retry
-        .initial_backoff
-        .saturating_mul(factor)
-        .min(retry.max_backoff);
+    let factor = 1u32.checked_shl(attempt.saturating_sub(1).min(31)).unwrap_or(u32::MAX);
+    let cap = retry.initial_backoff.saturating_mul(factor).min(retry.max_backoff);
     let nanos = cap.as_nanos().min(u128::from(u64::MAX)) as u64;
     Duration::from_nanos(rand::rng().random_range(0..=nanos))
 }
@@ -221,9 +210,7 @@ mod tests {
             max_backoff: Duration::from_secs(1),
         };
         for attempt in 1..40 {
-            let cap = Duration::from_millis(100)
-                .saturating_mul(1 << (attempt - 1).min(20))
-                .min(Duration::from_secs(1));
+            let cap = Duration::from_millis(100).saturating_mul(1 << (attempt - 1).min(20)).min(Duration::from_secs(1));
             for _ in 0..50 {
                 assert!(backoff(&retry, attempt) <= cap);
             }

@@ -82,10 +82,7 @@ pub enum RecordErrorKind {
 impl RecordError {
     /// A new error of `kind`.
     pub fn new(kind: RecordErrorKind, message: impl Into<String>) -> Self {
-        RecordError {
-            kind,
-            message: message.into(),
-        }
+        RecordError { kind, message: message.into() }
     }
 }
 

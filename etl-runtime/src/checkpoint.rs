@@ -56,11 +56,7 @@ impl Checkpointer {
         match self.pending.keys().next() {
             Some(&first) => {
                 let below = first - 1;
-                if below < processed {
-                    Some(below)
-                } else {
-                    Some(processed)
-                }
+                if below < processed { Some(below) } else { Some(processed) }
             }
             None => Some(processed),
         }
@@ -118,12 +114,7 @@ mod tests {
             any::<u8>(),
             proptest::collection::vec(any::<usize>(), 0..3),
         )
-            .prop_map(|(rows, dead_letter, seal_mask, acks)| Step {
-                rows,
-                dead_letter,
-                seal_mask,
-                acks,
-            })
+            .prop_map(|(rows, dead_letter, seal_mask, acks)| Step { rows, dead_letter, seal_mask, acks })
     }
 
     /// A sealed chunk or dead-letter write: its key and the offsets of its rows.
@@ -160,10 +151,7 @@ mod tests {
         /// Stores like the pipeline thread does and checks the safety and monotonicity properties.
         fn store_and_check(&mut self) -> Result<(), TestCaseError> {
             if let Some(next) = self.cp.offset_to_store() {
-                prop_assert!(
-                    self.last_stored.is_none_or(|s| next > s),
-                    "stored offsets must grow"
-                );
+                prop_assert!(self.last_stored.is_none_or(|s| next > s), "stored offsets must grow");
                 self.cp.mark_stored(next);
                 self.last_stored = Some(next);
             }
@@ -176,12 +164,7 @@ mod tests {
                     .copied()
                     .min();
                 if let Some(oldest) = unacked {
-                    prop_assert!(
-                        stored <= oldest,
-                        "stored {} passes unacked row of offset {}",
-                        stored,
-                        oldest
-                    );
+                    prop_assert!(stored <= oldest, "stored {} passes unacked row of offset {}", stored, oldest);
                 }
             }
             Ok(())

@@ -132,11 +132,7 @@ impl Default for BackpressureConfig {
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig {
-            max_rows: 500_000,
-            max_bytes: 16 * 1024 * 1024,
-            linger: Duration::from_secs(1),
-        }
+        BatchConfig { max_rows: 500_000, max_bytes: 16 * 1024 * 1024, linger: Duration::from_secs(1) }
     }
 }
 

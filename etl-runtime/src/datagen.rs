@@ -42,13 +42,7 @@ pub enum Wire {
 
 impl Default for DatagenConfig {
     fn default() -> Self {
-        DatagenConfig {
-            rate: 0,
-            count: 0,
-            seed: 0,
-            partitions: 1,
-            wire: Wire::Raw,
-        }
+        DatagenConfig { rate: 0, count: 0, seed: 0, partitions: 1, wire: Wire::Raw }
     }
 }
 
@@ -73,23 +67,14 @@ impl DatagenSource {
     /// A datagen source for `schema`.
     pub fn new(schema: Schema, config: DatagenConfig) -> Result<Self, DatagenError> {
         let names = {
-            let resolved = apache_avro::schema::ResolvedSchema::try_from(&schema)
-                .map_err(|e| DatagenError(e.to_string()))?;
-            resolved
-                .get_names()
-                .iter()
-                .map(|(name, schema)| (name.clone(), (*schema).clone()))
-                .collect()
+            let resolved =
+                apache_avro::schema::ResolvedSchema::try_from(&schema).map_err(|e| DatagenError(e.to_string()))?;
+            resolved.get_names().iter().map(|(name, schema)| (name.clone(), (*schema).clone())).collect()
         };
         if config.partitions == 0 {
             return Err(DatagenError("partitions must be at least 1".into()));
         }
-        Ok(DatagenSource {
-            schema: Arc::new(schema),
-            names: Arc::new(names),
-            config,
-            stored: Arc::default(),
-        })
+        Ok(DatagenSource { schema: Arc::new(schema), names: Arc::new(names), config, stored: Arc::default() })
     }
 
     /// The last `next_offset` each partition stored.
@@ -103,19 +88,14 @@ impl Source for DatagenSource {
         let partitions = u64::from(self.config.partitions);
         for partition in 0..self.config.partitions {
             let p = u64::from(partition);
-            let limit = (self.config.count > 0).then(|| {
-                self.config.count / partitions + u64::from(p < self.config.count % partitions)
-            });
+            let limit = (self.config.count > 0)
+                .then(|| self.config.count / partitions + u64::from(p < self.config.count % partitions));
             let rate = (self.config.rate > 0).then(|| self.config.rate as f64 / partitions as f64);
             pipeline.add_lane(Box::new(DatagenLane {
                 partition: partition as i32,
                 schema: self.schema.clone(),
                 names: self.names.clone(),
-                rng: StdRng::seed_from_u64(
-                    self.config
-                        .seed
-                        .wrapping_add(p.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-                ),
+                rng: StdRng::seed_from_u64(self.config.seed.wrapping_add(p.wrapping_mul(0x9E37_79B9_7F4A_7C15))),
                 next_offset: 0,
                 limit,
                 rate,
@@ -169,9 +149,7 @@ impl Lane for DatagenLane {
         let datum = match apache_avro::to_avro_datum(&self.schema, value) {
             Ok(datum) => datum,
             Err(error) => {
-                return Some(Err(SourceError::fatal(format!(
-                    "datagen could not encode a datum: {error}"
-                ))));
+                return Some(Err(SourceError::fatal(format!("datagen could not encode a datum: {error}"))));
             }
         };
         self.buffer.clear();
@@ -182,9 +160,8 @@ impl Lane for DatagenLane {
         self.buffer.extend_from_slice(&datum);
         let offset = self.next_offset;
         self.next_offset += 1;
-        let timestamp_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let timestamp_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         Some(Ok(Record {
             payload: Some(&self.buffer),
             key: None,
@@ -195,8 +172,7 @@ impl Lane for DatagenLane {
     }
 
     fn is_finished(&self) -> bool {
-        self.limit
-            .is_some_and(|limit| self.next_offset as u64 >= limit)
+        self.limit.is_some_and(|limit| self.next_offset as u64 >= limit)
     }
 
     fn pause(&mut self) {
@@ -223,24 +199,15 @@ const MAX_DEPTH: usize = 8;
 fn random_string(rng: &mut StdRng, max: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     let len = rng.random_range(1..=max);
-    (0..len)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    (0..len).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A random value of `schema`; `names` resolves references to named types.
-pub(crate) fn random_value(
-    schema: &Schema,
-    names: &HashMap<Name, Schema>,
-    rng: &mut StdRng,
-    depth: usize,
-) -> Value {
+pub(crate) fn random_value(schema: &Schema, names: &HashMap<Name, Schema>, rng: &mut StdRng, depth: usize) -> Value {
     let deep = depth >= MAX_DEPTH;
     match schema {
         Schema::Null => Value::Null,
@@ -253,23 +220,12 @@ pub(crate) fn random_value(
         Schema::String => Value::String(random_string(rng, 12)),
         Schema::Array(array) => {
             let len = if deep { 0 } else { rng.random_range(0..4) };
-            Value::Array(
-                (0..len)
-                    .map(|_| random_value(&array.items, names, rng, depth + 1))
-                    .collect(),
-            )
+            Value::Array((0..len).map(|_| random_value(&array.items, names, rng, depth + 1)).collect())
         }
         Schema::Map(map) => {
             let len = if deep { 0 } else { rng.random_range(0..4) };
             Value::Map(
-                (0..len)
-                    .map(|_| {
-                        (
-                            random_string(rng, 8),
-                            random_value(&map.types, names, rng, depth + 1),
-                        )
-                    })
-                    .collect(),
+                (0..len).map(|_| (random_string(rng, 8), random_value(&map.types, names, rng, depth + 1))).collect(),
             )
         }
         Schema::Union(union) => {
@@ -279,30 +235,16 @@ pub(crate) fn random_value(
                 Some(null) if deep => null,
                 _ => rng.random_range(0..variants.len()),
             };
-            Value::Union(
-                index as u32,
-                Box::new(random_value(&variants[index], names, rng, depth + 1)),
-            )
+            Value::Union(index as u32, Box::new(random_value(&variants[index], names, rng, depth + 1)))
         }
         Schema::Record(record) => Value::Record(
-            record
-                .fields
-                .iter()
-                .map(|f| {
-                    (
-                        f.name.clone(),
-                        random_value(&f.schema, names, rng, depth + 1),
-                    )
-                })
-                .collect(),
+            record.fields.iter().map(|f| (f.name.clone(), random_value(&f.schema, names, rng, depth + 1))).collect(),
         ),
         Schema::Enum(e) => {
             let index = rng.random_range(0..e.symbols.len());
             Value::Enum(index as u32, e.symbols[index].clone())
         }
-        Schema::Fixed(fixed) => {
-            Value::Fixed(fixed.size, (0..fixed.size).map(|_| rng.random()).collect())
-        }
+        Schema::Fixed(fixed) => Value::Fixed(fixed.size, (0..fixed.size).map(|_| rng.random()).collect()),
         Schema::Decimal(decimal) => {
             let digits = decimal.precision.clamp(1, 18) as u32;
             let bound = 10i64.pow(digits) - 1;
@@ -319,25 +261,17 @@ pub(crate) fn random_value(
             };
             Value::Decimal(apache_avro::Decimal::from(bytes))
         }
-        Schema::BigDecimal => Value::BigDecimal(apache_avro::BigDecimal::from(
-            rng.random_range(-1_000_000i64..1_000_000),
-        )),
+        Schema::BigDecimal => {
+            Value::BigDecimal(apache_avro::BigDecimal::from(rng.random_range(-1_000_000i64..1_000_000)))
+        }
         Schema::Uuid => Value::Uuid(apache_avro::Uuid::from_bytes(rng.random())),
         Schema::Date => Value::Date(rng.random_range(0..25_000)),
         Schema::TimeMillis => Value::TimeMillis(rng.random_range(0..86_400_000)),
         Schema::TimeMicros => Value::TimeMicros(rng.random_range(0..86_400_000_000)),
-        Schema::TimestampMillis => {
-            Value::TimestampMillis(now_ms() - rng.random_range(0..86_400_000))
-        }
-        Schema::TimestampMicros => {
-            Value::TimestampMicros((now_ms() - rng.random_range(0..86_400_000)) * 1_000)
-        }
-        Schema::TimestampNanos => {
-            Value::TimestampNanos((now_ms() - rng.random_range(0..86_400_000)) * 1_000_000)
-        }
-        Schema::LocalTimestampMillis => {
-            Value::LocalTimestampMillis(now_ms() - rng.random_range(0..86_400_000))
-        }
+        Schema::TimestampMillis => Value::TimestampMillis(now_ms() - rng.random_range(0..86_400_000)),
+        Schema::TimestampMicros => Value::TimestampMicros((now_ms() - rng.random_range(0..86_400_000)) * 1_000),
+        Schema::TimestampNanos => Value::TimestampNanos((now_ms() - rng.random_range(0..86_400_000)) * 1_000_000),
+        Schema::LocalTimestampMillis => Value::LocalTimestampMillis(now_ms() - rng.random_range(0..86_400_000)),
         Schema::LocalTimestampMicros => {
             Value::LocalTimestampMicros((now_ms() - rng.random_range(0..86_400_000)) * 1_000)
         }
@@ -389,13 +323,7 @@ mod tests {
         let schema = Schema::parse_str(SCHEMA).unwrap();
         let mut source = DatagenSource::new(
             schema.clone(),
-            DatagenConfig {
-                count: 3,
-                seed: 7,
-                partitions: 1,
-                wire: Wire::Confluent { schema_id: 1 },
-                rate: 0,
-            },
+            DatagenConfig { count: 3, seed: 7, partitions: 1, wire: Wire::Confluent { schema_id: 1 }, rate: 0 },
         )
         .unwrap();
         let mut lane = DatagenLane {

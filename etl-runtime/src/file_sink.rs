@@ -25,24 +25,15 @@ impl FileSink {
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
         let path = path.as_ref().to_path_buf();
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(FileSink {
-            path,
-            file: Mutex::new(file),
-        })
+        Ok(FileSink { path, file: Mutex::new(file) })
     }
 
     fn write_sync(&self, batch: &Batch) -> Result<(), SinkError> {
-        let mut file = self
-            .file
-            .lock()
-            .map_err(|_| SinkError::fatal("file sink lock poisoned"))?;
+        let mut file = self.file.lock().map_err(|_| SinkError::fatal("file sink lock poisoned"))?;
         let io = |e: std::io::Error| SinkError::retryable(format!("{}: {e}", self.path.display()));
         let before = file.metadata().map_err(io)?.len();
-        let written = batch
-            .chunks()
-            .iter()
-            .try_for_each(|chunk| file.write_all(chunk.bytes()))
-            .and_then(|()| file.sync_data());
+        let written =
+            batch.chunks().iter().try_for_each(|chunk| file.write_all(chunk.bytes())).and_then(|()| file.sync_data());
         if let Err(error) = written {
             // Best effort: if even the truncation fails, the retry may duplicate rows (at-least-once).
             let _ = file.set_len(before);
@@ -59,12 +50,7 @@ impl Sink for FileSink {
     }
 
     async fn check(&self) -> Result<(), SinkError> {
-        let file = self
-            .file
-            .lock()
-            .map_err(|_| SinkError::fatal("file sink lock poisoned"))?;
-        file.metadata()
-            .map(|_| ())
-            .map_err(|e| SinkError::retryable(format!("{}: {e}", self.path.display())))
+        let file = self.file.lock().map_err(|_| SinkError::fatal("file sink lock poisoned"))?;
+        file.metadata().map(|_| ()).map_err(|e| SinkError::retryable(format!("{}: {e}", self.path.display())))
     }
 }

@@ -103,31 +103,21 @@ impl Pipeline {
     {
         config.validate().map_err(StartError::Config)?;
         if config.error_policy == crate::ErrorPolicy::DeadLetter && dead_letter.is_none() {
-            return Err(StartError::Config(
-                "errors.policy is dlq but no dead-letter sink was given".into(),
-            ));
+            return Err(StartError::Config("errors.policy is dlq but no dead-letter sink was given".into()));
         }
-        let metrics = Metrics::new(
-            config.shards,
-            &config.pipeline,
-            &config.config_hash,
-            &config.version,
-        )?;
+        let metrics = Metrics::new(config.shards, &config.pipeline, &config.config_hash, &config.version)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("etl-sink")
             .enable_all()
             .build()?;
 
-        let (queue_tx, queue_rx): (Vec<Sender<Chunk>>, Vec<Receiver<Chunk>>) = (0..config.shards)
-            .map(|_| crossbeam_channel::bounded(config.queue_capacity))
-            .unzip();
-        let acks: Vec<(Sender<Ack>, Receiver<Ack>)> = (0..config.threads)
-            .map(|_| crossbeam_channel::unbounded())
-            .collect();
-        let controls: Vec<(Sender<Control>, Receiver<Control>)> = (0..config.threads)
-            .map(|_| crossbeam_channel::unbounded())
-            .collect();
+        let (queue_tx, queue_rx): (Vec<Sender<Chunk>>, Vec<Receiver<Chunk>>) =
+            (0..config.shards).map(|_| crossbeam_channel::bounded(config.queue_capacity)).unzip();
+        let acks: Vec<(Sender<Ack>, Receiver<Ack>)> =
+            (0..config.threads).map(|_| crossbeam_channel::unbounded()).collect();
+        let controls: Vec<(Sender<Control>, Receiver<Control>)> =
+            (0..config.threads).map(|_| crossbeam_channel::unbounded()).collect();
         let (stop_tx, stop_rx) = crossbeam_channel::unbounded();
         let (fatal_tx, fatal_rx) = crossbeam_channel::unbounded();
 
@@ -151,12 +141,10 @@ impl Pipeline {
         });
 
         let sink = Arc::new(sink);
-        let ack_senders: Arc<Vec<Sender<Ack>>> =
-            Arc::new(acks.iter().map(|(tx, _)| tx.clone()).collect());
+        let ack_senders: Arc<Vec<Sender<Ack>>> = Arc::new(acks.iter().map(|(tx, _)| tx.clone()).collect());
         let token_prefix = format!("{}-{:016x}", shared.config.pipeline, rand::random::<u64>());
-        let permits: Vec<Arc<Semaphore>> = (0..shared.config.shards)
-            .map(|_| Arc::new(Semaphore::new(shared.config.inflight_per_shard)))
-            .collect();
+        let permits: Vec<Arc<Semaphore>> =
+            (0..shared.config.shards).map(|_| Arc::new(Semaphore::new(shared.config.inflight_per_shard))).collect();
 
         let mut workers = Vec::new();
         for (shard, rx) in queue_rx.into_iter().enumerate() {
@@ -170,11 +158,7 @@ impl Pipeline {
                 acks: ack_senders.clone(),
                 token_prefix: token_prefix.clone(),
             };
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("etl-shard-{shard}"))
-                    .spawn(move || worker.run())?,
-            );
+            workers.push(std::thread::Builder::new().name(format!("etl-shard-{shard}")).spawn(move || worker.run())?);
         }
 
         {
@@ -184,22 +168,11 @@ impl Pipeline {
         }
 
         let mut threads = Vec::new();
-        for (index, ((ack_tx, ack_rx), (_, control_rx))) in
-            acks.into_iter().zip(controls.iter().cloned()).enumerate()
-        {
-            let thread = PipelineThread::new(
-                index,
-                chains(),
-                control_rx,
-                (ack_tx, ack_rx),
-                queue_tx.clone(),
-                shared.clone(),
-            );
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("etl-pipeline-{index}"))
-                    .spawn(move || thread.run())?,
-            );
+        for (index, ((ack_tx, ack_rx), (_, control_rx))) in acks.into_iter().zip(controls.iter().cloned()).enumerate() {
+            let thread =
+                PipelineThread::new(index, chains(), control_rx, (ack_tx, ack_rx), queue_tx.clone(), shared.clone());
+            threads
+                .push(std::thread::Builder::new().name(format!("etl-pipeline-{index}")).spawn(move || thread.run())?);
         }
         drop(queue_tx);
 
@@ -212,20 +185,8 @@ impl Pipeline {
                 stop: stop_tx,
             }),
         };
-        tracing::info!(
-            threads = threads.len(),
-            shards = workers.len(),
-            "pipeline started"
-        );
-        Ok(Pipeline {
-            handle,
-            threads,
-            workers,
-            permits,
-            runtime: Some(runtime),
-            stop_rx,
-            fatal_rx,
-        })
+        tracing::info!(threads = threads.len(), shards = workers.len(), "pipeline started");
+        Ok(Pipeline { handle, threads, workers, permits, runtime: Some(runtime), stop_rx, fatal_rx })
     }
 
     /// The handle sources use to add and drain lanes.
@@ -256,9 +217,7 @@ impl Pipeline {
     }
 
     pub(crate) fn runtime(&self) -> &tokio::runtime::Runtime {
-        self.runtime
-            .as_ref()
-            .expect("the runtime lives until shutdown")
+        self.runtime.as_ref().expect("the runtime lives until shutdown")
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -273,15 +232,8 @@ impl Pipeline {
         let deadline = Instant::now() + timeout;
         let shared = self.handle.inner.shared.clone();
         shared.stopping.store(true, Ordering::Release);
-        let partitions: Vec<i32> = self
-            .handle
-            .inner
-            .placement
-            .lock()
-            .expect("placement lock")
-            .keys()
-            .copied()
-            .collect();
+        let partitions: Vec<i32> =
+            self.handle.inner.placement.lock().expect("placement lock").keys().copied().collect();
         let offsets = self.handle.drain_until(&partitions, deadline);
         let complete = shared.budget.inflight() == 0 && shared.fatal.message().is_none();
         self.stop_threads();
@@ -289,10 +241,7 @@ impl Pipeline {
         while Instant::now() < deadline && self.workers.iter().any(|w| !w.is_finished()) {
             std::thread::sleep(Duration::from_millis(2));
         }
-        let runtime = self
-            .runtime
-            .take()
-            .expect("the runtime lives until shutdown");
+        let runtime = self.runtime.take().expect("the runtime lives until shutdown");
         let permits = self.permits.clone();
         let max = shared.config.inflight_per_shard as u32;
         runtime.block_on(async {
@@ -302,11 +251,7 @@ impl Pipeline {
         });
         self.close(runtime);
         tracing::info!(lanes = offsets.len(), complete, "pipeline stopped");
-        ShutdownReport {
-            offsets,
-            complete,
-            fatal: shared.fatal.message(),
-        }
+        ShutdownReport { offsets, complete, fatal: shared.fatal.message() }
     }
 
     /// Immediate stop after a fatal error: every lane stores its safe watermark (which never passes
@@ -315,16 +260,9 @@ impl Pipeline {
         let shared = self.handle.inner.shared.clone();
         shared.stopping.store(true, Ordering::Release);
         self.stop_threads();
-        let runtime = self
-            .runtime
-            .take()
-            .expect("the runtime lives until shutdown");
+        let runtime = self.runtime.take().expect("the runtime lives until shutdown");
         self.close(runtime);
-        ShutdownReport {
-            offsets: Vec::new(),
-            complete: false,
-            fatal: shared.fatal.message(),
-        }
+        ShutdownReport { offsets: Vec::new(), complete: false, fatal: shared.fatal.message() }
     }
 
     fn stop_threads(&mut self) {
@@ -370,9 +308,7 @@ pub struct PipelineHandle {
 
 impl std::fmt::Debug for PipelineHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PipelineHandle")
-            .field("live_lanes", &self.live_lanes())
-            .finish()
+        f.debug_struct("PipelineHandle").field("live_lanes", &self.live_lanes()).finish()
     }
 }
 
@@ -393,26 +329,15 @@ impl PipelineHandle {
     pub fn add_lane(&self, lane: Box<dyn Lane>) {
         let inner = &self.inner;
         if inner.shared.stopping.load(Ordering::Acquire) {
-            tracing::warn!(
-                partition = lane.partition(),
-                "lane added during shutdown; ignored"
-            );
+            tracing::warn!(partition = lane.partition(), "lane added during shutdown; ignored");
             return;
         }
-        let thread = (0..inner.control.len())
-            .min_by_key(|&t| inner.shared.lane_counts[t].load(Ordering::Acquire))
-            .unwrap_or(0);
+        let thread =
+            (0..inner.control.len()).min_by_key(|&t| inner.shared.lane_counts[t].load(Ordering::Acquire)).unwrap_or(0);
         inner.shared.lane_counts[thread].fetch_add(1, Ordering::AcqRel);
-        inner
-            .placement
-            .lock()
-            .expect("placement lock")
-            .insert(lane.partition(), thread);
+        inner.placement.lock().expect("placement lock").insert(lane.partition(), thread);
         let lane_id = inner.next_lane_id.fetch_add(1, Ordering::Relaxed);
-        if inner.control[thread]
-            .send(Control::AddLane { lane_id, lane })
-            .is_err()
-        {
+        if inner.control[thread].send(Control::AddLane { lane_id, lane }).is_err() {
             inner.shared.lane_counts[thread].fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -423,11 +348,7 @@ impl PipelineHandle {
     /// lanes before this returns, with each partition's final `next_offset` (`None`: none stored).
     /// It blocks the caller (for Kafka: inside the revocation callback) for at most `timeout` plus a
     /// small slack.
-    pub fn drain_partitions(
-        &self,
-        partitions: &[i32],
-        timeout: Duration,
-    ) -> Vec<(i32, Option<i64>)> {
+    pub fn drain_partitions(&self, partitions: &[i32], timeout: Duration) -> Vec<(i32, Option<i64>)> {
         self.drain_until(partitions, Instant::now() + timeout)
     }
 
@@ -443,40 +364,24 @@ impl PipelineHandle {
 
     /// Tells `/readyz` whether the source is ready (for Kafka: joined the group).
     pub fn set_source_ready(&self, ready: bool) {
-        self.inner
-            .shared
-            .source_ready
-            .store(ready, Ordering::Release);
+        self.inner.shared.source_ready.store(ready, Ordering::Release);
     }
 
     /// Sets `etl_source_lag_records{partition}`.
     pub fn set_lag_records(&self, partition: i32, lag: i64) {
-        self.inner
-            .shared
-            .metrics
-            .lag_records
-            .with_label_values(&[partition.to_string().as_str()])
-            .set(lag);
+        self.inner.shared.metrics.lag_records.with_label_values(&[partition.to_string().as_str()]).set(lag);
     }
 
     /// Counts a commit in `etl_source_commits_total` and sets `etl_source_committed_offset`.
     pub fn record_commit(&self, partition: i32, offset: i64) {
         let metrics = &self.inner.shared.metrics;
         metrics.commits.inc();
-        metrics
-            .committed_offset
-            .with_label_values(&[partition.to_string().as_str()])
-            .set(offset);
+        metrics.committed_offset.with_label_values(&[partition.to_string().as_str()]).set(offset);
     }
 
     /// The number of lanes the pipeline owns right now.
     pub fn live_lanes(&self) -> usize {
-        self.inner
-            .shared
-            .lane_counts
-            .iter()
-            .map(|c| c.load(Ordering::Acquire))
-            .sum()
+        self.inner.shared.lane_counts.iter().map(|c| c.load(Ordering::Acquire)).sum()
     }
 
     fn drain_until(&self, partitions: &[i32], deadline: Instant) -> Vec<(i32, Option<i64>)> {
@@ -495,11 +400,7 @@ impl PipelineHandle {
         let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
         let mut expected = 0;
         for (thread, partitions) in by_thread {
-            let msg = Control::RemoveLanes {
-                partitions,
-                deadline,
-                reply: reply_tx.clone(),
-            };
+            let msg = Control::RemoveLanes { partitions, deadline, reply: reply_tx.clone() };
             if inner.control[thread].send(msg).is_ok() {
                 expected += 1;
             }
@@ -576,11 +477,7 @@ impl Shared {
             max_loop_gap: Duration::from_nanos(self.max_loop_gap_ns.load(Ordering::Relaxed)),
             pause_events: self.metrics.pause_events.get(),
             paused_lanes: self.paused_lanes.load(Ordering::Acquire),
-            live_lanes: self
-                .lane_counts
-                .iter()
-                .map(|c| c.load(Ordering::Acquire))
-                .sum(),
+            live_lanes: self.lane_counts.iter().map(|c| c.load(Ordering::Acquire)).sum(),
         }
     }
 
@@ -589,8 +486,7 @@ impl Shared {
     pub(crate) fn render_metrics(&self) -> String {
         let m = &self.metrics;
         m.inflight_bytes.set(self.budget.inflight() as i64);
-        m.paused
-            .set(i64::from(self.paused_lanes.load(Ordering::Acquire) > 0));
+        m.paused.set(i64::from(self.paused_lanes.load(Ordering::Acquire) > 0));
         for (gauge, rx) in m.queue_depth.iter().zip(&self.queue_rx) {
             gauge.set(rx.len() as i64);
         }

@@ -74,17 +74,13 @@ mod source;
 mod testing;
 
 pub use chain::{Chain, RecordError, RecordErrorKind, RowOut};
-pub use config::{
-    BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,
-};
+pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
 pub use file_sink::FileSink;
 pub use handle::{Pipeline, PipelineHandle, PipelineStats, ShutdownReport, StartError, Wake};
 pub use metrics::{MetricDoc, metric_catalogue};
 pub use run::{RunOutcome, init_logging, run};
-pub use sink::{
-    Batch, Chunk, DeadLetter, DeadLetterAck, DeadRecord, Sink, SinkError, SinkErrorKind,
-};
+pub use sink::{Batch, Chunk, DeadLetter, DeadLetterAck, DeadRecord, Sink, SinkError, SinkErrorKind};
 pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
 
 /// What generated crates use. Not a stable API: it changes with the code generator.

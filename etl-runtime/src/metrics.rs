@@ -1,8 +1,7 @@
 //! The Prometheus metrics of DESIGN §5, registered in one registry the runtime owns.
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// One metric's documentation: the source of `docs/METRICS.md`.
@@ -78,12 +77,7 @@ const CATALOGUE: &[MetricDoc] = &[
         labels: &["shard"],
         help: "Sink write attempts made again after a retryable error.",
     },
-    MetricDoc {
-        name: "etl_records_in_total",
-        kind: "counter",
-        labels: &[],
-        help: "Records taken from the source.",
-    },
+    MetricDoc { name: "etl_records_in_total", kind: "counter", labels: &[], help: "Records taken from the source." },
     MetricDoc {
         name: "etl_records_out_total",
         kind: "counter",
@@ -96,12 +90,7 @@ const CATALOGUE: &[MetricDoc] = &[
         labels: &["reason"],
         help: "Records that produced no row: reason is filtered (the chain emitted nothing), error (skipped by errors.policy), tombstone or dead_letter.",
     },
-    MetricDoc {
-        name: "etl_sink_batch_rows",
-        kind: "histogram",
-        labels: &["shard"],
-        help: "Rows per written batch.",
-    },
+    MetricDoc { name: "etl_sink_batch_rows", kind: "histogram", labels: &["shard"], help: "Rows per written batch." },
     MetricDoc {
         name: "etl_sink_batch_bytes",
         kind: "histogram",
@@ -135,10 +124,7 @@ const CATALOGUE: &[MetricDoc] = &[
 ];
 
 fn help(name: &str) -> &'static str {
-    CATALOGUE
-        .iter()
-        .find(|m| m.name == name)
-        .map_or("", |m| m.help)
+    CATALOGUE.iter().find(|m| m.name == name).map_or("", |m| m.help)
 }
 
 fn opts(name: &str) -> Opts {
@@ -187,41 +173,23 @@ impl Metrics {
         let pause_events = IntCounter::with_opts(opts("etl_backpressure_pause_events_total"))?;
         let inflight_bytes = IntGauge::with_opts(opts("etl_backpressure_inflight_bytes"))?;
         let lag_records = IntGaugeVec::new(opts("etl_source_lag_records"), &["partition"])?;
-        let lag_seconds =
-            prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["partition"])?;
+        let lag_seconds = prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["partition"])?;
         let sink_errors = IntCounterVec::new(opts("etl_sink_errors_total"), &["shard"])?;
         let sink_retries = IntCounterVec::new(opts("etl_sink_retries_total"), &["shard"])?;
         let records_in = IntCounter::with_opts(opts("etl_records_in_total"))?;
         let records_out = IntCounter::with_opts(opts("etl_records_out_total"))?;
         let dropped = IntCounterVec::new(opts("etl_records_dropped_total"), &["reason"])?;
         let hist = |name: &str, buckets: Vec<f64>| {
-            HistogramVec::new(
-                HistogramOpts::new(name, help(name)).buckets(buckets),
-                &["shard"],
-            )
+            HistogramVec::new(HistogramOpts::new(name, help(name)).buckets(buckets), &["shard"])
         };
-        let batch_rows = hist(
-            "etl_sink_batch_rows",
-            prometheus::exponential_buckets(1.0, 4.0, 11)?,
-        )?;
-        let batch_bytes = hist(
-            "etl_sink_batch_bytes",
-            prometheus::exponential_buckets(1024.0, 4.0, 10)?,
-        )?;
-        let insert_duration = hist(
-            "etl_sink_insert_duration_seconds",
-            prometheus::exponential_buckets(0.001, 2.0, 16)?,
-        )?;
+        let batch_rows = hist("etl_sink_batch_rows", prometheus::exponential_buckets(1.0, 4.0, 11)?)?;
+        let batch_bytes = hist("etl_sink_batch_bytes", prometheus::exponential_buckets(1024.0, 4.0, 10)?)?;
+        let insert_duration =
+            hist("etl_sink_insert_duration_seconds", prometheus::exponential_buckets(0.001, 2.0, 16)?)?;
         let commits = IntCounter::with_opts(opts("etl_source_commits_total"))?;
-        let committed_offset =
-            IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
-        let build_info = IntGaugeVec::new(
-            opts("etl_build_info"),
-            &["pipeline", "config_hash", "version"],
-        )?;
-        build_info
-            .with_label_values(&[pipeline, config_hash, version])
-            .set(1);
+        let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
+        let build_info = IntGaugeVec::new(opts("etl_build_info"), &["pipeline", "config_hash", "version"])?;
+        build_info.with_label_values(&[pipeline, config_hash, version]).set(1);
 
         reg(Box::new(per_shard_gauge.clone()))?;
         reg(Box::new(queue_full.clone()))?;
@@ -245,10 +213,7 @@ impl Metrics {
         let labels: Vec<String> = (0..shards).map(|s| s.to_string()).collect();
         let each = |f: &dyn Fn(&str) -> IntCounter| labels.iter().map(|l| f(l)).collect::<Vec<_>>();
         Ok(Metrics {
-            queue_depth: labels
-                .iter()
-                .map(|l| per_shard_gauge.with_label_values(&[l.as_str()]))
-                .collect(),
+            queue_depth: labels.iter().map(|l| per_shard_gauge.with_label_values(&[l.as_str()])).collect(),
             queue_full: each(&|l| queue_full.with_label_values(&[l])),
             paused,
             pause_events,
@@ -263,18 +228,9 @@ impl Metrics {
             dropped_error: dropped.with_label_values(&["error"]),
             dropped_tombstone: dropped.with_label_values(&["tombstone"]),
             dropped_dead_letter: dropped.with_label_values(&["dead_letter"]),
-            batch_rows: labels
-                .iter()
-                .map(|l| batch_rows.with_label_values(&[l.as_str()]))
-                .collect(),
-            batch_bytes: labels
-                .iter()
-                .map(|l| batch_bytes.with_label_values(&[l.as_str()]))
-                .collect(),
-            insert_duration: labels
-                .iter()
-                .map(|l| insert_duration.with_label_values(&[l.as_str()]))
-                .collect(),
+            batch_rows: labels.iter().map(|l| batch_rows.with_label_values(&[l.as_str()])).collect(),
+            batch_bytes: labels.iter().map(|l| batch_bytes.with_label_values(&[l.as_str()])).collect(),
+            insert_duration: labels.iter().map(|l| insert_duration.with_label_values(&[l.as_str()])).collect(),
             commits,
             committed_offset,
             registry,
@@ -303,16 +259,8 @@ mod tests {
         metrics.committed_offset.with_label_values(&["0"]).set(7);
         let text = metrics.render();
         for doc in metric_catalogue() {
-            assert!(
-                text.contains(&format!("# TYPE {} {}", doc.name, doc.kind)),
-                "{} missing:\n{text}",
-                doc.name
-            );
+            assert!(text.contains(&format!("# TYPE {} {}", doc.name, doc.kind)), "{} missing:\n{text}", doc.name);
         }
-        assert!(
-            text.contains(
-                r#"etl_build_info{config_hash="abc",pipeline="orders",version="0.1.0"} 1"#
-            )
-        );
+        assert!(text.contains(r#"etl_build_info{config_hash="abc",pipeline="orders",version="0.1.0"} 1"#));
     }
 }

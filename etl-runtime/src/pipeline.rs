@@ -60,6 +60,8 @@ struct LaneState {
     paused_since: Option<Instant>,
     /// The drain this lane belongs to, and its deadline.
     drain: Option<(u64, Instant)>,
+    /// The drain has flushed the open buffers.
+    drain_flushed: bool,
     /// A record failed under `errors.policy: fail`; the lane is no longer polled.
     failed: bool,
     newest_timestamp_ms: Option<i64>,
@@ -139,9 +141,7 @@ impl<C: Chain> PipelineThread<C> {
         loop {
             let now = Instant::now();
             let gap = now.duration_since(last).as_nanos() as u64;
-            self.shared
-                .max_loop_gap_ns
-                .fetch_max(gap, Ordering::Relaxed);
+            self.shared.max_loop_gap_ns.fetch_max(gap, Ordering::Relaxed);
             last = now;
 
             loop {
@@ -188,46 +188,34 @@ impl<C: Chain> PipelineThread<C> {
             Control::AddLane { lane_id, lane } => {
                 let partition = lane.partition();
                 tracing::info!(thread = self.index, partition, lane_id, "lane added");
-                let lag_seconds = self
-                    .shared
-                    .metrics
-                    .lag_seconds
-                    .with_label_values(&[partition.to_string().as_str()]);
+                let lag_seconds = self.shared.metrics.lag_seconds.with_label_values(&[partition.to_string().as_str()]);
                 self.lanes.push(LaneState {
                     id: lane_id,
                     partition,
                     lane,
-                    buffers: (0..self.queues.len())
-                        .map(|_| OpenBuffer::default())
-                        .collect(),
+                    buffers: (0..self.queues.len()).map(|_| OpenBuffer::default()).collect(),
                     round_robin: 0,
                     checkpointer: Checkpointer::default(),
                     pending: VecDeque::new(),
                     paused_since: None,
                     drain: None,
+                    drain_flushed: false,
                     failed: false,
                     newest_timestamp_ms: None,
                     lag_seconds,
                 });
                 false
             }
-            Control::RemoveLanes {
-                partitions,
-                deadline,
-                reply,
-            } => {
+            Control::RemoveLanes { partitions, deadline, reply } => {
                 let id = self.next_drain;
                 self.next_drain += 1;
-                let mut request = DrainRequest {
-                    id,
-                    remaining: 0,
-                    results: Vec::new(),
-                    reply: Some(reply),
-                };
+                let mut request = DrainRequest { id, remaining: 0, results: Vec::new(), reply: Some(reply) };
                 for &partition in &partitions {
-                    match self.lanes.iter_mut().find(|l| {
-                        l.partition == partition && l.drain.is_none_or(|(d, _)| d == SELF_DRAIN)
-                    }) {
+                    match self
+                        .lanes
+                        .iter_mut()
+                        .find(|l| l.partition == partition && l.drain.is_none_or(|(d, _)| d == SELF_DRAIN))
+                    {
                         Some(lane) => {
                             lane.drain = Some((id, deadline));
                             request.remaining += 1;
@@ -235,12 +223,7 @@ impl<C: Chain> PipelineThread<C> {
                         None => request.results.push((partition, None)),
                     }
                 }
-                tracing::info!(
-                    thread = self.index,
-                    ?partitions,
-                    lanes = request.remaining,
-                    "draining lanes"
-                );
+                tracing::info!(thread = self.index, ?partitions, lanes = request.remaining, "draining lanes");
                 self.drains.push(request);
                 self.finish_drains();
                 false
@@ -279,8 +262,13 @@ impl<C: Chain> PipelineThread<C> {
             self.send_pending(i);
         }
         if self.lanes[i].drain.is_some() {
-            for shard in 0..self.queues.len() {
-                self.seal(i, shard, true);
+            if !self.lanes[i].drain_flushed {
+                // Once per drain: seal every open buffer as urgent, or send an empty urgent marker,
+                // so every shard worker writes what it holds of this lane without lingering.
+                for shard in 0..self.queues.len() {
+                    self.seal(i, shard, true);
+                }
+                self.lanes[i].drain_flushed = true;
             }
             return false;
         }
@@ -319,19 +307,20 @@ impl<C: Chain> PipelineThread<C> {
                     }
                 }
                 Poll::Idle => {
+                    let lane = &mut self.lanes[i];
+                    if lane.lane.is_finished() {
+                        // A finished lane drains itself: its last chunks are written at once rather
+                        // than after the batch linger, then its final offset is stored.
+                        tracing::info!(partition = lane.partition, "lane finished; draining it");
+                        lane.drain = Some((SELF_DRAIN, Instant::now() + Duration::from_secs(365 * 24 * 3600)));
+                        self.update_lag(i);
+                        return false;
+                    }
                     for shard in 0..self.queues.len() {
                         if self.lanes[i].paused_since.is_some() {
                             break;
                         }
                         self.seal(i, shard, false);
-                    }
-                    let lane = &mut self.lanes[i];
-                    if lane.lane.is_finished() && lane.drain.is_none() {
-                        tracing::info!(partition = lane.partition, "lane finished; draining it");
-                        lane.drain = Some((
-                            SELF_DRAIN,
-                            Instant::now() + Duration::from_secs(365 * 24 * 3600),
-                        ));
                     }
                     self.update_lag(i);
                     return false;
@@ -345,26 +334,9 @@ impl<C: Chain> PipelineThread<C> {
 
     /// Takes one record from the lane and runs it through the chain.
     fn poll_one(&mut self, i: usize) -> Poll {
-        let PipelineThread {
-            lanes,
-            chain,
-            shared,
-            snapshot,
-            counts,
-            ack_tx,
-            ..
-        } = self;
-        let LaneState {
-            id,
-            lane,
-            buffers,
-            round_robin,
-            checkpointer,
-            failed,
-            newest_timestamp_ms,
-            partition,
-            ..
-        } = &mut lanes[i];
+        let PipelineThread { lanes, chain, shared, snapshot, counts, ack_tx, .. } = self;
+        let LaneState { id, lane, buffers, round_robin, checkpointer, failed, newest_timestamp_ms, partition, .. } =
+            &mut lanes[i];
         let record = match lane.next() {
             None => return Poll::Idle,
             Some(Err(error)) if error.kind == SourceErrorKind::Transient => {
@@ -373,9 +345,7 @@ impl<C: Chain> PipelineThread<C> {
             }
             Some(Err(error)) => {
                 *failed = true;
-                shared
-                    .fatal
-                    .report(format!("partition {partition}: {error}"));
+                shared.fatal.report(format!("partition {partition}: {error}"));
                 return Poll::Stop;
             }
             Some(Ok(record)) => record,
@@ -394,9 +364,7 @@ impl<C: Chain> PipelineThread<C> {
                 }
                 TombstonePolicy::Fail => {
                     *failed = true;
-                    shared.fatal.report(format!(
-                        "tombstone at partition {partition} offset {offset}"
-                    ));
+                    shared.fatal.report(format!("tombstone at partition {partition} offset {offset}"));
                     return Poll::Stop;
                 }
             }
@@ -404,11 +372,7 @@ impl<C: Chain> PipelineThread<C> {
 
         snapshot.clear();
         snapshot.extend(buffers.iter().map(|b| (b.bytes.len(), b.rows)));
-        let mut out = RowOut {
-            buffers,
-            round_robin,
-            rows: 0,
-        };
+        let mut out = RowOut { buffers, round_robin, rows: 0 };
         let result = chain.process(&record, &mut out);
         let rows = out.rows;
         match result {
@@ -446,20 +410,14 @@ impl<C: Chain> PipelineThread<C> {
                         counts.dead_letters += 1;
                         checkpointer.register(offset);
                         checkpointer.processed(offset);
-                        let ack = DeadLetterAck {
-                            ack: ack_tx.clone(),
-                            fatal: shared.fatal.clone(),
-                            lane_id: *id,
-                            offset,
-                        };
+                        let ack =
+                            DeadLetterAck { ack: ack_tx.clone(), fatal: shared.fatal.clone(), lane_id: *id, offset };
                         dead_letter.send(DeadRecord::from_record(&record, error.to_string()), ack);
                         Poll::Record
                     }
                     (ErrorPolicy::Fail, _) | (ErrorPolicy::DeadLetter, None) => {
                         *failed = true;
-                        shared.fatal.report(format!(
-                            "record at partition {partition} offset {offset}: {error}"
-                        ));
+                        shared.fatal.report(format!("record at partition {partition} offset {offset}: {error}"));
                         Poll::Stop
                     }
                 }
@@ -470,11 +428,14 @@ impl<C: Chain> PipelineThread<C> {
     /// Seals the lane's open buffer for `shard` into a chunk, counts it in the budget and offers it to
     /// the shard queue. A rejection keeps the chunk as the lane's resume point and pauses the lane
     /// and the other lanes of this thread whose next chunk goes to that shard (Invariant 1).
+    ///
+    /// An urgent seal of an empty buffer sends an empty marker chunk: the shard worker writes its
+    /// open batch at once and drops the marker.
     fn seal(&mut self, i: usize, shard: usize, urgent: bool) {
         let target = self.shared.config.chunk_target_bytes;
         let lane = &mut self.lanes[i];
         let buffer = &mut lane.buffers[shard];
-        if buffer.rows == 0 {
+        if buffer.rows == 0 && !urgent {
             return;
         }
         let bytes = std::mem::replace(&mut buffer.bytes, Vec::with_capacity(target.min(1 << 20)));
@@ -503,9 +464,7 @@ impl<C: Chain> PipelineThread<C> {
                 }
                 Err(TrySendError::Disconnected(chunk)) => {
                     self.shared.budget.release(chunk.bytes.len() as u64);
-                    self.shared
-                        .fatal
-                        .report(format!("the worker of shard {shard} is gone"));
+                    self.shared.fatal.report(format!("the worker of shard {shard} is gone"));
                 }
             }
         } else {
@@ -515,15 +474,10 @@ impl<C: Chain> PipelineThread<C> {
             return;
         }
         if rejected {
-            tracing::debug!(
-                partition = lane.partition,
-                shard,
-                "shard queue full; pausing"
-            );
+            tracing::debug!(partition = lane.partition, shard, "shard queue full; pausing");
             self.pause_lane(i);
             for j in 0..self.lanes.len() {
-                if j != i && self.lanes[j].drain.is_none() && self.lanes[j].buffers[shard].rows > 0
-                {
+                if j != i && self.lanes[j].drain.is_none() && self.lanes[j].buffers[shard].rows > 0 {
                     self.pause_lane(j);
                 }
             }
@@ -546,9 +500,7 @@ impl<C: Chain> PipelineThread<C> {
                 }
                 Err(TrySendError::Disconnected(chunk)) => {
                     self.shared.budget.release(chunk.bytes.len() as u64);
-                    self.shared
-                        .fatal
-                        .report(format!("the worker of shard {shard} is gone"));
+                    self.shared.fatal.report(format!("the worker of shard {shard} is gone"));
                 }
             }
         }
@@ -575,9 +527,8 @@ impl<C: Chain> PipelineThread<C> {
     fn update_lag(&mut self, i: usize) {
         let lane = &self.lanes[i];
         if let Some(ts) = lane.newest_timestamp_ms {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
+            let now_ms =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
             lane.lag_seconds.set((now_ms - ts).max(0) as f64 / 1000.0);
         }
     }
@@ -593,9 +544,8 @@ impl<C: Chain> PipelineThread<C> {
                 i += 1;
                 continue;
             };
-            let done = lane.pending.is_empty()
-                && lane.buffers.iter().all(|b| b.rows == 0)
-                && lane.checkpointer.is_settled();
+            let done =
+                lane.pending.is_empty() && lane.buffers.iter().all(|b| b.rows == 0) && lane.checkpointer.is_settled();
             if !done && now < deadline {
                 i += 1;
                 continue;

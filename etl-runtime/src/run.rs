@@ -63,10 +63,7 @@ where
         Err(error) => return RunOutcome::Startup(error.to_string()),
     };
     if let Some(addr) = admin {
-        let listener = match pipeline
-            .runtime()
-            .block_on(tokio::net::TcpListener::bind(addr))
-        {
+        let listener = match pipeline.runtime().block_on(tokio::net::TcpListener::bind(addr)) {
             Ok(listener) => listener,
             Err(error) => return RunOutcome::Startup(format!("admin.listen {addr}: {error}")),
         };
@@ -82,13 +79,12 @@ where
     {
         let handle = handle.clone();
         let _guard = pipeline.runtime().enter();
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(error) => {
-                    return RunOutcome::Startup(format!("installing the SIGTERM handler: {error}"));
-                }
-            };
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                return RunOutcome::Startup(format!("installing the SIGTERM handler: {error}"));
+            }
+        };
         pipeline.runtime().spawn(async move {
             tokio::select! {
                 _ = terminate.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
@@ -139,8 +135,5 @@ where
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -97,11 +97,7 @@ impl Batch {
 /// shard at a time; the runtime retries [`SinkErrorKind::Retryable`] errors itself.
 pub trait Sink: Send + Sync + 'static {
     /// Writes one batch to `shard`.
-    fn write(
-        &self,
-        shard: usize,
-        batch: &Batch,
-    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+    fn write(&self, shard: usize, batch: &Batch) -> impl Future<Output = Result<(), SinkError>> + Send;
 
     /// Checks that the sink is reachable; `/readyz` answers 200 only once this succeeded.
     fn check(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
@@ -135,18 +131,12 @@ pub enum SinkErrorKind {
 impl SinkError {
     /// A retryable error.
     pub fn retryable(message: impl Into<String>) -> Self {
-        SinkError {
-            kind: SinkErrorKind::Retryable,
-            message: message.into(),
-        }
+        SinkError { kind: SinkErrorKind::Retryable, message: message.into() }
     }
 
     /// A fatal error.
     pub fn fatal(message: impl Into<String>) -> Self {
-        SinkError {
-            kind: SinkErrorKind::Fatal,
-            message: message.into(),
-        }
+        SinkError { kind: SinkErrorKind::Fatal, message: message.into() }
     }
 
     pub(crate) fn is_retryable(&self) -> bool {
@@ -211,15 +201,9 @@ impl DeadLetterAck {
         match result {
             Ok(()) => {
                 // A closed channel means the pipeline thread is gone; nothing is left to store.
-                let _ = self.ack.send(crate::pipeline::Ack::DeadLetter {
-                    lane_id: self.lane_id,
-                    offset: self.offset,
-                });
+                let _ = self.ack.send(crate::pipeline::Ack::DeadLetter { lane_id: self.lane_id, offset: self.offset });
             }
-            Err(error) => self.fatal.report(format!(
-                "dead-letter write of offset {} failed: {error}",
-                self.offset
-            )),
+            Err(error) => self.fatal.report(format!("dead-letter write of offset {} failed: {error}", self.offset)),
         }
     }
 }

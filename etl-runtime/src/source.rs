@@ -86,17 +86,11 @@ pub enum SourceErrorKind {
 impl SourceError {
     /// A transient error: logged, and the lane is polled again.
     pub fn transient(message: impl Into<String>) -> Self {
-        SourceError {
-            kind: SourceErrorKind::Transient,
-            message: message.into(),
-        }
+        SourceError { kind: SourceErrorKind::Transient, message: message.into() }
     }
 
     /// A fatal error: the pipeline stops with exit code 1.
     pub fn fatal(message: impl Into<String>) -> Self {
-        SourceError {
-            kind: SourceErrorKind::Fatal,
-            message: message.into(),
-        }
+        SourceError { kind: SourceErrorKind::Fatal, message: message.into() }
     }
 }

@@ -18,11 +18,7 @@ pub(crate) fn config(threads: usize, shards: usize) -> RuntimeConfig {
             low_ratio: 0.5,
             min_pause: Duration::from_millis(20),
         },
-        batch: BatchConfig {
-            max_rows: 1000,
-            max_bytes: 16 << 10,
-            linger: Duration::from_millis(5),
-        },
+        batch: BatchConfig { max_rows: 1000, max_bytes: 16 << 10, linger: Duration::from_millis(5) },
         chunk_target_bytes: 1024,
         drain_timeout: Duration::from_secs(5),
         ..RuntimeConfig::default()
@@ -35,9 +31,7 @@ pub(crate) struct PassThrough;
 impl Chain for PassThrough {
     fn process(&mut self, record: &Record<'_>, out: &mut RowOut<'_>) -> Result<(), RecordError> {
         let shard = out.round_robin();
-        out.push_row(shard, |buf| {
-            buf.extend_from_slice(record.payload.unwrap_or_default())
-        });
+        out.push_row(shard, |buf| buf.extend_from_slice(record.payload.unwrap_or_default()));
         Ok(())
     }
 }
