@@ -6,8 +6,11 @@
 pub mod cli;
 pub mod diag;
 pub mod docs;
+pub mod expr;
+pub mod ir;
 pub mod load;
 pub mod model;
+pub mod plan;
 pub mod rules;
 pub mod schema;
 pub mod source_map;

@@ -49,6 +49,8 @@ pub struct Validated {
     pub base_dir: PathBuf,
     /// pipeline.yaml's text.
     pub yaml_text: String,
+    /// The typed operator chain and the output columns.
+    pub plan: crate::plan::Plan,
 }
 
 /// The result of validating one file: the findings and, if there was no error, the model.
@@ -102,13 +104,14 @@ pub fn validate_str(file_name: &str, text: &str, base_dir: &Path, options: &Opti
         };
         rules::check(&cx, &mut diagnostics);
         if let Some((schema_text, schema)) = schema {
-            pipeline = Some(Validated {
-                model,
-                schema,
-                schema_text,
-                base_dir: base_dir.to_owned(),
-                yaml_text: text.to_owned(),
-            });
+            match crate::plan::plan(&model, &schema, base_dir) {
+                Ok(plan) => {
+                    let base_dir = base_dir.to_owned();
+                    pipeline =
+                        Some(Validated { model, schema, schema_text, base_dir, yaml_text: text.to_owned(), plan });
+                }
+                Err(found) => diagnostics.extend(found),
+            }
         }
     }
     let mut report = Report { file_name: file_name.to_owned(), text: text.to_owned(), source_map, diagnostics };

@@ -141,11 +141,12 @@ impl Converter {
                     Schema::Fixed(f) => Some(f.size),
                     _ => None,
                 };
-                if d.precision == 0 || d.precision > 76 {
+                // Values are carried as i128, which holds 38 decimal digits (Decimal128).
+                if d.precision == 0 || d.precision > 38 {
                     self.unsupported(
                         path,
-                        format!("decimal precision {} is outside ClickHouse's 1 to 76", d.precision),
-                        "use a precision between 1 and 76",
+                        format!("decimal precision {} is outside the supported 1 to 38", d.precision),
+                        "use a precision between 1 and 38 (Decimal256 is not supported yet)",
                     );
                     return None;
                 }

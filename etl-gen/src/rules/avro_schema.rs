@@ -31,7 +31,7 @@ pub static UNSUPPORTED: Rule = Rule {
     doc: "Supported: boolean, int, long, float, double, string, bytes, enum, array, map, \
 records (nested fields are flattened as `parent_child`), unions of null and one other \
 type, and the logical types timestamp-millis, timestamp-micros, date, decimal (precision \
-1 to 76) and uuid. Not supported: other unions, plain `fixed`, time-of-day, local and \
+1 to 38) and uuid. Not supported: other unions, plain `fixed`, time-of-day, local and \
 nanosecond timestamps, `duration`, and recursive types. Each unsupported place is listed \
 with its path inside the schema (`items[].price`).",
 };

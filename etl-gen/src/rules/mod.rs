@@ -25,6 +25,7 @@ pub mod owned_property;
 pub mod pipeline_name;
 pub mod replica_url;
 pub mod sizing;
+pub mod transform;
 pub mod unknown_key;
 pub mod value_range;
 pub mod watermarks;
@@ -50,6 +51,15 @@ pub static CATALOGUE: &[&Rule] = &[
     &avro_schema::MISSING,
     &avro_schema::INVALID,
     &avro_schema::UNSUPPORTED,
+    &transform::SYNTAX,
+    &transform::UNKNOWN_FIELD,
+    &transform::TYPE_MISMATCH,
+    &transform::UNKNOWN_FUNCTION,
+    &transform::FLAT_MAP,
+    &transform::DUPLICATE_FIELD,
+    &transform::RUST_OPERATOR,
+    &transform::SHARD_KEY,
+    &transform::NO_COLUMNS,
     &not_implemented::RULE,
 ];
 

@@ -1,0 +1,248 @@
+//! The IR between validation and emission: value types, row types and the planned chain.
+//!
+//! A row is an ordered list of named, typed fields. The decoder produces the input row
+//! (the reader schema, nested records flattened as `parent_child`); each operator maps a
+//! row type to the next; the last row type is the sink's column list.
+
+use std::fmt;
+
+use crate::schema::{AvroType, RecordType};
+
+/// A value type, as seen by expressions, the encoders and the DDL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ty {
+    /// `boolean` / `Bool`
+    Bool,
+    /// `int` / `Int32`
+    Int32,
+    /// `long` / `Int64`
+    Int64,
+    /// `float` / `Float32`
+    Float32,
+    /// `double` / `Float64`
+    Float64,
+    /// `string` / `String`
+    String,
+    /// `bytes` / `String`
+    Bytes,
+    /// `enum` / `LowCardinality(String)`; values are symbol indexes.
+    Enum {
+        /// The Avro enum's name.
+        name: String,
+        /// Its symbols.
+        symbols: Vec<String>,
+    },
+    /// `array` / `Array(T)`
+    Array(Box<Ty>),
+    /// `map` / `Map(String, T)`
+    Map(Box<Ty>),
+    /// `["null", T]` / `Nullable(T)`
+    Nullable(Box<Ty>),
+    /// A record inside an array or map / `Tuple(name T, ...)`.
+    Record(Box<RecordTy>),
+    /// `timestamp-millis` / `DateTime64(3, 'UTC')`
+    TimestampMillis,
+    /// `timestamp-micros` / `DateTime64(6, 'UTC')`
+    TimestampMicros,
+    /// `date` / `Date32`
+    Date,
+    /// `decimal(p, s)` / `Decimal(p, s)`; values are unscaled `i128`.
+    Decimal {
+        /// Precision.
+        precision: u32,
+        /// Scale.
+        scale: u32,
+    },
+    /// `uuid` / `UUID`; values are `u128`.
+    Uuid,
+}
+
+/// A record type nested inside an array or map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordTy {
+    /// The Avro record's full name.
+    pub name: String,
+    /// Its fields (nested records flattened).
+    pub fields: Vec<Column>,
+}
+
+/// A named, typed field of a row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// The field (and column) name.
+    pub name: String,
+    /// Its type.
+    pub ty: Ty,
+}
+
+impl Ty {
+    /// The ClickHouse column type.
+    pub fn clickhouse(&self) -> String {
+        match self {
+            Ty::Bool => "Bool".into(),
+            Ty::Int32 => "Int32".into(),
+            Ty::Int64 => "Int64".into(),
+            Ty::Float32 => "Float32".into(),
+            Ty::Float64 => "Float64".into(),
+            Ty::String | Ty::Bytes => "String".into(),
+            Ty::Enum { .. } => "LowCardinality(String)".into(),
+            Ty::Array(t) => format!("Array({})", t.clickhouse()),
+            Ty::Map(t) => format!("Map(String, {})", t.clickhouse()),
+            Ty::Nullable(t) => match t.as_ref() {
+                // ClickHouse spells a nullable enum column LowCardinality(Nullable(String)).
+                Ty::Enum { .. } => "LowCardinality(Nullable(String))".into(),
+                inner => format!("Nullable({})", inner.clickhouse()),
+            },
+            Ty::Record(r) => {
+                let fields: Vec<String> =
+                    r.fields.iter().map(|c| format!("{} {}", c.name, c.ty.clickhouse())).collect();
+                format!("Tuple({})", fields.join(", "))
+            }
+            Ty::TimestampMillis => "DateTime64(3, 'UTC')".into(),
+            Ty::TimestampMicros => "DateTime64(6, 'UTC')".into(),
+            Ty::Date => "Date32".into(),
+            Ty::Decimal { precision, scale } => format!("Decimal({precision}, {scale})"),
+            Ty::Uuid => "UUID".into(),
+        }
+    }
+
+    /// Whether values may be null.
+    pub fn is_nullable(&self) -> bool {
+        matches!(self, Ty::Nullable(_))
+    }
+
+    /// The type without `Nullable`.
+    pub fn non_null(&self) -> &Ty {
+        match self {
+            Ty::Nullable(t) => t,
+            t => t,
+        }
+    }
+
+    /// Whether expressions can do arithmetic with it.
+    pub fn is_numeric(&self) -> bool {
+        matches!(
+            self.non_null(),
+            Ty::Int32
+                | Ty::Int64
+                | Ty::Float32
+                | Ty::Float64
+                | Ty::Decimal { .. }
+                | Ty::TimestampMillis
+                | Ty::TimestampMicros
+                | Ty::Date
+        )
+    }
+
+    /// Whether it is an integer in expressions (timestamps and dates count as their ticks).
+    pub fn is_integer(&self) -> bool {
+        matches!(self.non_null(), Ty::Int32 | Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::Date)
+    }
+
+    /// Whether it is text in expressions.
+    pub fn is_text(&self) -> bool {
+        matches!(self.non_null(), Ty::String | Ty::Bytes | Ty::Enum { .. })
+    }
+}
+
+impl fmt::Display for Ty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ty::Enum { name, .. } => write!(f, "enum {name}"),
+            Ty::Record(r) => write!(f, "record {}", r.name),
+            Ty::Nullable(t) => write!(f, "nullable {t}"),
+            Ty::Array(t) => write!(f, "array of {t}"),
+            Ty::Map(t) => write!(f, "map of {t}"),
+            Ty::Decimal { precision, scale } => write!(f, "decimal({precision}, {scale})"),
+            other => f.write_str(match other {
+                Ty::Bool => "bool",
+                Ty::Int32 => "int",
+                Ty::Int64 => "long",
+                Ty::Float32 => "float",
+                Ty::Float64 => "double",
+                Ty::String => "string",
+                Ty::Bytes => "bytes",
+                Ty::TimestampMillis => "timestamp-millis",
+                Ty::TimestampMicros => "timestamp-micros",
+                Ty::Date => "date",
+                Ty::Uuid => "uuid",
+                _ => unreachable!("handled above"),
+            }),
+        }
+    }
+}
+
+/// How a decoded Avro value reaches a row: a leaf field (with its flattened name) or a
+/// nested record whose fields are flattened into the row.
+#[derive(Clone, Debug)]
+pub enum DecodeNode {
+    /// A field that becomes one row field.
+    Leaf {
+        /// The row field name (`parent_child` for nested fields).
+        column: String,
+        /// The Avro type, which decides how bytes are read.
+        avro: AvroType,
+    },
+    /// A nested record: its fields are read in order and flattened.
+    Nested(Vec<DecodeNode>),
+}
+
+/// The input row of a schema and the read plan that produces it.
+pub fn input_row(schema: &RecordType) -> (Vec<Column>, Vec<DecodeNode>) {
+    let mut columns = Vec::new();
+    let nodes = flatten(&schema.fields, "", &mut columns);
+    (columns, nodes)
+}
+
+fn flatten(fields: &[crate::schema::Field], prefix: &str, columns: &mut Vec<Column>) -> Vec<DecodeNode> {
+    fields
+        .iter()
+        .map(|f| {
+            let name = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
+            match &f.ty {
+                AvroType::Record(r) => DecodeNode::Nested(flatten(&r.fields, &name, columns)),
+                other => {
+                    columns.push(Column { name: name.clone(), ty: ty_of(other) });
+                    DecodeNode::Leaf { column: name, avro: other.clone() }
+                }
+            }
+        })
+        .collect()
+}
+
+/// The value type of an Avro type (records inside containers keep their structure).
+pub fn ty_of(avro: &AvroType) -> Ty {
+    match avro {
+        AvroType::Boolean => Ty::Bool,
+        AvroType::Int => Ty::Int32,
+        AvroType::Long => Ty::Int64,
+        AvroType::Float => Ty::Float32,
+        AvroType::Double => Ty::Float64,
+        AvroType::Bytes => Ty::Bytes,
+        AvroType::String => Ty::String,
+        AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        AvroType::Array(t) => Ty::Array(Box::new(ty_of(t))),
+        AvroType::Map(t) => Ty::Map(Box::new(ty_of(t))),
+        AvroType::Nullable { inner, .. } => Ty::Nullable(Box::new(ty_of(inner))),
+        AvroType::Record(r) => {
+            let mut fields = Vec::new();
+            flatten(&r.fields, "", &mut fields);
+            Ty::Record(Box::new(RecordTy { name: r.name.clone(), fields }))
+        }
+        AvroType::TimestampMillis => Ty::TimestampMillis,
+        AvroType::TimestampMicros => Ty::TimestampMicros,
+        AvroType::Date => Ty::Date,
+        AvroType::Decimal { precision, scale, .. } => Ty::Decimal { precision: *precision, scale: *scale },
+        AvroType::Uuid => Ty::Uuid,
+    }
+}
+
+/// The Kafka metadata fields every expression can read.
+pub fn metadata_columns() -> Vec<Column> {
+    vec![
+        Column { name: "_key".into(), ty: Ty::Nullable(Box::new(Ty::Bytes)) },
+        Column { name: "_partition".into(), ty: Ty::Int32 },
+        Column { name: "_offset".into(), ty: Ty::Int64 },
+        Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::TimestampMillis)) },
+    ]
+}
