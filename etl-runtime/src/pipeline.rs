@@ -22,6 +22,9 @@ const BURST: usize = 256;
 /// Short, so a lane whose source has new data is picked up at once ("keeps polling").
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
+/// The final stored `next_offset` of each drained partition (`None`: nothing stored).
+pub(crate) type FinalOffsets = Vec<(i32, Option<i64>)>;
+
 /// An acknowledgement from the sink side, sent over the owning thread's unbounded ack channel.
 #[derive(Debug)]
 pub(crate) enum Ack {
@@ -41,7 +44,7 @@ pub(crate) enum Control {
     RemoveLanes {
         partitions: Vec<i32>,
         deadline: Instant,
-        reply: Sender<Vec<(i32, Option<i64>)>>,
+        reply: Sender<FinalOffsets>,
     },
     /// Store the safe watermark of every remaining lane and end the thread.
     Exit,
@@ -72,7 +75,7 @@ struct DrainRequest {
     id: u64,
     remaining: usize,
     results: Vec<(i32, Option<i64>)>,
-    reply: Option<Sender<Vec<(i32, Option<i64>)>>>,
+    reply: Option<Sender<FinalOffsets>>,
 }
 
 /// The id of the drain a finite lane starts for itself when it has finished.
