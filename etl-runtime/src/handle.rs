@@ -322,10 +322,10 @@ struct HandleInner {
 }
 
 impl PipelineHandle {
-    /// Hands a new lane to the pipeline thread with the fewest lanes (m:n placement). The lane is
-    /// polled from then on; a Kafka source pauses a new partition before adding it and lets the
-    /// runtime resume it (Invariant 5) — the runtime calls `resume` only after a pause of its own,
-    /// so the source resumes the lane itself before handing it over.
+    /// Hands a new lane to the pipeline thread with the fewest lanes (m:n placement); it is polled
+    /// from then on. The runtime expects a lane that is ready to poll: a Kafka source pauses a newly
+    /// assigned partition at once, splits its queue, and resumes it when it hands the lane over
+    /// (Invariant 5). From then on only the runtime pauses and resumes the lane.
     pub fn add_lane(&self, lane: Box<dyn Lane>) {
         let inner = &self.inner;
         if inner.shared.stopping.load(Ordering::Acquire) {

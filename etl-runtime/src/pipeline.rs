@@ -559,10 +559,9 @@ impl<C: Chain> PipelineThread<C> {
                     "drain deadline passed with unacknowledged data; storing the safe offset"
                 );
             }
-            let mut lane = self.remove_lane(i);
+            let lane = self.remove_lane(i);
             let offset = lane.checkpointer.stored();
             tracing::info!(partition = lane.partition, next_offset = ?offset, complete = done, "lane drained");
-            lane.lane.pause();
             if let Some(request) = self.drains.iter_mut().find(|r| r.id == drain) {
                 request.results.push((lane.partition, offset));
                 request.remaining -= 1;

@@ -1,0 +1,201 @@
+//! What a generated `main` does before the pipeline runs: the command line (`--version`,
+//! `--check`), and resolving `${VAR}` settings from the environment.
+//!
+//! The generator has already parsed every template into [`Part`]s, so the binary only
+//! concatenates. A missing variable is a configuration error at start-up: exit code 2.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+/// Identity of the binary, shown by `--version` and in `etl_build_info`.
+#[derive(Debug, Clone, Copy)]
+pub struct Build {
+    /// `pipeline.name`.
+    pub pipeline: &'static str,
+    /// The etl-rs version that generated the crate.
+    pub version: &'static str,
+    /// The first 16 hex digits of the config hash.
+    pub config_hash: &'static str,
+}
+
+/// A piece of a setting's template.
+#[derive(Debug, Clone, Copy)]
+pub enum Part {
+    /// Literal text.
+    Lit(&'static str),
+    /// `${name}` or `${name:-default}`.
+    Var(&'static str, Option<&'static str>),
+}
+
+/// One run-time setting: its key path, its template, and whether it is a secret.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The key path, e.g. `sink.clickhouse.password`.
+    pub key: &'static str,
+    /// The template.
+    pub parts: &'static [Part],
+    /// Never printed or logged when true.
+    pub secret: bool,
+}
+
+/// Settings with their values from the environment.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    values: Vec<(Setting, String)>,
+}
+
+impl Resolved {
+    /// The value of `key`; the generator only asks for keys it declared.
+    pub fn get(&self, key: &str) -> &str {
+        self.values
+            .iter()
+            .find(|(s, _)| s.key == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("setting `{key}` was not declared by the generated code"))
+    }
+
+    /// All values of keys that start with `prefix` (e.g. `source.kafka.rdkafka.`), with
+    /// the prefix removed, in declaration order.
+    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.values.iter().filter_map(move |(s, v)| s.key.strip_prefix(prefix).map(|k| (k, v.as_str())))
+    }
+
+    /// The value of `key` as a socket address.
+    pub fn socket_addr(&self, key: &str) -> Result<SocketAddr, String> {
+        let value = self.get(key);
+        value.parse().map_err(|e| format!("{key}: `{value}` is not an address such as 0.0.0.0:9464 ({e})"))
+    }
+
+    /// `key = value` lines, secrets masked, for `--check`.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for (setting, value) in &self.values {
+            let shown = if setting.secret && !value.is_empty() { "********" } else { value.as_str() };
+            out.push_str(&format!("{} = {shown}\n", setting.key));
+        }
+        out
+    }
+}
+
+/// Resolves every setting; the error names each unset variable and its key.
+pub fn resolve(settings: &[Setting], env: impl Fn(&str) -> Option<String>) -> Result<Resolved, String> {
+    let mut values = Vec::with_capacity(settings.len());
+    let mut missing = Vec::new();
+    for setting in settings {
+        let mut value = String::new();
+        for part in setting.parts {
+            match part {
+                Part::Lit(text) => value.push_str(text),
+                Part::Var(name, default) => match (env(name).filter(|v| !v.is_empty()), default) {
+                    (Some(v), _) => value.push_str(&v),
+                    (None, Some(d)) => value.push_str(d),
+                    (None, None) => missing.push(format!("{name} (for {})", setting.key)),
+                },
+            }
+        }
+        values.push((*setting, value));
+    }
+    if missing.is_empty() {
+        Ok(Resolved { values })
+    } else {
+        Err(format!("environment variables not set: {}", missing.join(", ")))
+    }
+}
+
+/// What `main` should do after [`start`].
+#[derive(Debug)]
+pub enum Start {
+    /// Run the pipeline with these settings.
+    Run(Resolved),
+    /// Exit now with this code (`--version`, `--check`, `--help`, or an error already printed).
+    Exit(ExitCode),
+}
+
+/// Handles the command line: `--version` prints the version and config hash; `--check`
+/// resolves the settings and prints them with secrets masked; no argument resolves them
+/// for a run. Unset variables and unknown arguments exit with code 2.
+pub fn start(build: &Build, settings: &[Setting]) -> Start {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env = |name: &str| std::env::var(name).ok();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["--version"] | ["-V"] => {
+            println!("{} {} (config {})", build.pipeline, build.version, build.config_hash);
+            Start::Exit(ExitCode::SUCCESS)
+        }
+        ["--help"] | ["-h"] => {
+            println!(
+                "{name} {version}: an etl-rs pipeline (config {hash})\n\n\
+                 Usage: {name} [--check | --version]\n\n\
+                 With no argument it runs the pipeline until SIGTERM/SIGINT.\n  \
+                 --check    resolve the configuration from the environment, print it (secrets masked), exit\n  \
+                 --version  print the version and config hash",
+                name = build.pipeline,
+                version = build.version,
+                hash = build.config_hash
+            );
+            Start::Exit(ExitCode::SUCCESS)
+        }
+        ["--check"] => match resolve(settings, env) {
+            Ok(resolved) => {
+                print!("{}", resolved.describe());
+                println!("ok: {} (config {}) resolves its configuration", build.pipeline, build.config_hash);
+                Start::Exit(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Start::Exit(ExitCode::from(2))
+            }
+        },
+        [] => match resolve(settings, env) {
+            Ok(resolved) => Start::Run(resolved),
+            Err(e) => {
+                eprintln!("error: {e}");
+                Start::Exit(ExitCode::from(2))
+            }
+        },
+        other => {
+            eprintln!("error: unexpected arguments {other:?}; try --help");
+            Start::Exit(ExitCode::from(2))
+        }
+    }
+}
+
+/// Prints a start-up error and returns exit code 2.
+pub fn startup_error(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static SETTINGS: &[Setting] = &[
+        Setting { key: "sink.file.path", parts: &[Part::Var("OUT", Some("out.ndjson"))], secret: false },
+        Setting { key: "sink.clickhouse.password", parts: &[Part::Var("PW", None)], secret: true },
+        Setting { key: "source.kafka.rdkafka.sasl.username", parts: &[Part::Lit("u-"), Part::Var("USER", None)], secret: false },
+    ];
+
+    #[test]
+    fn resolves_and_masks_secrets() {
+        let env = |n: &str| match n {
+            "PW" => Some("hunter2".to_owned()),
+            "USER" => Some("me".to_owned()),
+            _ => None,
+        };
+        let r = resolve(SETTINGS, env).unwrap();
+        assert_eq!(r.get("sink.file.path"), "out.ndjson");
+        assert_eq!(r.get("sink.clickhouse.password"), "hunter2");
+        assert_eq!(r.with_prefix("source.kafka.rdkafka.").collect::<Vec<_>>(), [("sasl.username", "u-me")]);
+        let shown = r.describe();
+        assert!(shown.contains("sink.clickhouse.password = ********"), "{shown}");
+        assert!(!shown.contains("hunter2"));
+    }
+
+    #[test]
+    fn names_every_missing_variable() {
+        let err = resolve(SETTINGS, |_| None).unwrap_err();
+        assert!(err.contains("PW (for sink.clickhouse.password)"), "{err}");
+        assert!(err.contains("USER (for source.kafka.rdkafka.sasl.username)"), "{err}");
+    }
+}
