@@ -106,3 +106,36 @@ fn fatal_sink_error_ends_run_with_exit_code_1() {
     assert_eq!(outcome.exit_code(), 1);
     assert!(stored.lock().unwrap().get(&0).is_none_or(|&next| next == 0));
 }
+
+/// An unbounded in-memory source that asks for a shutdown after a while, as SIGTERM would.
+struct StopsItself {
+    stored: common::Stored,
+}
+
+impl etl_runtime::Source for StopsItself {
+    fn start(&mut self, pipeline: etl_runtime::PipelineHandle) -> Result<(), etl_runtime::SourceError> {
+        for partition in 0..2 {
+            pipeline.add_lane(Box::new(common::MemLane::new(partition, None, &self.stored)));
+        }
+        pipeline.set_source_ready(true);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            pipeline.request_shutdown();
+        });
+        Ok(())
+    }
+}
+
+// Invariant 4: a shutdown request (what SIGTERM triggers) on an unbounded source drains, stores the
+// final offsets and ends `run` with exit code 0; every row below the stored offsets is written once.
+#[test]
+fn shutdown_request_drains_and_exits_0() {
+    let stored = common::Stored::default();
+    let sink = common::RecordingSink::default();
+    let source = StopsItself { stored: stored.clone() };
+    let outcome = run(common::config(2, 2), source, || common::PassThrough, sink.clone(), None);
+    assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
+    let stored = stored.lock().unwrap().clone();
+    assert_eq!(stored.len(), 2);
+    assert!(sink.assert_exactly_once(&stored) > 0);
+}
