@@ -4,8 +4,10 @@
 //! `etl-gen` binary and `etl-macros` are thin shells over [`cli`] and [`load`].
 
 pub mod cli;
+pub mod ddl;
 pub mod diag;
 pub mod docs;
+pub mod emit;
 pub mod expr;
 pub mod ir;
 pub mod load;

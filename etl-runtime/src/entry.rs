@@ -78,7 +78,7 @@ impl Resolved {
 }
 
 /// Resolves every setting; the error names each unset variable and its key.
-pub fn resolve(settings: &[Setting], env: impl Fn(&str) -> Option<String>) -> Result<Resolved, String> {
+pub(crate) fn resolve(settings: &[Setting], env: impl Fn(&str) -> Option<String>) -> Result<Resolved, String> {
     let mut values = Vec::with_capacity(settings.len());
     let mut missing = Vec::new();
     for setting in settings {
@@ -173,7 +173,11 @@ mod tests {
     static SETTINGS: &[Setting] = &[
         Setting { key: "sink.file.path", parts: &[Part::Var("OUT", Some("out.ndjson"))], secret: false },
         Setting { key: "sink.clickhouse.password", parts: &[Part::Var("PW", None)], secret: true },
-        Setting { key: "source.kafka.rdkafka.sasl.username", parts: &[Part::Lit("u-"), Part::Var("USER", None)], secret: false },
+        Setting {
+            key: "source.kafka.rdkafka.sasl.username",
+            parts: &[Part::Lit("u-"), Part::Var("USER", None)],
+            secret: false,
+        },
     ];
 
     #[test]

@@ -61,8 +61,10 @@ mod batcher;
 mod budget;
 mod chain;
 mod checkpoint;
+mod codec;
 mod config;
 mod datagen;
+mod entry;
 mod file_sink;
 mod handle;
 mod metrics;
@@ -87,10 +89,12 @@ pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
+    pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,
     };
     pub use crate::datagen::{DatagenConfig, DatagenSource, Wire};
+    pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
     pub use crate::run::{RunOutcome, init_logging, run};
     pub use crate::sink::{DeadLetter, Sink};

@@ -131,6 +131,9 @@ mod tests {
         assert_eq!(with(|b| decimal(b, 5, 3)), "\"0.005\"");
         assert_eq!(with(|b| float(b, f64::NAN)), "null");
         assert_eq!(with(|b| float(b, 2.5)), "2.5");
-        assert_eq!(with(|b| uuid(b, 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef)), "\"01234567-89ab-cdef-0123-456789abcdef\"");
+        assert_eq!(
+            with(|b| uuid(b, 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef)),
+            "\"01234567-89ab-cdef-0123-456789abcdef\""
+        );
     }
 }

@@ -18,7 +18,7 @@ pub fn shard_hash(bytes: &[u8]) -> u64 {
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
 /// (Howard Hinnant's `civil_from_days`).
 #[inline]
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -50,4 +50,34 @@ mod tests {
         assert_eq!(shard_hash(b""), 0xEF46_DB37_51D8_E999);
         assert_eq!(shard_hash(b"a"), 0xD24E_C4F1_A98C_6E5B);
     }
+}
+
+/// Text values of the expression language as bytes, whatever carries them.
+pub trait Text {
+    /// The bytes of the text.
+    fn text_bytes(&self) -> &[u8];
+}
+
+impl Text for std::borrow::Cow<'_, str> {
+    fn text_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl Text for std::borrow::Cow<'_, [u8]> {
+    fn text_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Text for str {
+    fn text_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// The bytes of a computed text, for comparisons.
+#[inline]
+pub fn text_bytes<T: Text + ?Sized>(t: &T) -> &[u8] {
+    t.text_bytes()
 }

@@ -1,0 +1,295 @@
+//! Typed expressions to Rust.
+//!
+//! Each expression becomes a Rust expression of its type's carrier (see
+//! `types::rust_ty`): nullable values are `Option`s, integer arithmetic is checked and
+//! propagates a record error with `?`, a comparison with null is false, and in a
+//! condition null counts as false.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
+
+use crate::expr::{BinOp, Lit, UnOp};
+use crate::ir::Ty;
+use crate::plan::{Func, TExpr, TKind};
+
+/// Field name → the local variable holding it, at one point of the chain.
+pub(super) type Scope = HashMap<String, proc_macro2::Ident>;
+
+/// A Rust expression evaluating to `e`'s value (owned, of `e.ty`'s carrier type).
+pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
+    match &e.kind {
+        TKind::Lit(lit) => match lit {
+            Lit::Int(v) => {
+                let v = Literal::i64_suffixed(*v);
+                quote!(#v)
+            }
+            Lit::Float(v) => {
+                let v = Literal::f64_suffixed(*v);
+                quote!(#v)
+            }
+            Lit::Str(s) => quote!(::std::borrow::Cow::Borrowed(#s)),
+            Lit::Bool(b) => quote!(#b),
+            Lit::Null => quote!(None),
+        },
+        TKind::Symbol(i) => {
+            let i = Literal::u32_unsuffixed(*i);
+            quote!(#i)
+        }
+        TKind::False => quote!(false),
+        TKind::Field(name) => {
+            let id = &scope[name];
+            // Copy types are copied; texts and containers are cloned (a borrowed Cow only
+            // copies its pointer).
+            if is_copy(&e.ty) { quote!(#id) } else { quote!(#id.clone()) }
+        }
+        TKind::Convert(inner) => {
+            let from = inner.ty.non_null().clone();
+            let to = e.ty.non_null().clone();
+            let x = value(inner, scope);
+            let conv = convert(&from, &to, quote!(x));
+            if inner.ty.is_nullable() { quote!(#x.map(|x| #conv)) } else { quote!({ let x = #x; #conv }) }
+        }
+        TKind::Unary(UnOp::Not, inner) => {
+            let c = condition(inner, scope);
+            quote!(!(#c))
+        }
+        TKind::Unary(UnOp::Neg, inner) => {
+            let x = value(inner, scope);
+            let neg = if inner.ty.non_null() == &Ty::Int64 { quote!(rt::ops::neg(x)?) } else { quote!(-x) };
+            if inner.ty.is_nullable() {
+                quote!(match #x { Some(x) => Some(#neg), None => None })
+            } else {
+                quote!({ let x = #x; #neg })
+            }
+        }
+        TKind::Binary(op, l, r) => binary(*op, l, r, &e.ty, scope),
+        TKind::Call(func, args) => call(*func, args, &e.ty, scope),
+    }
+}
+
+/// A Rust `bool` expression: null counts as false.
+pub(super) fn condition(e: &TExpr, scope: &Scope) -> TokenStream {
+    let v = value(e, scope);
+    if e.ty.is_nullable() { quote!((#v == Some(true))) } else { v }
+}
+
+fn is_copy(ty: &Ty) -> bool {
+    match ty {
+        Ty::Nullable(t) => is_copy(t),
+        Ty::String | Ty::Bytes | Ty::Array(_) | Ty::Map(_) | Ty::Record(_) => false,
+        _ => true,
+    }
+}
+
+/// Numeric conversion of `x` (a non-null value of `from`) to `to` (Int64 or Float64).
+fn convert(from: &Ty, to: &Ty, x: TokenStream) -> TokenStream {
+    match (from, to) {
+        (Ty::Decimal { scale, .. }, Ty::Float64) => {
+            let s = Literal::u32_unsuffixed(*scale);
+            quote!(rt::ops::decimal_to_f64(#x, #s))
+        }
+        (_, Ty::Float64) => quote!((#x as f64)),
+        (_, Ty::Int64) => quote!(i64::from(#x)),
+        _ => x,
+    }
+}
+
+/// A borrowed `&str`/`&[u8]` view of a text value, for comparisons and functions.
+fn text_ref(e: &TExpr, scope: &Scope, enums_as_symbols: bool) -> TokenStream {
+    let _ = enums_as_symbols;
+    match (&e.kind, e.ty.non_null()) {
+        (TKind::Lit(Lit::Str(s)), _) => quote!(#s.as_bytes()),
+        (TKind::Field(name), Ty::String) => {
+            let id = &scope[name];
+            quote!(#id.as_bytes())
+        }
+        (TKind::Field(name), Ty::Bytes) => {
+            let id = &scope[name];
+            quote!(&#id[..])
+        }
+        (_, Ty::Enum { symbols, .. }) => {
+            let table = enum_symbols(symbols);
+            let v = value(e, scope);
+            quote!(#table[#v as usize].as_bytes())
+        }
+        _ => {
+            let v = value(e, scope);
+            quote!(rt::text_bytes(&#v))
+        }
+    }
+}
+
+fn enum_symbols(symbols: &[String]) -> TokenStream {
+    quote!([#(#symbols),*])
+}
+
+fn binary(op: BinOp, l: &TExpr, r: &TExpr, ty: &Ty, scope: &Scope) -> TokenStream {
+    match op {
+        BinOp::And => {
+            let (a, b) = (condition(l, scope), condition(r, scope));
+            quote!((#a && #b))
+        }
+        BinOp::Or => {
+            let (a, b) = (condition(l, scope), condition(r, scope));
+            quote!((#a || #b))
+        }
+        BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem => {
+            let (a, b) = (value(l, scope), value(r, scope));
+            let int = ty.non_null() == &Ty::Int64;
+            let apply = match (op, int) {
+                (BinOp::Add, true) => quote!(rt::ops::add(a, b)?),
+                (BinOp::Sub, true) => quote!(rt::ops::sub(a, b)?),
+                (BinOp::Mul, true) => quote!(rt::ops::mul(a, b)?),
+                (BinOp::Div, true) => quote!(rt::ops::div(a, b)?),
+                (BinOp::Rem, true) => quote!(rt::ops::rem(a, b)?),
+                (BinOp::Add, false) => quote!(a + b),
+                (BinOp::Sub, false) => quote!(a - b),
+                (BinOp::Mul, false) => quote!(a * b),
+                (BinOp::Div, false) => quote!(a / b),
+                (BinOp::Rem, false) => quote!(a % b),
+                _ => unreachable!("arithmetic operators only"),
+            };
+            match (l.ty.is_nullable(), r.ty.is_nullable()) {
+                (false, false) => quote!({ let (a, b) = (#a, #b); #apply }),
+                (true, false) => quote!(match (#a, #b) { (Some(a), b) => Some(#apply), _ => None }),
+                (false, true) => quote!(match (#a, #b) { (a, Some(b)) => Some(#apply), _ => None }),
+                (true, true) => quote!(match (#a, #b) { (Some(a), Some(b)) => Some(#apply), _ => None }),
+            }
+        }
+        _ => comparison(op, l, r, scope),
+    }
+}
+
+fn comparison(op: BinOp, l: &TExpr, r: &TExpr, scope: &Scope) -> TokenStream {
+    let cmp = match op {
+        BinOp::Eq => quote!(==),
+        BinOp::Ne => quote!(!=),
+        BinOp::Lt => quote!(<),
+        BinOp::Le => quote!(<=),
+        BinOp::Gt => quote!(>),
+        BinOp::Ge => quote!(>=),
+        _ => unreachable!("comparison operators only"),
+    };
+    // Enums against a symbol (`==`/`!=`) compare indexes; other texts compare bytes.
+    let by_index = matches!(r.kind, TKind::Symbol(_))
+        || matches!((l.ty.non_null(), r.ty.non_null()), (Ty::Enum { .. }, Ty::Enum { .. }) if matches!(op, BinOp::Eq | BinOp::Ne) && l.ty.non_null() == r.ty.non_null());
+    let textual = !by_index && l.ty.is_text() && r.ty.is_text();
+    let (a, b) = if textual {
+        // Text views borrow from locals, so nullable texts are matched by reference.
+        return text_comparison(cmp, l, r, scope);
+    } else {
+        (value(l, scope), value(r, scope))
+    };
+    match (l.ty.is_nullable(), r.ty.is_nullable()) {
+        (false, false) => quote!((#a #cmp #b)),
+        (true, false) => quote!(matches!((#a, #b), (Some(a), b) if a #cmp b)),
+        (false, true) => quote!(matches!((#a, #b), (a, Some(b)) if a #cmp b)),
+        (true, true) => quote!(matches!((#a, #b), (Some(a), Some(b)) if a #cmp b)),
+    }
+}
+
+fn text_comparison(cmp: TokenStream, l: &TExpr, r: &TExpr, scope: &Scope) -> TokenStream {
+    let view = |e: &TExpr, binding: proc_macro2::Ident| -> (TokenStream, TokenStream) {
+        if e.ty.is_nullable() {
+            let v = value(e, scope);
+            let inner = TExpr { kind: TKind::Field("__x".into()), ty: e.ty.non_null().clone() };
+            let mut inner_scope = scope.clone();
+            inner_scope.insert("__x".into(), binding.clone());
+            let r = text_ref(&inner, &inner_scope, true);
+            (quote!(#v), r)
+        } else {
+            (TokenStream::new(), text_ref(e, scope, true))
+        }
+    };
+    let (la, lr) = view(l, quote::format_ident!("la"));
+    let (rb, rr) = view(r, quote::format_ident!("rb"));
+    match (l.ty.is_nullable(), r.ty.is_nullable()) {
+        (false, false) => quote!((#lr #cmp #rr)),
+        (true, false) => quote!(match #la { Some(la) => #lr #cmp #rr, None => false }),
+        (false, true) => quote!(match #rb { Some(rb) => #lr #cmp #rr, None => false }),
+        (true, true) => quote!(match (#la, #rb) { (Some(la), Some(rb)) => #lr #cmp #rr, _ => false }),
+    }
+}
+
+fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
+    match func {
+        Func::IsNull => {
+            let v = value(&args[0], scope);
+            quote!(#v.is_none())
+        }
+        Func::Lower | Func::Upper => {
+            let method = if func == Func::Lower { quote!(to_lowercase) } else { quote!(to_uppercase) };
+            let a = &args[0];
+            let inner = TExpr { kind: TKind::Field("__x".into()), ty: a.ty.non_null().clone() };
+            let mut inner_scope = scope.clone();
+            inner_scope.insert("__x".into(), quote::format_ident!("x"));
+            let bytes = text_ref(&inner, &inner_scope, true);
+            let apply =
+                quote!(::std::borrow::Cow::<str>::Owned(::std::string::String::from_utf8_lossy(#bytes).#method()));
+            let v = value(a, scope);
+            if a.ty.is_nullable() { quote!(#v.map(|x| #apply)) } else { quote!({ let x = #v; #apply }) }
+        }
+        Func::Length => {
+            let a = &args[0];
+            let v = value(a, scope);
+            let len = match a.ty.non_null() {
+                Ty::String => quote!(x.chars().count() as i64),
+                Ty::Enum { symbols, .. } => {
+                    let table = enum_symbols(symbols);
+                    quote!(#table[x as usize].chars().count() as i64)
+                }
+                _ => quote!(x.len() as i64),
+            };
+            if a.ty.is_nullable() { quote!(#v.map(|x| #len)) } else { quote!({ let x = #v; #len }) }
+        }
+        Func::Abs => {
+            let a = &args[0];
+            let v = value(a, scope);
+            let abs = if a.ty.non_null() == &Ty::Int64 { quote!(rt::ops::abs(x)?) } else { quote!(x.abs()) };
+            if a.ty.is_nullable() {
+                quote!(match #v { Some(x) => Some(#abs), None => None })
+            } else {
+                quote!({ let x = #v; #abs })
+            }
+        }
+        Func::Concat => {
+            let parts = args.iter().map(|a| {
+                let inner = TExpr { kind: TKind::Field("__x".into()), ty: a.ty.non_null().clone() };
+                let mut inner_scope = scope.clone();
+                inner_scope.insert("__x".into(), quote::format_ident!("x"));
+                let bytes = text_ref(&inner, &inner_scope, true);
+                let v = value(a, scope);
+                if a.ty.is_nullable() {
+                    quote!(if let Some(x) = #v { s.push_str(&::std::string::String::from_utf8_lossy(#bytes)); })
+                } else {
+                    quote!({ let x = #v; s.push_str(&::std::string::String::from_utf8_lossy(#bytes)); })
+                }
+            });
+            quote!({
+                let mut s = ::std::string::String::new();
+                #(#parts)*
+                ::std::borrow::Cow::<str>::Owned(s)
+            })
+        }
+        Func::Coalesce => {
+            // The first non-null argument; the last one is the fallback.
+            let last = args.len() - 1;
+            let mut out = {
+                let v = value(&args[last], scope);
+                if ty.is_nullable() || !args[last].ty.is_nullable() { v } else { quote!(#v) }
+            };
+            for a in args[..last].iter().rev() {
+                let v = value(a, scope);
+                let wrap = if ty.is_nullable() { quote!(Some(x)) } else { quote!(x) };
+                out = if a.ty.is_nullable() {
+                    quote!(match #v { Some(x) => #wrap, None => #out })
+                } else {
+                    quote!({ let x = #v; #wrap })
+                };
+            }
+            out
+        }
+    }
+}

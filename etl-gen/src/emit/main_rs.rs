@@ -1,0 +1,529 @@
+//! The generated crate's `src/main.rs`: record types, the chain as one inlined function,
+//! and `main`, which reaches the runtime only through `etl_runtime::__private`.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+use super::expr::{Scope, condition, value};
+use super::types::{decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty};
+use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
+use crate::load::Validated;
+use crate::model::{ErrorPolicy, FileFormat, Sink, Source, TombstonePolicy, Wire};
+use crate::plan::Step;
+use crate::template::{Part, Template};
+
+/// What the emitted `main` needs besides the plan.
+pub(super) struct MainInputs<'a> {
+    /// The validated pipeline.
+    pub(super) pipeline: &'a Validated,
+    /// The first 16 hex digits of the config hash.
+    pub(super) config_hash: &'a str,
+    /// The etl-rs version.
+    pub(super) version: &'a str,
+    /// How `main.rs` reaches the schema text (an `include_str!` path, relative to main.rs).
+    pub(super) schema_include: &'a str,
+    /// `(module name, include path)` of each user Rust file.
+    pub(super) user_files: &'a [(String, String)],
+}
+
+/// Emits `src/main.rs` (unformatted tokens).
+pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
+    let v = inputs.pipeline;
+    let plan = &v.plan;
+    let mut enums: Vec<Vec<String>> = Vec::new();
+    let mut scope = Scope::new();
+    let mut counter = 0usize;
+    let mut fresh = |name: &str| {
+        counter += 1;
+        format_ident!("f_{}_{}", name.trim_start_matches('_'), counter)
+    };
+
+    // Decoding: one local per input field, in schema order.
+    let mut decode_stmts = Vec::new();
+    decode_nodes(&plan.decode, &plan.input, &mut decode_stmts, &mut scope, &mut fresh);
+    let mut meta_stmts = Vec::new();
+    for c in metadata_columns() {
+        let id = fresh(&c.name);
+        let init = match c.name.as_str() {
+            "_key" => quote!(record.key.map(::std::borrow::Cow::Borrowed)),
+            "_partition" => quote!(record.partition),
+            "_offset" => quote!(record.offset),
+            _ => quote!(record.timestamp_ms),
+        };
+        meta_stmts.push(quote!(let #id = #init;));
+        scope.insert(c.name.clone(), id);
+    }
+
+    // Records nested in containers become structs.
+    let mut records = Vec::new();
+    for c in plan.input.iter().chain(plan.output.iter()) {
+        nested_records(&c.ty, &mut records);
+    }
+    let record_defs = records.iter().map(|r| {
+        let name = record_ident(r);
+        let fields = r.fields.iter().map(|c| {
+            let id = field_ident(&c.name);
+            let ty = rust_ty(&c.ty);
+            let doc = format!("`{}`: {} (ClickHouse `{}`)", c.name, c.ty, c.ty.clickhouse());
+            quote!(#[doc = #doc] pub #id: #ty)
+        });
+        let doc = format!("The Avro record `{}`.", r.name);
+        quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] pub struct #name<'a> { #(#fields,)* })
+    });
+
+    // The operators, innermost last: flat_map opens a loop that the rest runs inside.
+    let mut row: Vec<Column> = plan.input.clone();
+    let mut row_types = Vec::new();
+    let tail = steps(
+        &plan.steps,
+        0,
+        &mut row,
+        &mut scope,
+        &mut fresh,
+        false,
+        &mut row_types,
+        inputs.user_files,
+        &mut enums,
+        v,
+    )?;
+
+    let enum_tables = enums.iter().enumerate().map(|(i, symbols)| {
+        let id = format_ident!("ENUM_{}", i);
+        let n = symbols.len();
+        quote!(static #id: [&str; #n] = [#(#symbols),*];)
+    });
+
+    let framing = match v.model.format.avro.wire {
+        Wire::Confluent => quote!(let (_schema_id, mut buf) = rt::avro::confluent(payload)?;),
+        Wire::Raw => quote!(let mut buf = payload;),
+    };
+    let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
+    let user_mods = inputs.user_files.iter().enumerate().map(|(i, (module, path))| {
+        let m = format_ident!("{}", module);
+        let row_ty = row_types.iter().find(|(idx, _)| *idx == i).map(|(_, name)| name.clone());
+        let alias = row_ty.map(|name| quote!(#[allow(unused_imports)] use super::rows::#name as Row;));
+        quote!(#[allow(dead_code, clippy::all)] mod #m { #alias include!(#path); })
+    });
+    let row_structs = row_types.iter().map(|(_, name)| {
+        let _ = name;
+        quote!()
+    });
+    let rows_mod = rows_module(&plan.steps);
+    let main_fn = main_fn(inputs)?;
+    let _ = row_structs;
+
+    Ok(quote! {
+        use etl_runtime::__private as rt;
+
+        const MAX_MESSAGE_BYTES: usize = #max_message;
+
+        #(#enum_tables)*
+        #(#record_defs)*
+        #rows_mod
+        #(#user_mods)*
+
+        /// The chain: decode, operators and encoding, inlined into one function.
+        #[derive(Default)]
+        struct Chain;
+
+        impl rt::Chain for Chain {
+            #[inline]
+            fn process(&mut self, record: &rt::Record<'_>, out: &mut rt::RowOut<'_>) -> ::std::result::Result<(), rt::RecordError> {
+                // Tombstones never reach the chain; the runtime applies `errors.tombstones`.
+                let payload = record.payload.unwrap_or_default();
+                if payload.len() > MAX_MESSAGE_BYTES {
+                    return Err(rt::RecordError::new(
+                        rt::RecordErrorKind::Oversize,
+                        format!("message of {} bytes exceeds format.max_message_bytes ({})", payload.len(), MAX_MESSAGE_BYTES),
+                    ));
+                }
+                #framing
+                #(#decode_stmts)*
+                rt::avro::end(buf)?;
+                #(#meta_stmts)*
+                #tail
+                Ok(())
+            }
+        }
+
+        #main_fn
+    })
+}
+
+fn decode_nodes(
+    nodes: &[DecodeNode],
+    input: &[Column],
+    out: &mut Vec<TokenStream>,
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+) {
+    for node in nodes {
+        match node {
+            DecodeNode::Leaf { column, avro } => {
+                let id = fresh(column);
+                let ty = input.iter().find(|c| &c.name == column).map(|c| local_ty(&c.ty)).expect("input column");
+                let d = decode(avro);
+                out.push(quote!(let #id: #ty = #d;));
+                scope.insert(column.clone(), id);
+            }
+            DecodeNode::Nested(children) => decode_nodes(children, input, out, scope, fresh),
+        }
+    }
+}
+
+/// The `rows` module: the row type each `rust` operator sees, documented field by field.
+fn rows_module(steps: &[Step]) -> TokenStream {
+    let structs: Vec<TokenStream> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Rust { row, index, function, .. } => {
+                let name = format_ident!("Row{}", index);
+                let fields = row.iter().map(|c| {
+                    let id = field_ident(&c.name);
+                    let ty = rust_ty(&c.ty);
+                    let doc = format!("`{}`: {}", c.name, c.ty);
+                    quote!(#[doc = #doc] pub #id: #ty)
+                });
+                let doc = format!("The row `transform[{index}]` (`{function}`) receives.");
+                Some(quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] pub struct #name<'a> { #(#fields,)* }))
+            }
+            _ => None,
+        })
+        .collect();
+    if structs.is_empty() {
+        return TokenStream::new();
+    }
+    quote!(
+        /// The row types `rust` operators receive.
+        pub mod rows {
+            #[allow(unused_imports)]
+            use super::*;
+            #(#structs)*
+        }
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn steps(
+    steps_left: &[Step],
+    rust_index: usize,
+    row: &mut Vec<Column>,
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    in_loop: bool,
+    row_types: &mut Vec<(usize, proc_macro2::Ident)>,
+    user_files: &[(String, String)],
+    enums: &mut Vec<Vec<String>>,
+    v: &Validated,
+) -> Result<TokenStream, String> {
+    let skip = if in_loop { quote!(continue) } else { quote!(return Ok(())) };
+    let Some((step, rest)) = steps_left.split_first() else {
+        return Ok(output(row, scope, enums, v));
+    };
+    let mut out = TokenStream::new();
+    let mut rust_index = rust_index;
+    match step {
+        Step::Filter { cond } => {
+            let c = condition(cond, scope);
+            out.extend(quote!(if !#c { #skip; }));
+        }
+        Step::Map { assigns } => {
+            let mut temps = Vec::new();
+            for (field, e) in assigns {
+                let t = fresh(field);
+                let val = value(e, scope);
+                let ty = local_ty(&e.ty);
+                out.extend(quote!(let #t: #ty = #val;));
+                temps.push((field.clone(), t, e.ty.clone()));
+            }
+            for (field, t, ty) in temps {
+                match row.iter_mut().find(|c| c.name == field) {
+                    Some(c) => c.ty = ty,
+                    None => row.push(Column { name: field.clone(), ty }),
+                }
+                scope.insert(field, t);
+            }
+        }
+        Step::Reshape { fields } => {
+            let old_scope = scope.clone();
+            let old_row = std::mem::take(row);
+            for (new, from) in fields {
+                let ty = old_row.iter().find(|c| &c.name == from).map(|c| c.ty.clone()).expect("planned");
+                row.push(Column { name: new.clone(), ty });
+                scope.insert(new.clone(), old_scope[from].clone());
+            }
+            // Names no longer in the row must not be readable by later steps.
+            let keep: Vec<String> = row.iter().map(|c| c.name.clone()).collect();
+            scope.retain(|k, _| keep.contains(k) || k.starts_with('_'));
+        }
+        Step::FlatMap { field, elem } => {
+            let list = scope[field].clone();
+            let item = format_ident!("item");
+            let pos = row.iter().position(|c| &c.name == field).expect("planned");
+            let mut binds = TokenStream::new();
+            let replacement: Vec<Column> = match elem {
+                Ty::Record(r) => r
+                    .fields
+                    .iter()
+                    .map(|c| {
+                        let name = format!("{field}_{}", c.name);
+                        let id = fresh(&name);
+                        let member = field_ident(&c.name);
+                        binds.extend(quote!(let #id = #item.#member;));
+                        scope.insert(name.clone(), id);
+                        Column { name, ty: c.ty.clone() }
+                    })
+                    .collect(),
+                other => {
+                    let id = fresh(field);
+                    binds.extend(quote!(let #id = #item;));
+                    scope.insert(field.clone(), id);
+                    vec![Column { name: field.clone(), ty: other.clone() }]
+                }
+            };
+            row.splice(pos..=pos, replacement);
+            let inner = steps(rest, rust_index, row, scope, fresh, true, row_types, user_files, enums, v)?;
+            out.extend(quote!(for #item in #list { #binds #inner }));
+            return Ok(out);
+        }
+        Step::Rust { function, index, row: row_ty, .. } => {
+            let struct_name = format_ident!("Row{}", index);
+            row_types.push((rust_index, struct_name.clone()));
+            let (module, _) = user_files.get(rust_index).ok_or("a user file for each rust operator")?;
+            let module = format_ident!("{}", module);
+            let function = format_ident!("{}", function);
+            let inits = row_ty.iter().map(|c| {
+                let id = field_ident(&c.name);
+                let local = &scope[&c.name];
+                quote!(#id: #local.clone())
+            });
+            let r = format_ident!("row_{}", index);
+            out.extend(quote!(
+                let mut #r = rows::#struct_name { #(#inits,)* };
+                if !#module::#function(&mut #r) { #skip; }
+            ));
+            for c in row_ty {
+                let id = fresh(&c.name);
+                let member = field_ident(&c.name);
+                out.extend(quote!(let #id = #r.#member;));
+                scope.insert(c.name.clone(), id);
+            }
+            rust_index += 1;
+        }
+    }
+    out.extend(steps(rest, rust_index, row, scope, fresh, in_loop, row_types, user_files, enums, v)?);
+    Ok(out)
+}
+
+/// Chooses the shard and appends the encoded row.
+fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Validated) -> TokenStream {
+    let shard = match &v.model.sink {
+        Sink::Clickhouse(c) if c.shards.len() > 1 => match &v.plan.shard_key {
+            Some(key) => {
+                let col = row.iter().find(|c| &c.name == key).expect("planned shard key");
+                let local = &scope[key];
+                let bytes = hash_bytes(&col.ty, quote!(x), enums);
+                if col.ty.is_nullable() {
+                    // A null key goes to shard 0 (ClickHouse's xxHash64(NULL) is NULL).
+                    quote!(match &#local { Some(x) => out.shard_for_key_hash(rt::shard_hash(#bytes)), None => 0 })
+                } else {
+                    quote!({ let x = &#local; out.shard_for_key_hash(rt::shard_hash(#bytes)) })
+                }
+            }
+            None => quote!(out.round_robin()),
+        },
+        _ => quote!(0),
+    };
+    let encode: Vec<TokenStream> = match &v.model.sink {
+        Sink::Clickhouse(_) => row
+            .iter()
+            .map(|c| {
+                let local = &scope[&c.name];
+                rowbinary(&c.ty, quote!((&#local)), enums)
+            })
+            .collect(),
+        Sink::File(f) => {
+            let FileFormat::Ndjson = f.format;
+            let mut parts = Vec::new();
+            for (i, c) in row.iter().enumerate() {
+                let local = &scope[&c.name];
+                let key = Literal::byte_string(format!("{}\"{}\":", if i == 0 { "{" } else { "," }, c.name).as_bytes());
+                parts.push(quote!(buf.extend_from_slice(#key);));
+                parts.push(json(&c.ty, quote!((&#local)), enums));
+            }
+            parts.push(quote!(buf.extend_from_slice(b"}\n");));
+            parts
+        }
+    };
+    quote!(
+        let shard = #shard;
+        out.push_row(shard, |buf| { #(#encode)* });
+    )
+}
+
+/// The bytes the shard hash covers: an integer's little-endian bytes, a text's bytes.
+fn hash_bytes(ty: &Ty, x: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStream {
+    match ty.non_null() {
+        Ty::String => quote!(#x.as_bytes()),
+        Ty::Bytes => quote!(&#x[..]),
+        Ty::Enum { symbols, .. } => {
+            let table = super::types::enum_table(symbols, enums);
+            quote!(#table[*#x as usize].as_bytes())
+        }
+        Ty::Bool => quote!(&[u8::from(*#x)]),
+        _ => quote!(&#x.to_le_bytes()),
+    }
+}
+
+fn parts_tokens(t: &Template) -> TokenStream {
+    let parts = t.parts().iter().map(|p| match p {
+        Part::Lit(s) => quote!(rt::Part::Lit(#s)),
+        Part::Var { name, default: Some(d) } => quote!(rt::Part::Var(#name, Some(#d))),
+        Part::Var { name, default: None } => quote!(rt::Part::Var(#name, None)),
+    });
+    quote!(&[#(#parts),*])
+}
+
+fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
+    let m = &inputs.pipeline.model;
+    let name = &m.pipeline.name;
+    let version = inputs.version;
+    let hash = inputs.config_hash;
+    let schema_include = inputs.schema_include;
+
+    // Every value read from the environment, with its key, for `--check` and start-up.
+    let mut settings: Vec<(String, &Template, bool)> = vec![("admin.listen".into(), &m.admin.listen, false)];
+    let (source, shards) = match &m.source {
+        Source::Datagen(d) => {
+            let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
+            let wire = match m.format.avro.wire {
+                Wire::Raw => quote!(rt::Wire::Raw),
+                Wire::Confluent => quote!(rt::Wire::Confluent { schema_id: 1 }),
+            };
+            (
+                quote!(
+                    let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
+                    let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
+                        rate: #rate, count: #count, seed: #seed, partitions: #partitions, wire: #wire,
+                    }) {
+                        Ok(source) => source,
+                        Err(e) => return rt::startup_error(e),
+                    };
+                ),
+                (),
+            )
+        }
+        Source::Kafka(_) => {
+            return Err("code generation for `source.kafka` is not implemented yet (README: Missing)".into());
+        }
+    };
+    let _ = shards;
+    let (sink, shard_count) = match &m.sink {
+        Sink::File(f) => {
+            settings.push(("sink.file.path".into(), &f.path, false));
+            (
+                quote!(
+                    let sink = match rt::FileSink::open(resolved.get("sink.file.path")) {
+                        Ok(sink) => sink,
+                        Err(e) => return rt::startup_error(format!("sink.file.path `{}`: {e}", resolved.get("sink.file.path"))),
+                    };
+                ),
+                1usize,
+            )
+        }
+        Sink::Clickhouse(_) => {
+            return Err("code generation for `sink.clickhouse` is not implemented yet (README: Missing)".into());
+        }
+    };
+    let flow = m.sink.flow();
+    let bp = &m.backpressure;
+    let threads = match m.pipeline.threads {
+        Some(t) => {
+            let t = t as usize;
+            quote!(#t)
+        }
+        None => quote!(::std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    let (max_inflight, high, low, min_pause) =
+        (bp.max_inflight_bytes.bytes(), bp.high_ratio.to_f64(), bp.low_ratio.to_f64(), bp.min_pause.as_millis());
+    let (max_rows, max_bytes, linger) =
+        (flow.batch.max_rows, flow.batch.max_bytes.bytes(), flow.batch.linger.as_millis());
+    let inflight = flow.inflight.max_per_shard as usize;
+    let chunk = flow.chunk.target_bytes.bytes() as usize;
+    let queue = flow.queue.capacity as usize;
+    let retry = match &m.sink {
+        Sink::Clickhouse(c) => {
+            (c.retry.max_attempts, c.retry.initial_backoff.as_millis(), c.retry.max_backoff.as_millis())
+        }
+        Sink::File(_) => (10, 100, 10_000),
+    };
+    let (attempts, initial, max_backoff) = retry;
+    let drain = m.checkpoint.drain_timeout.as_millis();
+    let policy = match m.errors.policy {
+        ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),
+        ErrorPolicy::Fail => quote!(rt::ErrorPolicy::Fail),
+        ErrorPolicy::Dlq => quote!(rt::ErrorPolicy::DeadLetter),
+    };
+    let tombstones = match m.errors.tombstones {
+        TombstonePolicy::Skip => quote!(rt::TombstonePolicy::Skip),
+        TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
+    };
+    let setting_items = settings.iter().map(|(key, t, secret)| {
+        let parts = parts_tokens(t);
+        quote!(rt::Setting { key: #key, parts: #parts, secret: #secret })
+    });
+    Ok(quote! {
+        /// The reader schema, compiled in.
+        const SCHEMA: &str = include_str!(#schema_include);
+
+        const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
+
+        /// The values read from the environment at start-up.
+        static SETTINGS: &[rt::Setting] = &[#(#setting_items),*];
+
+        fn main() -> ::std::process::ExitCode {
+            let resolved = match rt::start(&BUILD, SETTINGS) {
+                rt::Start::Run(resolved) => resolved,
+                rt::Start::Exit(code) => return code,
+            };
+            rt::init_logging();
+            let admin_listen = match resolved.socket_addr("admin.listen") {
+                Ok(addr) => addr,
+                Err(e) => return rt::startup_error(e),
+            };
+            let config = rt::RuntimeConfig {
+                pipeline: BUILD.pipeline.to_owned(),
+                config_hash: BUILD.config_hash.to_owned(),
+                version: BUILD.version.to_owned(),
+                threads: #threads,
+                shards: #shard_count,
+                backpressure: rt::BackpressureConfig {
+                    max_inflight_bytes: #max_inflight,
+                    high_ratio: #high,
+                    low_ratio: #low,
+                    min_pause: ::std::time::Duration::from_millis(#min_pause),
+                },
+                batch: rt::BatchConfig {
+                    max_rows: #max_rows,
+                    max_bytes: #max_bytes,
+                    linger: ::std::time::Duration::from_millis(#linger),
+                },
+                inflight_per_shard: #inflight,
+                chunk_target_bytes: #chunk,
+                queue_capacity: #queue,
+                retry: rt::RetryConfig {
+                    max_attempts: #attempts,
+                    initial_backoff: ::std::time::Duration::from_millis(#initial),
+                    max_backoff: ::std::time::Duration::from_millis(#max_backoff),
+                },
+                drain_timeout: ::std::time::Duration::from_millis(#drain),
+                error_policy: #policy,
+                tombstones: #tombstones,
+                admin_listen: Some(admin_listen),
+            };
+            #source
+            #sink
+            rt::run(config, source, Chain::default, sink, None).into()
+        }
+    })
+}

@@ -1,0 +1,311 @@
+//! Per-type code: Rust value types, Avro decoding, RowBinary and NDJSON encoding.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+use crate::ir::{RecordTy, Ty};
+use crate::schema::AvroType;
+
+/// The Rust type that carries a value of `ty` inside the chain (`'a` borrows the message).
+pub(super) fn rust_ty(ty: &Ty) -> TokenStream {
+    rust_ty_with(ty, &quote!('a))
+}
+
+/// The same for a local variable, whose lifetime is inferred.
+pub(super) fn local_ty(ty: &Ty) -> TokenStream {
+    rust_ty_with(ty, &quote!('_))
+}
+
+fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
+    let rust_ty = |t: &Ty| rust_ty_with(t, lt);
+    match ty {
+        Ty::Bool => quote!(bool),
+        Ty::Int32 | Ty::Date => quote!(i32),
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => quote!(i64),
+        Ty::Float32 => quote!(f32),
+        Ty::Float64 => quote!(f64),
+        Ty::String => quote!(::std::borrow::Cow<#lt, str>),
+        Ty::Bytes => quote!(::std::borrow::Cow<#lt, [u8]>),
+        Ty::Enum { .. } => quote!(u32),
+        Ty::Array(t) => {
+            let t = rust_ty(t);
+            quote!(::std::vec::Vec<#t>)
+        }
+        Ty::Map(t) => {
+            let t = rust_ty(t);
+            quote!(::std::vec::Vec<(::std::borrow::Cow<#lt, str>, #t)>)
+        }
+        Ty::Nullable(t) => {
+            let t = rust_ty(t);
+            quote!(::std::option::Option<#t>)
+        }
+        Ty::Record(r) => {
+            let name = record_ident(r);
+            quote!(#name<#lt>)
+        }
+        Ty::Decimal { .. } => quote!(i128),
+        Ty::Uuid => quote!(u128),
+    }
+}
+
+/// The struct name of a record nested in an array or map.
+pub(super) fn record_ident(r: &RecordTy) -> proc_macro2::Ident {
+    let short = r.name.rsplit('.').next().unwrap_or(&r.name);
+    format_ident!("{}", sanitize(short))
+}
+
+/// A Rust identifier for a row or record field.
+pub(super) fn field_ident(name: &str) -> proc_macro2::Ident {
+    format_ident!("{}", sanitize(name))
+}
+
+fn sanitize(name: &str) -> String {
+    const KEYWORDS: &[&str] = &[
+        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
+        "for", "gen", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self",
+        "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where", "while", "abstract",
+        "become", "box", "do", "final", "macro", "override", "priv", "try", "typeof", "unsized", "virtual", "yield",
+    ];
+    if KEYWORDS.contains(&name) { format!("r#{name}") } else { name.to_owned() }
+}
+
+/// Every record type nested in containers of `ty`, innermost first.
+pub(super) fn nested_records(ty: &Ty, out: &mut Vec<RecordTy>) {
+    match ty {
+        Ty::Array(t) | Ty::Map(t) | Ty::Nullable(t) => nested_records(t, out),
+        Ty::Record(r) => {
+            for c in &r.fields {
+                nested_records(&c.ty, out);
+            }
+            if !out.iter().any(|o| o.name == r.name) {
+                out.push((**r).clone());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An expression that reads one value of `avro` from `buf` (a `&mut &[u8]` named `buf`).
+pub(super) fn decode(avro: &AvroType) -> TokenStream {
+    match avro {
+        AvroType::Boolean => quote!(rt::avro::boolean(&mut buf)?),
+        AvroType::Int | AvroType::Date => quote!(rt::avro::int(&mut buf)?),
+        AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros => quote!(rt::avro::long(&mut buf)?),
+        AvroType::Float => quote!(rt::avro::float(&mut buf)?),
+        AvroType::Double => quote!(rt::avro::double(&mut buf)?),
+        AvroType::String => quote!(::std::borrow::Cow::Borrowed(rt::avro::string(&mut buf)?)),
+        AvroType::Bytes => quote!(::std::borrow::Cow::Borrowed(rt::avro::bytes(&mut buf)?)),
+        AvroType::Uuid => quote!(rt::avro::uuid(rt::avro::string(&mut buf)?)?),
+        AvroType::Enum { symbols, .. } => {
+            let n = Literal::u32_unsuffixed(symbols.len() as u32);
+            quote!(rt::avro::enum_index(&mut buf, #n)?)
+        }
+        AvroType::Decimal { fixed_size: None, .. } => quote!(rt::avro::decimal(rt::avro::bytes(&mut buf)?)?),
+        AvroType::Decimal { fixed_size: Some(n), .. } => {
+            let n = Literal::usize_unsuffixed(*n);
+            quote!(rt::avro::decimal(rt::avro::fixed(&mut buf, #n)?)?)
+        }
+        AvroType::Nullable { inner, null_index } => {
+            let inner = decode(inner);
+            let null_index = Literal::u32_unsuffixed(u32::from(*null_index));
+            quote!(if rt::avro::union_index(&mut buf, 2)? == #null_index { None } else { Some(#inner) })
+        }
+        AvroType::Array(item) => {
+            let item = decode(item);
+            quote!({
+                let mut items = ::std::vec::Vec::new();
+                loop {
+                    let n = rt::avro::block_count(&mut buf)?;
+                    if n == 0 {
+                        break items;
+                    }
+                    items.reserve(n);
+                    for _ in 0..n {
+                        items.push(#item);
+                    }
+                }
+            })
+        }
+        AvroType::Map(value) => {
+            let value = decode(value);
+            quote!({
+                let mut entries = ::std::vec::Vec::new();
+                loop {
+                    let n = rt::avro::block_count(&mut buf)?;
+                    if n == 0 {
+                        break entries;
+                    }
+                    entries.reserve(n);
+                    for _ in 0..n {
+                        let key = ::std::borrow::Cow::Borrowed(rt::avro::string(&mut buf)?);
+                        entries.push((key, #value));
+                    }
+                }
+            })
+        }
+        AvroType::Record(r) => {
+            let ty = crate::ir::ty_of(avro);
+            let Ty::Record(rt_ty) = ty else { unreachable!("a record converts to a record") };
+            let name = record_ident(&rt_ty);
+            let mut fields = Vec::new();
+            record_fields(&r.fields, "", &mut fields);
+            let inits = fields.iter().map(|(n, a)| {
+                let id = field_ident(n);
+                let d = decode(a);
+                quote!(#id: #d)
+            });
+            // Struct literal fields are evaluated in the order written: the schema's order.
+            quote!(#name { #(#inits,)* })
+        }
+    }
+}
+
+/// The flattened fields of a record, in schema order, with their Avro types.
+fn record_fields(fields: &[crate::schema::Field], prefix: &str, out: &mut Vec<(String, AvroType)>) {
+    for f in fields {
+        let name = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
+        match &f.ty {
+            AvroType::Record(r) => record_fields(&r.fields, &name, out),
+            other => out.push((name, other.clone())),
+        }
+    }
+}
+
+/// Statements that write the value `v` (an expression of type `&T`) as RowBinary to `buf`.
+pub(super) fn rowbinary(ty: &Ty, v: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStream {
+    match ty {
+        Ty::Bool => quote!(rt::rowbinary::boolean(buf, *#v);),
+        Ty::Int32 | Ty::Date => quote!(rt::rowbinary::i32(buf, *#v);),
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => quote!(rt::rowbinary::i64(buf, *#v);),
+        Ty::Float32 => quote!(rt::rowbinary::f32(buf, *#v);),
+        Ty::Float64 => quote!(rt::rowbinary::f64(buf, *#v);),
+        Ty::String => quote!(rt::rowbinary::string(buf, #v.as_bytes());),
+        Ty::Bytes => quote!(rt::rowbinary::string(buf, &#v[..]);),
+        Ty::Enum { symbols, .. } => {
+            let table = enum_table(symbols, enums);
+            quote!(rt::rowbinary::string(buf, #table[*#v as usize].as_bytes());)
+        }
+        Ty::Decimal { precision, .. } => {
+            let p = Literal::u32_unsuffixed(*precision);
+            quote!(rt::rowbinary::decimal(buf, #p, *#v);)
+        }
+        Ty::Uuid => quote!(rt::rowbinary::uuid(buf, *#v);),
+        Ty::Nullable(inner) => {
+            let inner = rowbinary(inner, quote!(x), enums);
+            quote!(match #v {
+                None => rt::rowbinary::null_marker(buf, true),
+                Some(x) => {
+                    rt::rowbinary::null_marker(buf, false);
+                    #inner
+                }
+            })
+        }
+        Ty::Array(inner) => {
+            let inner = rowbinary(inner, quote!(x), enums);
+            quote!({
+                rt::rowbinary::varint(buf, #v.len() as u64);
+                for x in #v.iter() {
+                    #inner
+                }
+            })
+        }
+        Ty::Map(inner) => {
+            let inner = rowbinary(inner, quote!(x), enums);
+            quote!({
+                rt::rowbinary::varint(buf, #v.len() as u64);
+                for (k, x) in #v.iter() {
+                    rt::rowbinary::string(buf, k.as_bytes());
+                    #inner
+                }
+            })
+        }
+        Ty::Record(r) => {
+            let parts = r.fields.iter().map(|c| {
+                let id = field_ident(&c.name);
+                rowbinary(&c.ty, quote!((&#v.#id)), enums)
+            });
+            quote!({ #(#parts)* })
+        }
+    }
+}
+
+/// Statements that write the value `v` (an expression of type `&T`) as JSON to `buf`.
+pub(super) fn json(ty: &Ty, v: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStream {
+    match ty {
+        Ty::Bool => quote!(rt::json::boolean(buf, *#v);),
+        Ty::Int32 => quote!(rt::json::int(buf, i64::from(*#v));),
+        Ty::Int64 => quote!(rt::json::int(buf, *#v);),
+        Ty::Float32 => quote!(rt::json::float(buf, f64::from(*#v));),
+        Ty::Float64 => quote!(rt::json::float(buf, *#v);),
+        Ty::String => quote!(rt::json::string(buf, #v);),
+        Ty::Bytes => quote!(rt::json::bytes(buf, #v);),
+        Ty::Enum { symbols, .. } => {
+            let table = enum_table(symbols, enums);
+            quote!(rt::json::string(buf, #table[*#v as usize]);)
+        }
+        Ty::TimestampMillis => quote!(rt::json::timestamp(buf, *#v, 3);),
+        Ty::TimestampMicros => quote!(rt::json::timestamp(buf, *#v, 6);),
+        Ty::Date => quote!(rt::json::date(buf, *#v);),
+        Ty::Decimal { scale, .. } => {
+            let s = Literal::u32_unsuffixed(*scale);
+            quote!(rt::json::decimal(buf, *#v, #s);)
+        }
+        Ty::Uuid => quote!(rt::json::uuid(buf, *#v);),
+        Ty::Nullable(inner) => {
+            let inner = json(inner, quote!(x), enums);
+            quote!(match #v {
+                None => rt::json::null(buf),
+                Some(x) => { #inner }
+            })
+        }
+        Ty::Array(inner) => {
+            let inner = json(inner, quote!(x), enums);
+            quote!({
+                buf.push(b'[');
+                for (i, x) in #v.iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b',');
+                    }
+                    #inner
+                }
+                buf.push(b']');
+            })
+        }
+        Ty::Map(inner) => {
+            let inner = json(inner, quote!(x), enums);
+            quote!({
+                buf.push(b'{');
+                for (i, (k, x)) in #v.iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b',');
+                    }
+                    rt::json::string(buf, k);
+                    buf.push(b':');
+                    #inner
+                }
+                buf.push(b'}');
+            })
+        }
+        Ty::Record(r) => {
+            let parts = r.fields.iter().enumerate().map(|(i, c)| {
+                let id = field_ident(&c.name);
+                let key = Literal::byte_string(format!("{}\"{}\":", if i == 0 { "{" } else { "," }, c.name).as_bytes());
+                let value = json(&c.ty, quote!((&#v.#id)), enums);
+                quote!(buf.extend_from_slice(#key); #value)
+            });
+            quote!({ #(#parts)* buf.push(b'}'); })
+        }
+    }
+}
+
+/// The static table of an enum's symbols (`ENUM_0`, ...), registered once per symbol list.
+pub(super) fn enum_table(symbols: &[String], enums: &mut Vec<Vec<String>>) -> proc_macro2::Ident {
+    let index = match enums.iter().position(|e| e == symbols) {
+        Some(i) => i,
+        None => {
+            enums.push(symbols.to_vec());
+            enums.len() - 1
+        }
+    };
+    format_ident!("ENUM_{}", index)
+}
