@@ -52,8 +52,9 @@ pub struct GenArgs {
 /// `build` arguments.
 #[derive(Debug, Args)]
 pub struct BuildArgs {
+    /// The `gen` arguments.
     #[command(flatten)]
-    gen_args: GenArgs,
+    pub gen_args: GenArgs,
 }
 
 /// Runs a sub-command; returns the process exit code.
@@ -185,14 +186,22 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
 }
 
 fn build_command(args: &GenArgs) -> ExitCode {
+    match build(args) {
+        Ok(binary) => {
+            println!("{}", binary.display());
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// `gen`, then `cargo build --release` in the shared target directory; returns the binary.
+pub fn build(args: &GenArgs) -> Result<PathBuf, ExitCode> {
     if args.check || args.ddl {
         eprintln!("error: `build` does not take --check or --ddl; use `gen`");
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     }
-    let (pipeline, layout) = match gen_command(args) {
-        Ok(done) => done,
-        Err(code) => return code,
-    };
+    let (pipeline, layout) = gen_command(args)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Process::new(cargo)
         .args(["build", "--release", "--manifest-path"])
@@ -200,18 +209,14 @@ fn build_command(args: &GenArgs) -> ExitCode {
         .env("CARGO_TARGET_DIR", &layout.target_dir)
         .status();
     match status {
-        Ok(s) if s.success() => {
-            let binary = layout.target_dir.join("release").join(&pipeline.model.pipeline.name);
-            println!("{}", binary.display());
-            ExitCode::SUCCESS
-        }
+        Ok(s) if s.success() => Ok(layout.target_dir.join("release").join(&pipeline.model.pipeline.name)),
         Ok(s) => {
             eprintln!("error: cargo build of {} failed ({s})", layout.crate_dir.display());
-            ExitCode::from(1)
+            Err(ExitCode::from(1))
         }
         Err(e) => {
             eprintln!("error: starting cargo: {e}");
-            ExitCode::from(1)
+            Err(ExitCode::from(1))
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod codegen;
 mod infra;
+mod quickstart;
 mod test;
 
 use std::process::ExitCode;
@@ -25,6 +26,8 @@ enum Command {
     Gen(etl_gen::cli::Command),
     /// Regenerate the checked-in files derived from code (docs/configuration.md, ...).
     Codegen(codegen::CodegenArgs),
+    /// Generate, build and run the quickstart pipeline, and show what it wrote.
+    Quickstart,
     /// Run every test, installing and starting what they need (what CI runs).
     Test(test::TestArgs),
     /// Local Kafka-protocol broker and ClickHouse on loopback.
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Command::Gen(command) => etl_gen::cli::run(command),
         Command::Codegen(args) => report(codegen::run(&args)),
         Command::Test(args) => report(test::run(&args)),
+        Command::Quickstart => report(quickstart::run()),
         Command::Infra(command) => report(infra::run(command)),
     }
 }

@@ -166,7 +166,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
             Step::Rust { function, index, row, .. } => Some(context! {
                 function => function, index => index,
                 fields => row.iter().map(|c| context! {
-                    name => &c.name, ty => c.ty.to_string(), rust => types::rust_ty(&c.ty).to_string().replace(" < ", "<").replace(" >", ">").replace(" :: ", "::"),
+                    name => &c.name, ty => c.ty.to_string(), rust => types::rust_ty_doc(&c.ty),
                 }).collect::<Vec<_>>(),
             }),
             _ => None,

@@ -309,3 +309,23 @@ pub(super) fn enum_table(symbols: &[String], enums: &mut Vec<Vec<String>>) -> pr
     };
     format_ident!("ENUM_{}", index)
 }
+
+/// How `rust_ty` reads in documentation: `Cow<'a, str>`, `Vec<i64>`, `Option<u32>`.
+pub(super) fn rust_ty_doc(ty: &Ty) -> String {
+    match ty {
+        Ty::Bool => "bool".into(),
+        Ty::Int32 | Ty::Date => "i32".into(),
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => "i64".into(),
+        Ty::Float32 => "f32".into(),
+        Ty::Float64 => "f64".into(),
+        Ty::String => "Cow<'a, str>".into(),
+        Ty::Bytes => "Cow<'a, [u8]>".into(),
+        Ty::Enum { .. } => "u32 (symbol index)".into(),
+        Ty::Array(t) => format!("Vec<{}>", rust_ty_doc(t)),
+        Ty::Map(t) => format!("Vec<(Cow<'a, str>, {})>", rust_ty_doc(t)),
+        Ty::Nullable(t) => format!("Option<{}>", rust_ty_doc(t)),
+        Ty::Record(r) => format!("{}<'a>", record_ident(r)),
+        Ty::Decimal { .. } => "i128 (unscaled)".into(),
+        Ty::Uuid => "u128".into(),
+    }
+}
