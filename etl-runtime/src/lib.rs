@@ -67,6 +67,7 @@ mod datagen;
 mod entry;
 mod file_sink;
 mod handle;
+mod kafka;
 mod metrics;
 mod pipeline;
 mod run;
@@ -80,6 +81,7 @@ pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, Runt
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
 pub use file_sink::FileSink;
 pub use handle::{Pipeline, PipelineHandle, PipelineStats, ShutdownReport, StartError, Wake};
+pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
 pub use metrics::{MetricDoc, metric_catalogue};
 pub use run::{RunOutcome, init_logging, run};
 pub use sink::{Batch, Chunk, DeadLetter, DeadLetterAck, DeadRecord, Sink, SinkError, SinkErrorKind};
@@ -96,6 +98,7 @@ pub mod __private {
     pub use crate::datagen::{DatagenConfig, DatagenSource, Wire};
     pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
+    pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
     pub use crate::run::{RunOutcome, init_logging, run};
     pub use crate::sink::{DeadLetter, Sink};
     pub use crate::source::{Record, Source};

@@ -1,0 +1,429 @@
+//! The Kafka source (one rdkafka consumer per process whose assigned partitions become lanes) and the
+//! Kafka dead-letter producer.
+//!
+//! # Threads and queues
+//!
+//! One [`BaseConsumer`](rdkafka::consumer::BaseConsumer) per process, one consumer-group member. A
+//! source thread (`etl-kafka`) polls the consumer's main queue forever, every 100 ms at most, until
+//! [`Source::shutdown`]: rebalance callbacks, commit results, statistics and errors are served there.
+//! Messages never arrive on the main queue: each assigned partition's queue is split off
+//! (`split_partition_queue`) and polled, without blocking, by the pipeline thread that owns its lane.
+//! A `None` from the main queue's `poll` does not mean idle (it also follows every rebalance), so the
+//! loop never draws conclusions from it. Because the main queue is polled all the time, a paused
+//! pipeline never exceeds `max.poll.interval.ms` (Invariant 6).
+//!
+//! # Assignment (Invariant 5; eager rebalancing only)
+//!
+//! The rebalance callback replaces rdkafka's default. On an assignment it
+//! 1. splits each new partition's queue: this creates librdkafka's partition object and marks its
+//!    fetch queue as forwarded by the application, so the fetcher never forwards it to the main queue
+//!    (not a single message can leak past the split);
+//! 2. pauses the partitions, still before `assign`, so no fetch can start (if librdkafka refuses the
+//!    early pause it pauses right after `assign`, which is still before any fetch: the assignment
+//!    first looks up the committed offsets);
+//! 3. assigns (eager `assign`, never `incremental_assign`);
+//! 4. hands each partition to the runtime as a [`Lane`](crate::Lane) with `add_lane`. The lane resumes
+//!    its partition on its first poll, unless the runtime paused it first; from then on only the
+//!    runtime pauses and resumes it, one partition at a time.
+//!
+//! The first assignment, even an empty one, marks the source ready for `/readyz`. Cooperative
+//! strategies and `group.protocol` are rejected by `gen` and again by [`KafkaSource::new`].
+//!
+//! # Offsets (Invariant 3)
+//!
+//! `enable.auto.offset.store=false` and `enable.auto.commit=true` are forced:
+//! librdkafka commits what the source stored every `commit_interval` (`auto.commit.interval.ms`) and
+//! nothing else. A lane stores `next_offset` (last done + 1) when its checkpointer says so, with the
+//! list form of `rd_kafka_offsets_store` (which takes next offsets, unlike `store_offset(topic,
+//! partition, offset)` which adds one).
+//!
+//! # Revocation and shutdown (Invariant 4)
+//!
+//! On a revocation the callback calls `drain_partitions` with the drain timeout (the lanes store their
+//! final offsets), then commits synchronously while the partitions are still owned, then unassigns.
+//! Records a drain timeout abandons (handed to the pipeline, not durable) are logged and counted in
+//! [`KafkaSourceStats::abandoned_records`]; they are redelivered to the next owner, never lost. When
+//! librdkafka reports the assignment as lost (session timed out) the commit is skipped: another member
+//! may own the partitions already. [`Source::shutdown`] runs after the runtime's final drain: it stops
+//! the source thread, commits synchronously, and closes the consumer (which leaves the group).
+//!
+//! The drain timeout is the runtime's `checkpoint.drain_timeout`; it must stay below
+//! `max.poll.interval.ms` (the group's rebalance timeout), or the group may evict this member during a
+//! long drain. [`KafkaSource::new`] uses the default of 25 s; [`KafkaSource::with_drain_timeout`] sets
+//! another value.
+//!
+//! # Start-up
+//!
+//! [`Source::start`] creates the consumer, subscribes, starts the source thread and blocks until the
+//! first assignment that carries a partition, or an empty assignment while the topic exists (more
+//! members than partitions), at most `startup_timeout`. Otherwise it returns an error (exit code 2)
+//! that names the likely cause, checked with a metadata request bounded by 2 s: the brokers are
+//! unreachable, the topic does not exist, or the group assigned nothing.
+//!
+//! # Prefetch and the memory bound per owned partition (Invariant 7)
+//!
+//! Once a partition's queue is split, librdkafka applies `queued.max.messages.kbytes` and
+//! `queued.min.messages` to that partition queue alone. The defaults here (overridable with the
+//! `rdkafka:` passthrough) are `queued.max.messages.kbytes=16384` (16 MiB),
+//! `queued.min.messages=10000` and `fetch.queue.backoff.ms=10` (with librdkafka's 1000 ms a small cap
+//! collapses consumption about 40-fold). A partition stops fetching once its queue holds
+//! 10 000 messages or 16 MiB; the fetch in flight can add one more response for it, up to
+//! `fetch.message.max.bytes` (1 MiB by default; some brokers ignore it and send up to `fetch.max.bytes`,
+//! 50 MiB by default, per broker connection). So the prefetch bound is about
+//! `partitions × (queued.max.messages.kbytes + fetch.message.max.bytes)` + `brokers × fetch.max.bytes`,
+//! i.e. 17 MiB per owned partition with the defaults, plus the pipeline's in-flight budget.
+//!
+//! # Records
+//!
+//! A record carries the message's payload (`None` for a tombstone, to which the runtime applies
+//! `errors.tombstones`), key, partition, offset and timestamp (create or log-append time, in ms); the
+//! runtime derives `etl_source_lag_seconds` from the timestamps. Payload and key are copied into
+//! buffers the lane reuses (see [`lane`]). `statistics_interval` (`statistics.interval.ms`; 0 disables)
+//! feeds `etl_source_lag_records{partition}` from librdkafka's `consumer_lag`; commit results feed
+//! `etl_source_commits_total` and `etl_source_committed_offset`.
+//!
+//! # Secrets
+//!
+//! Every `rdkafka:` property is passed to librdkafka verbatim. Values of keys that look secret
+//! (`*password*`, `*secret*`, `ssl.key.*`, `sasl.oauthbearer.config`) are masked in the configuration
+//! log line, in `Debug` output and in configuration errors.
+
+mod context;
+mod dead_letter;
+mod lane;
+mod properties;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::consumer::Consumer as _;
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::types::RDKafkaErrorCode;
+
+use self::context::{Consumer, Counters, SourceContext, commit_sync};
+use crate::handle::PipelineHandle;
+use crate::source::{Source, SourceError};
+
+pub use self::dead_letter::KafkaDeadLetter;
+
+/// The default drain bound of a revocation, `checkpoint.drain_timeout`'s default.
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// How long the source thread waits on the main queue per poll: it bounds how late a shutdown request
+/// is noticed.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The bound on the metadata request that diagnoses a start-up timeout.
+const DIAGNOSIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long closing the consumer (leaving the group) may take at shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `source.kafka`, with every value resolved from the environment.
+#[derive(Clone)]
+pub struct KafkaSourceConfig {
+    /// `brokers`: comma-separated bootstrap servers.
+    pub brokers: String,
+    /// `topic`: the one topic to consume.
+    pub topic: String,
+    /// `group_id`: the consumer group.
+    pub group_id: String,
+    /// `commit_interval`: `auto.commit.interval.ms`, how often stored offsets are committed.
+    pub commit_interval: Duration,
+    /// `startup_timeout`: no partition assigned by then is a fatal start-up error.
+    pub startup_timeout: Duration,
+    /// `statistics_interval`: `statistics.interval.ms`, feeds the lag metrics; zero disables them.
+    pub statistics_interval: Duration,
+    /// `rdkafka:`: raw librdkafka properties, passed verbatim (after the framework-owned ones were
+    /// rejected by `gen`).
+    pub properties: Vec<(String, String)>,
+}
+
+impl fmt::Debug for KafkaSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSourceConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("group_id", &self.group_id)
+            .field("commit_interval", &self.commit_interval)
+            .field("startup_timeout", &self.startup_timeout)
+            .field("statistics_interval", &self.statistics_interval)
+            .field("properties", &properties::describe(&self.properties))
+            .finish()
+    }
+}
+
+/// What the source did so far, for tests and diagnostics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KafkaSourceStats {
+    /// Assignments received (eager: every rebalance brings one).
+    pub assignments: u64,
+    /// Revocations handled.
+    pub revocations: u64,
+    /// Records handed to the pipeline that a revocation's drain timeout left undurable (they are
+    /// redelivered, never lost).
+    pub abandoned_records: u64,
+    /// Partition offsets committed successfully.
+    pub commits: u64,
+    /// Failed commits (retried by the next interval commit).
+    pub commit_failures: u64,
+}
+
+/// The Kafka source. See the module documentation for the protocol.
+pub struct KafkaSource {
+    config: KafkaSourceConfig,
+    client_config: ClientConfig,
+    drain_timeout: Duration,
+    counters: Arc<Counters>,
+    running: Option<Running>,
+}
+
+struct Running {
+    consumer: Arc<Consumer>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("config", &self.config)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("running", &self.running.is_some())
+            .finish()
+    }
+}
+
+impl KafkaSource {
+    /// Checks the configuration (framework-owned properties, cooperative strategies, and every
+    /// property against librdkafka's own parser). Nothing connects before [`Source::start`].
+    pub fn new(config: KafkaSourceConfig) -> Result<Self, SourceError> {
+        for (name, value) in [("brokers", &config.brokers), ("topic", &config.topic), ("group_id", &config.group_id)] {
+            if value.trim().is_empty() {
+                return Err(SourceError::fatal(format!("source.kafka.{name} is empty")));
+            }
+        }
+        properties::check_passthrough(&config.properties)?;
+        let all = properties::consumer_properties(&properties::ConsumerProperties {
+            brokers: &config.brokers,
+            group_id: &config.group_id,
+            commit_interval: config.commit_interval,
+            statistics_interval: config.statistics_interval,
+            passthrough: &config.properties,
+        });
+        let client_config = properties::client_config(&all, "source.kafka")?;
+        tracing::info!(
+            topic = %config.topic,
+            group_id = %config.group_id,
+            properties = %properties::describe(&all),
+            "kafka source configured"
+        );
+        Ok(KafkaSource {
+            config,
+            client_config,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            counters: Arc::default(),
+            running: None,
+        })
+    }
+
+    /// Sets the bound of a revocation's drain (`checkpoint.drain_timeout`; 25 s by default).
+    pub fn with_drain_timeout(mut self, drain_timeout: Duration) -> Self {
+        self.drain_timeout = drain_timeout;
+        self
+    }
+
+    /// What the source did so far.
+    pub fn stats(&self) -> KafkaSourceStats {
+        let c = &self.counters;
+        KafkaSourceStats {
+            assignments: c.assignments.load(Ordering::Relaxed),
+            revocations: c.revocations.load(Ordering::Relaxed),
+            abandoned_records: c.abandoned_records.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            commit_failures: c.commit_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits for the first useful assignment; see "Start-up" in the module docs.
+    fn wait_for_assignment(&self, consumer: &Consumer) -> Result<(), SourceError> {
+        let context = consumer.context();
+        let deadline = Instant::now() + self.config.startup_timeout;
+        let mut checked_empty = None;
+        loop {
+            let first = {
+                let startup = context.startup.lock().expect("startup lock");
+                let now = Instant::now();
+                let (startup, _) = context
+                    .startup_changed
+                    .wait_timeout(startup, deadline.saturating_duration_since(now).min(Duration::from_millis(250)))
+                    .expect("startup lock");
+                startup.first_assignment.map(|n| (n, startup.owned))
+            };
+            match first {
+                Some((_, owned)) if owned > 0 => return Ok(()),
+                // Joined without a partition: fine if the topic exists (more members than
+                // partitions); a missing topic keeps us waiting until the deadline.
+                Some(_) if checked_empty.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(1)) => {
+                    checked_empty = Some(Instant::now());
+                    if let Ok(metadata) = consumer.fetch_metadata(Some(&self.config.topic), DIAGNOSIS_TIMEOUT) {
+                        if metadata
+                            .topics()
+                            .iter()
+                            .any(|t| t.name() == self.config.topic && t.error().is_none() && !t.partitions().is_empty())
+                        {
+                            tracing::info!(topic = %self.config.topic, "joined the group without a partition");
+                            return Ok(());
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(SourceError::fatal(self.diagnose(consumer)));
+            }
+        }
+    }
+
+    /// Explains why no partition was assigned within `startup_timeout`.
+    fn diagnose(&self, consumer: &Consumer) -> String {
+        let c = &self.config;
+        let waited = format!("no partition of topic `{}` was assigned within {:?}", c.topic, c.startup_timeout);
+        let last_error = consumer.context().startup.lock().expect("startup lock").last_error.clone();
+        let last = last_error.as_ref().map(|(code, reason)| format!("; last client error: {code} ({reason})"));
+        let last = last.unwrap_or_default();
+        match consumer.fetch_metadata(Some(&c.topic), DIAGNOSIS_TIMEOUT) {
+            Err(error) => format!("{waited}: the Kafka brokers `{}` are unreachable ({error}){last}", c.brokers),
+            Ok(metadata) => match metadata.topics().iter().find(|t| t.name() == c.topic) {
+                None => format!("{waited}: topic `{}` does not exist on brokers `{}`", c.topic, c.brokers),
+                Some(topic) => match topic.error() {
+                    Some(code) if RDKafkaErrorCode::from(code) == RDKafkaErrorCode::UnknownTopicOrPartition => {
+                        format!("{waited}: topic `{}` does not exist on brokers `{}`", c.topic, c.brokers)
+                    }
+                    Some(code) => format!("{waited}: topic `{}`: {}{last}", c.topic, RDKafkaErrorCode::from(code)),
+                    None if topic.partitions().is_empty() => {
+                        format!("{waited}: topic `{}` has no partitions", c.topic)
+                    }
+                    None => format!(
+                        "{waited}: the topic has {} partitions but group `{}` assigned none to this member (group \
+                         coordinator unavailable, or other members own them all){last}",
+                        topic.partitions().len(),
+                        c.group_id
+                    ),
+                },
+            },
+        }
+    }
+
+    fn stop_thread(running: &mut Running) {
+        running.stop.store(true, Ordering::Release);
+        if let Some(thread) = running.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the kafka source thread panicked");
+            }
+        }
+    }
+}
+
+impl Source for KafkaSource {
+    fn start(&mut self, pipeline: PipelineHandle) -> Result<(), SourceError> {
+        if self.running.is_some() {
+            return Err(SourceError::fatal("the kafka source was started twice"));
+        }
+        let topic: Arc<str> = Arc::from(self.config.topic.as_str());
+        let context = SourceContext::new(topic, pipeline.clone(), self.drain_timeout, self.counters.clone());
+        let consumer = Consumer::from_config_and_context(&self.client_config, context)
+            .map_err(|e| SourceError::fatal(format!("creating the kafka consumer: {e}")))?;
+        let consumer = Arc::new(consumer);
+        let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
+        consumer
+            .subscribe(&[&self.config.topic])
+            .map_err(|e| SourceError::fatal(format!("subscribing to `{}`: {e}", self.config.topic)))?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let weak = Arc::downgrade(&consumer);
+            let stop = stop.clone();
+            let pipeline = pipeline.clone();
+            std::thread::Builder::new()
+                .name("etl-kafka".into())
+                .spawn(move || poll_main_queue(weak, stop, pipeline))
+                .map_err(|e| SourceError::fatal(format!("spawning the kafka source thread: {e}")))?
+        };
+        let mut running = Running { consumer: consumer.clone(), stop, thread: Some(thread) };
+        match self.wait_for_assignment(&consumer) {
+            Ok(()) => {
+                self.running = Some(running);
+                Ok(())
+            }
+            Err(error) => {
+                Self::stop_thread(&mut running);
+                Err(error)
+            }
+        }
+    }
+
+    fn shutdown(&mut self) -> Result<(), SourceError> {
+        let Some(mut running) = self.running.take() else { return Ok(()) };
+        Self::stop_thread(&mut running);
+        let consumer = running.consumer;
+        // The runtime's final drain stored every lane's offset; commit them while still a member.
+        commit_sync(&consumer, &self.counters, "shutdown");
+        // Leave the group: closing runs the revocation callback (nothing left to drain) on this thread.
+        let result = consumer.close_queue();
+        let deadline = Instant::now() + CLOSE_TIMEOUT;
+        if result.is_ok() {
+            while !consumer.closed() && Instant::now() < deadline {
+                let _ = consumer.poll(POLL_INTERVAL);
+            }
+        }
+        tracing::info!(topic = %self.config.topic, stats = ?self.stats(), "kafka source closed");
+        match result {
+            Ok(()) if consumer.closed() => Ok(()),
+            Ok(()) => {
+                Err(SourceError::transient(format!("closing the kafka consumer took more than {CLOSE_TIMEOUT:?}")))
+            }
+            Err(error) => Err(SourceError::transient(format!("closing the kafka consumer: {error}"))),
+        }
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.as_mut() {
+            Self::stop_thread(running);
+        }
+    }
+}
+
+/// The source thread: serves the main queue (rebalances, commits, statistics, errors) until `stop`.
+fn poll_main_queue(consumer: Weak<Consumer>, stop: Arc<AtomicBool>, pipeline: PipelineHandle) {
+    while !stop.load(Ordering::Acquire) {
+        let Some(consumer) = consumer.upgrade() else { return };
+        match consumer.poll(POLL_INTERVAL) {
+            // After a rebalance `poll` returns `None` too: it never means idle, so just poll again.
+            None => {}
+            Some(Ok(message)) => {
+                // Impossible with split queues; if it happened, a lane would skip this offset and a
+                // later store could pass it, so stop rather than risk a loss.
+                consumer.context().counters.leaked_messages.fetch_add(1, Ordering::Relaxed);
+                pipeline.report_fatal(format!(
+                    "a message of partition {} offset {} reached the main queue instead of its lane",
+                    message.partition(),
+                    message.offset()
+                ));
+            }
+            Some(Err(KafkaError::MessageConsumptionFatal(code))) => {
+                pipeline.report_fatal(format!("fatal kafka consumer error: {code}"));
+            }
+            // Already logged by the context's error callback; librdkafka retries by itself.
+            Some(Err(_)) => {}
+        }
+    }
+}

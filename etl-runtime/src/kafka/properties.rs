@@ -1,0 +1,194 @@
+//! The librdkafka properties of the Kafka clients: the framework-owned ones, the prefetch defaults,
+//! the passthrough checks, and masking secrets before anything is logged.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
+
+use crate::source::SourceError;
+
+/// Default `queued.max.messages.kbytes`: 16 MiB. With split partition queues librdkafka applies it
+/// per partition queue, so it is the prefetch bound per owned partition (see the module docs).
+pub(crate) const DEFAULT_QUEUED_MAX_KBYTES: u64 = 16 * 1024;
+
+/// Default `queued.min.messages`: librdkafka fetches ahead until a partition queue holds this many
+/// messages or the kbytes cap is reached, whichever comes first.
+pub(crate) const DEFAULT_QUEUED_MIN_MESSAGES: u64 = 10_000;
+
+/// Default `fetch.queue.backoff.ms`: how long a partition waits before fetching again once its queue
+/// is at the cap. librdkafka's 1000 ms collapses consumption about 40-fold when the cap is small
+/// (INFRA.md); 10 ms keeps the fetcher busy.
+pub(crate) const DEFAULT_FETCH_QUEUE_BACKOFF_MS: u64 = 10;
+
+/// Properties the framework owns (with their aliases): setting them through `rdkafka:` would break the
+/// offset protocol or the threading model. `gen` rejects them already; the runtime checks again so a
+/// hand-written caller gets the same guarantee.
+const DENIED: &[(&str, &str)] = &[
+    ("enable.auto.offset.store", "the source stores offsets itself once they are durable"),
+    ("enable.auto.commit", "interval commit of stored offsets is the commit mechanism"),
+    ("auto.commit.enable", "alias of enable.auto.commit"),
+    ("auto.commit.interval.ms", "owned by commit_interval"),
+    ("enable.partition.eof", "EOF events would reach the partition queues"),
+    ("bootstrap.servers", "owned by brokers"),
+    ("metadata.broker.list", "owned by brokers"),
+    ("group.id", "owned by group_id"),
+    ("statistics.interval.ms", "owned by statistics_interval"),
+    ("group.protocol", "only the classic protocol with eager rebalancing is supported"),
+];
+
+/// Whether the value of `key` must never appear in logs, errors or metrics.
+pub(crate) fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.contains("password")
+        || key.contains("secret")
+        || key.starts_with("ssl.key.")
+        || key == "ssl_key"
+        || key == "sasl.oauthbearer.config"
+        || key == "ssl.keystore.password"
+}
+
+/// `key=value` pairs for a log line, secret values masked.
+pub(crate) fn describe(properties: &[(String, String)]) -> String {
+    properties
+        .iter()
+        .map(|(k, v)| if is_secret(k) { format!("{k}=********") } else { format!("{k}={v}") })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Replaces every secret value that occurs in `message` by `********`: librdkafka quotes values in
+/// some of its configuration errors.
+pub(crate) fn redact(message: &str, properties: &[(String, String)]) -> String {
+    let mut message = message.to_owned();
+    for (key, value) in properties {
+        if is_secret(key) && !value.is_empty() {
+            message = message.replace(value.as_str(), "********");
+        }
+    }
+    message
+}
+
+/// Rejects the passthrough properties the framework owns, and cooperative assignment strategies.
+pub(crate) fn check_passthrough(properties: &[(String, String)]) -> Result<(), SourceError> {
+    for (key, value) in properties {
+        if let Some((_, why)) = DENIED.iter().find(|(denied, _)| denied == key) {
+            return Err(SourceError::fatal(format!("rdkafka property `{key}` is owned by the framework: {why}")));
+        }
+        if key == "partition.assignment.strategy" && value.to_ascii_lowercase().contains("cooperative") {
+            return Err(SourceError::fatal(format!(
+                "rdkafka property `partition.assignment.strategy` = `{value}`: cooperative strategies are not \
+                 supported (the source relies on eager rebalancing)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the consumer's configuration is made of.
+pub(crate) struct ConsumerProperties<'a> {
+    pub(crate) brokers: &'a str,
+    pub(crate) group_id: &'a str,
+    pub(crate) commit_interval: Duration,
+    pub(crate) statistics_interval: Duration,
+    pub(crate) passthrough: &'a [(String, String)],
+}
+
+/// The consumer's properties in the order they are applied: prefetch defaults, then the passthrough
+/// (which may override the defaults), then the framework-owned ones (which nothing overrides).
+pub(crate) fn consumer_properties(p: &ConsumerProperties<'_>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![
+        ("queued.max.messages.kbytes".into(), DEFAULT_QUEUED_MAX_KBYTES.to_string()),
+        ("queued.min.messages".into(), DEFAULT_QUEUED_MIN_MESSAGES.to_string()),
+        ("fetch.queue.backoff.ms".into(), DEFAULT_FETCH_QUEUE_BACKOFF_MS.to_string()),
+    ];
+    out.extend(p.passthrough.iter().cloned());
+    out.extend([
+        ("bootstrap.servers".into(), p.brokers.to_owned()),
+        ("group.id".into(), p.group_id.to_owned()),
+        ("enable.auto.offset.store".into(), "false".into()),
+        ("enable.auto.commit".into(), "true".into()),
+        ("auto.commit.interval.ms".into(), p.commit_interval.as_millis().to_string()),
+        ("statistics.interval.ms".into(), p.statistics_interval.as_millis().to_string()),
+        ("enable.partition.eof".into(), "false".into()),
+    ]);
+    out
+}
+
+/// Builds a `ClientConfig` (later entries win) and checks it with librdkafka's own parser, so a
+/// misspelt or ill-typed property fails at construction, with secrets redacted from the error.
+pub(crate) fn client_config(properties: &[(String, String)], what: &str) -> Result<ClientConfig, SourceError> {
+    let mut config = ClientConfig::new();
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    // Warnings and errors reach `tracing` through the contexts' `log` callbacks; debug output only
+    // when asked for with the `debug` property.
+    config.set_log_level(RDKafkaLogLevel::Warning);
+    if let Err(error) = config.create_native_config() {
+        let message = match error {
+            KafkaError::ClientConfig(_, description, key, _) => format!("rdkafka property `{key}`: {description}"),
+            other => other.to_string(),
+        };
+        return Err(SourceError::fatal(format!("invalid {what} configuration: {}", redact(&message, properties))));
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn secrets_are_masked_and_redacted() {
+        let p = props(&[("sasl.password", "hunter2"), ("ssl.key.password", "k3y"), ("sasl.username", "bob")]);
+        let text = describe(&p);
+        assert!(!text.contains("hunter2") && !text.contains("k3y"), "{text}");
+        assert!(text.contains("sasl.username=bob"));
+        assert_eq!(redact("bad value \"hunter2\" for x", &p), "bad value \"********\" for x");
+    }
+
+    #[test]
+    fn owned_properties_and_cooperative_strategies_are_rejected() {
+        for key in ["group.id", "auto.commit.enable", "metadata.broker.list", "group.protocol"] {
+            let error = check_passthrough(&props(&[(key, "x")])).unwrap_err();
+            assert!(error.message.contains(key), "{error}");
+        }
+        let error = check_passthrough(&props(&[("partition.assignment.strategy", "range,cooperative-sticky")]));
+        assert!(error.unwrap_err().message.contains("cooperative"));
+        assert!(check_passthrough(&props(&[("partition.assignment.strategy", "roundrobin")])).is_ok());
+    }
+
+    #[test]
+    fn forced_properties_win_and_defaults_can_be_overridden() {
+        let passthrough = props(&[("queued.max.messages.kbytes", "1024"), ("auto.offset.reset", "earliest")]);
+        let all = consumer_properties(&ConsumerProperties {
+            brokers: "b:1",
+            group_id: "g",
+            commit_interval: Duration::from_secs(5),
+            statistics_interval: Duration::ZERO,
+            passthrough: &passthrough,
+        });
+        let last = |key: &str| all.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        assert_eq!(last("queued.max.messages.kbytes"), Some("1024"));
+        assert_eq!(last("fetch.queue.backoff.ms"), Some("10"));
+        assert_eq!(last("enable.auto.offset.store"), Some("false"));
+        assert_eq!(last("enable.auto.commit"), Some("true"));
+        assert_eq!(last("auto.commit.interval.ms"), Some("5000"));
+        assert_eq!(last("statistics.interval.ms"), Some("0"));
+        assert!(client_config(&all, "consumer").is_ok());
+    }
+
+    #[test]
+    fn librdkafka_rejects_unknown_properties_without_leaking_secrets() {
+        let p = props(&[("sasl.password", "hunter2"), ("fetch.wait.max.ms", "hunter2")]);
+        let error = client_config(&p, "consumer").unwrap_err();
+        assert!(error.message.contains("fetch.wait.max.ms"), "{error}");
+        assert!(!error.message.contains("hunter2"), "{error}");
+    }
+}
