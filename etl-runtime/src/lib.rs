@@ -61,6 +61,7 @@ mod batcher;
 mod budget;
 mod chain;
 mod checkpoint;
+mod clickhouse;
 mod codec;
 mod config;
 mod datagen;
@@ -76,6 +77,7 @@ mod source;
 #[cfg(test)]
 mod testing;
 
+pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
 pub use chain::{Chain, RecordError, RecordErrorKind, RowOut};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
@@ -91,6 +93,7 @@ pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
+    pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
     pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,

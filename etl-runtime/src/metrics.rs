@@ -104,6 +104,18 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Duration of successful sink writes.",
     },
     MetricDoc {
+        name: "etl_sink_replica_healthy",
+        kind: "gauge",
+        labels: &["shard", "replica"],
+        help: "ClickHouse sink: 1 while the replica answers (its last request succeeded or none failed yet), 0 after a connection error, timeout or server error; replica is its URL without credentials.",
+    },
+    MetricDoc {
+        name: "etl_sink_errors_by_class_total",
+        kind: "counter",
+        labels: &["shard", "class"],
+        help: "ClickHouse sink: failed requests by class: retryable (retried, replica rotated), fatal (stops the pipeline) or data (ClickHouse refused rows; they are isolated by bisection).",
+    },
+    MetricDoc {
         name: "etl_source_commits_total",
         kind: "counter",
         labels: &[],
@@ -129,6 +141,25 @@ fn help(name: &str) -> &'static str {
 
 fn opts(name: &str) -> Opts {
     Opts::new(name, help(name))
+}
+
+/// Metrics a sink owns. A sink is built before the pipeline whose registry serves `/metrics`, so
+/// these are process-wide families that every pipeline's registry registers as well.
+#[derive(Debug)]
+pub(crate) struct SinkMetrics {
+    pub(crate) replica_healthy: IntGaugeVec,
+    pub(crate) errors_by_class: IntCounterVec,
+}
+
+/// The process-wide [`SinkMetrics`].
+pub(crate) fn sink_metrics() -> &'static SinkMetrics {
+    static METRICS: std::sync::OnceLock<SinkMetrics> = std::sync::OnceLock::new();
+    METRICS.get_or_init(|| SinkMetrics {
+        replica_healthy: IntGaugeVec::new(opts("etl_sink_replica_healthy"), &["shard", "replica"])
+            .expect("static metric options are valid"),
+        errors_by_class: IntCounterVec::new(opts("etl_sink_errors_by_class_total"), &["shard", "class"])
+            .expect("static metric options are valid"),
+    })
 }
 
 /// The runtime's metric handles. Per-shard handles are resolved once so hot paths do no label
@@ -209,6 +240,8 @@ impl Metrics {
         reg(Box::new(commits.clone()))?;
         reg(Box::new(committed_offset.clone()))?;
         reg(Box::new(build_info))?;
+        reg(Box::new(sink_metrics().replica_healthy.clone()))?;
+        reg(Box::new(sink_metrics().errors_by_class.clone()))?;
 
         let labels: Vec<String> = (0..shards).map(|s| s.to_string()).collect();
         let each = |f: &dyn Fn(&str) -> IntCounter| labels.iter().map(|l| f(l)).collect::<Vec<_>>();
@@ -257,6 +290,8 @@ mod tests {
         metrics.lag_records.with_label_values(&["0"]).set(3);
         metrics.lag_seconds.with_label_values(&["0"]).set(1.5);
         metrics.committed_offset.with_label_values(&["0"]).set(7);
+        sink_metrics().replica_healthy.with_label_values(&["0", "http://replica"]).set(1);
+        sink_metrics().errors_by_class.with_label_values(&["0", "retryable"]).inc_by(0);
         let text = metrics.render();
         for doc in metric_catalogue() {
             assert!(text.contains(&format!("# TYPE {} {}", doc.name, doc.kind)), "{} missing:\n{text}", doc.name);
