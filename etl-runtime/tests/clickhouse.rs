@@ -455,3 +455,31 @@ fn a_retried_batch_lands_once() {
         exec(&url, &format!("DROP TABLE default.`{table}`"));
     }
 }
+
+// Replica rotation against a real server: the shard's first replica is dead (nothing listens), so
+// the first insert fails as retryable, the shard rotates to the live replica and the runtime's
+// retry lands there; the dead replica shows as unhealthy in `etl_sink_replica_healthy`.
+#[test]
+fn a_dead_replica_is_rotated_out() {
+    let _servers = share_servers();
+    let (url, _) = clickhouse_urls();
+    let table = unique_table("ch_replicas");
+    create_table(&url, &table, ID_COLUMNS, "", DEDUP);
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let mut config = sink_config(&[&url], &table, ID_COLUMNS);
+    config.shards = vec![vec![dead.clone(), url.clone()]];
+    let sink = ClickhouseSink::new(config).unwrap();
+    block_on(sink.check()).expect("one reachable replica per shard is enough");
+    let n = 2_000;
+    let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), None, Duration::from_secs(30));
+    assert_eq!(end.fatal, None);
+    assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), n);
+    let health = |replica: &str| metric_sum(&end.metrics, "etl_sink_replica_healthy", &[("replica", replica)]);
+    assert_eq!(health(&dead), 0.0);
+    assert_eq!(health(&url), 1.0);
+    assert!(end.metrics.contains(&format!("etl_sink_replica_healthy{{replica=\"{dead}\",shard=\"0\"}} 0")));
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}

@@ -78,6 +78,8 @@
 
 mod errors;
 mod schema;
+#[cfg(test)]
+mod wire_tests;
 
 use std::fmt;
 use std::sync::Mutex;
