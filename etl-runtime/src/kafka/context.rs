@@ -145,17 +145,20 @@ impl SourceContext {
         let lost = consumer.assignment_lost();
         tracing::info!(topic = %self.topic, ?partitions, lost, "partitions revoked; draining");
         let offsets = self.pipeline.drain_partitions(&partitions, self.drain_timeout);
+        tracing::debug!(?offsets, "revoked lanes drained");
         {
+            // Counted from what the lanes stored, not from the drain's answer: at shutdown the
+            // runtime's final drain already removed the lanes, so this drain finds none.
             let mut progress = self.progress.lock().expect("progress lock");
-            for (partition, stored) in offsets {
-                let Some(lane) = progress.remove(&partition) else { continue };
-                let abandoned = lane.beyond(stored);
+            for partition in &partitions {
+                let Some(lane) = progress.remove(partition) else { continue };
+                let abandoned = lane.abandoned();
                 if abandoned > 0 {
                     self.counters.abandoned_records.fetch_add(abandoned as u64, Ordering::Relaxed);
                     tracing::warn!(
                         partition,
                         abandoned,
-                        next_offset = ?stored,
+                        next_offset = ?lane.stored(),
                         "the drain timed out: records handed to the pipeline are not durable; they will be redelivered"
                     );
                 }

@@ -22,11 +22,13 @@ pub(crate) struct LaneProgress {
     first: AtomicI64,
     /// The offset after the last record handed out, or -1.
     next: AtomicI64,
+    /// The last stored next offset, or -1.
+    stored: AtomicI64,
 }
 
 impl LaneProgress {
     pub(crate) fn new() -> Self {
-        LaneProgress { first: AtomicI64::new(-1), next: AtomicI64::new(-1) }
+        LaneProgress { first: AtomicI64::new(-1), next: AtomicI64::new(-1), stored: AtomicI64::new(-1) }
     }
 
     fn handed(&self, offset: i64) {
@@ -36,14 +38,22 @@ impl LaneProgress {
         self.next.store(offset + 1, Ordering::Release);
     }
 
-    /// Records handed out to the pipeline beyond `stored` (the final stored next offset, if any).
-    pub(crate) fn beyond(&self, stored: Option<i64>) -> i64 {
+    /// Records handed out to the pipeline but not covered by the last stored offset: after a drain,
+    /// what its timeout abandoned.
+    pub(crate) fn abandoned(&self) -> i64 {
         let next = self.next.load(Ordering::Acquire);
         if next < 0 {
             return 0;
         }
-        let base = stored.unwrap_or_else(|| self.first.load(Ordering::Relaxed));
+        let stored = self.stored.load(Ordering::Acquire);
+        let base = if stored >= 0 { stored } else { self.first.load(Ordering::Relaxed) };
         (next - base).max(0)
+    }
+
+    /// The last stored next offset, if any.
+    pub(crate) fn stored(&self) -> Option<i64> {
+        let stored = self.stored.load(Ordering::Acquire);
+        (stored >= 0).then_some(stored)
     }
 }
 
@@ -162,7 +172,9 @@ impl Lane for KafkaLane {
             .map_err(|e| SourceError::transient(format!("partition {}: {e}", self.partition)))?;
         self.consumer.store_offsets(&self.store).map_err(|e| {
             SourceError::transient(format!("storing offset {next_offset} of partition {}: {e}", self.partition))
-        })
+        })?;
+        self.progress.stored.store(next_offset, Ordering::Release);
+        Ok(())
     }
 }
 

@@ -1,0 +1,447 @@
+//! The Kafka source against a real Kafka-protocol broker (started on demand, see `support`) and
+//! librdkafka's mock cluster: consumption through lanes, commits, pauses, rebalances, a frozen broker,
+//! injected request errors, start-up diagnosis and the dead-letter producer.
+
+mod common;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use etl_runtime::{
+    Batch, Chain, ErrorPolicy, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, Pipeline, Record, RecordError,
+    RecordErrorKind, RowOut, RunOutcome, RuntimeConfig, Sink, SinkError, Source, TombstonePolicy,
+};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::{ClientConfig, TopicPartitionList};
+
+use common::{ROW, RecordingSink};
+use support::{committed, create_topic, fixtures, kafka_brokers, produce, unique};
+
+const PARTITIONS: i32 = 4;
+
+/// Writes one fixed-width row per record: partition and offset, as `common::rows_of` reads them. It
+/// checks that the key, offset and timestamp reached the chain, and fails records whose payload starts
+/// with `bad` (for the dead-letter test).
+struct Meta;
+
+impl Chain for Meta {
+    fn process(&mut self, record: &Record<'_>, out: &mut RowOut<'_>) -> Result<(), RecordError> {
+        let payload = record.payload.expect("tombstones never reach the chain");
+        if payload.starts_with(b"bad") {
+            return Err(RecordError::new(RecordErrorKind::Decode, "not a datum"));
+        }
+        let seq = std::str::from_utf8(&payload[1..]).map(str::trim).unwrap_or_default();
+        let key = record.key.and_then(|k| std::str::from_utf8(k).ok()).unwrap_or_default();
+        if key.strip_prefix('k') != Some(seq) || record.timestamp_ms.is_none_or(|ts| ts <= 0) {
+            // Under `errors.policy: fail` this stops the pipeline and fails the test.
+            return Err(RecordError::new(RecordErrorKind::Operator, format!("metadata mismatch: key {key:?}")));
+        }
+        let shard = out.round_robin();
+        out.push_row(shard, |buf| {
+            let start = buf.len();
+            buf.extend_from_slice(&record.partition.to_le_bytes());
+            buf.extend_from_slice(&record.offset.to_le_bytes());
+            buf.resize(start + ROW, 0);
+        });
+        Ok(())
+    }
+}
+
+fn runtime_config(threads: usize) -> RuntimeConfig {
+    RuntimeConfig {
+        error_policy: ErrorPolicy::Fail,
+        tombstones: TombstonePolicy::Skip,
+        drain_timeout: Duration::from_secs(5),
+        ..common::config(threads, 1)
+    }
+}
+
+/// A configuration with room enough that backpressure rarely pauses a lane.
+fn roomy(threads: usize) -> RuntimeConfig {
+    let mut config = runtime_config(threads);
+    config.backpressure.max_inflight_bytes = 64 << 20;
+    config.chunk_target_bytes = 64 << 10;
+    config.batch.max_bytes = 1 << 20;
+    config.batch.max_rows = 100_000;
+    config
+}
+
+fn source_config(brokers: &str, topic: &str, group: &str, extra: &[(&str, &str)]) -> KafkaSourceConfig {
+    let mut properties: Vec<(String, String)> = vec![
+        ("auto.offset.reset".into(), "earliest".into()),
+        ("session.timeout.ms".into(), "6000".into()),
+        ("heartbeat.interval.ms".into(), "500".into()),
+    ];
+    properties.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    KafkaSourceConfig {
+        brokers: brokers.to_owned(),
+        topic: topic.to_owned(),
+        group_id: group.to_owned(),
+        commit_interval: Duration::from_millis(200),
+        startup_timeout: Duration::from_secs(30),
+        statistics_interval: Duration::from_millis(500),
+        properties,
+    }
+}
+
+/// A pipeline with a Kafka source and a sink.
+struct Running<K: Sink + Clone> {
+    pipeline: Pipeline,
+    source: KafkaSource,
+    sink: K,
+}
+
+fn start<K: Sink + Clone>(config: KafkaSourceConfig, runtime: RuntimeConfig, sink: K) -> Running<K> {
+    etl_runtime::init_logging();
+    let pipeline = Pipeline::start(runtime, || Meta, sink.clone(), None).expect("pipeline");
+    let mut source = KafkaSource::new(config).expect("source").with_drain_timeout(Duration::from_secs(5));
+    source.start(pipeline.handle()).expect("source start");
+    Running { pipeline, source, sink }
+}
+
+impl<K: Sink + Clone> Running<K> {
+    /// Graceful stop as `run` does it: drain and store, then the source commits and leaves the group.
+    fn stop(mut self) -> (BTreeMap<i32, Option<i64>>, KafkaSource) {
+        let report = self.pipeline.shutdown(Duration::from_secs(10));
+        assert!(report.complete, "the shutdown drain completed");
+        assert_eq!(report.fatal, None);
+        self.source.shutdown().expect("source shutdown");
+        (report.offsets.into_iter().collect(), self.source)
+    }
+}
+
+fn rows(sink: &RecordingSink) -> BTreeMap<(i32, i64), u32> {
+    sink.rows.lock().unwrap().iter().map(|(&k, &v)| (k, v)).collect()
+}
+
+fn wait_rows(sink: &RecordingSink, expected: &BTreeSet<(i32, i64)>, limit: Duration) -> bool {
+    common::wait_for(limit, || {
+        let rows = sink.rows.lock().unwrap();
+        rows.len() >= expected.len() && expected.iter().all(|k| rows.contains_key(k))
+    })
+}
+
+// Invariants 3, 4 and 5: N messages (with tombstones) on 4 partitions consumed through split-queue
+// lanes: every offset with a payload processed exactly once, tombstones skipped, key/offset/timestamp
+// reach the chain, the committed offsets read back by another consumer of the group equal the end
+// offsets from the delivery reports, and lag and commit metrics are exported.
+#[test]
+fn consumes_every_offset_once_and_commits_the_end_offsets() {
+    let _broker = support::share_broker();
+    let brokers = kafka_brokers();
+    let (topic, group) = (unique("consume"), unique("consume-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    let delivered = produce(&brokers, &topic, &fixtures(0, 40_000, PARTITIONS, 500));
+    let expected = delivered.with_payload();
+    assert_eq!(delivered.tombstones.len(), 80);
+
+    let run = start(source_config(&brokers, &topic, &group, &[]), roomy(2), RecordingSink::default());
+    let t0 = Instant::now();
+    assert!(wait_rows(&run.sink, &expected, Duration::from_secs(30)), "all rows within 30 s");
+    eprintln!("consumed 40 000 messages in {:?}; {:?}", t0.elapsed(), run.pipeline.stats());
+    // Let at least one statistics interval pass so the lag gauge is set.
+    std::thread::sleep(Duration::from_millis(700));
+    let metrics = run.pipeline.metrics_text();
+    let sink = run.sink.clone();
+    let (stored, source) = run.stop();
+    let stats = source.stats();
+
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), expected);
+    assert!(rows.values().all(|&n| n == 1), "no duplicate");
+    let end = delivered.end_offsets();
+    assert_eq!(stored, end.iter().map(|(&p, &o)| (p, Some(o))).collect());
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), end);
+    assert_eq!((stats.assignments, stats.revocations, stats.abandoned_records), (1, 1, 0));
+    assert!(stats.commits > 0);
+    assert!(metrics.contains("etl_source_lag_records{partition=\"0\"}"), "{metrics}");
+    assert!(common::metric(&metrics, "etl_source_commits_total") > 0.0);
+}
+
+/// A sink that holds every write until the gate opens.
+#[derive(Clone, Default)]
+struct GatedSink {
+    open: Arc<AtomicBool>,
+    inner: RecordingSink,
+}
+
+impl Sink for GatedSink {
+    async fn write(&self, shard: usize, batch: &Batch) -> Result<(), SinkError> {
+        while !self.open.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.inner.write(shard, batch).await
+    }
+
+    async fn check(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+// Invariant 6: with the sink stuck, every lane pauses its partition at the consumer, and stays paused
+// longer than max.poll.interval.ms (10 s) while the source thread keeps polling: no rebalance, the lag
+// gauge shows the backlog, and after the sink recovers each partition resumes at its next offset (no
+// gap, no duplicate).
+#[test]
+fn partition_paused_longer_than_max_poll_interval_keeps_membership() {
+    let _broker = support::share_broker();
+    let brokers = kafka_brokers();
+    let (topic, group) = (unique("paused"), unique("paused-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    let delivered = produce(&brokers, &topic, &fixtures(0, 20_000, PARTITIONS, 0));
+    let expected = delivered.with_payload();
+
+    let config = source_config(&brokers, &topic, &group, &[("max.poll.interval.ms", "10000")]);
+    let run = start(config, runtime_config(2), GatedSink::default());
+    assert!(common::wait_for(Duration::from_secs(15), || run.pipeline.stats().paused_lanes == 4), "all lanes pause");
+    let paused_at = Instant::now();
+    while paused_at.elapsed() < Duration::from_secs(12) {
+        assert_eq!(run.pipeline.stats().paused_lanes, 4, "the lanes stay paused while the sink is stuck");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let metrics = run.pipeline.metrics_text();
+    let lag: f64 = (0..PARTITIONS)
+        .map(|p| common::metric(&metrics, &format!("etl_source_lag_records{{partition=\"{p}\"}}")))
+        .sum();
+    assert!(lag > 0.0, "the backlog shows in etl_source_lag_records:\n{metrics}");
+    assert_eq!(run.source.stats().revocations, 0, "no rebalance while paused");
+
+    run.sink.open.store(true, Ordering::SeqCst);
+    assert!(wait_rows(&run.sink.inner, &expected, Duration::from_secs(30)), "all rows after the resume");
+    let sink = run.sink.inner.clone();
+    let (_, source) = run.stop();
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), expected);
+    assert!(rows.values().all(|&n| n == 1), "no duplicate");
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), delivered.end_offsets());
+    let stats = source.stats();
+    assert_eq!((stats.assignments, stats.revocations), (1, 1), "only the shutdown revoked: {stats:?}");
+}
+
+// Invariants 4 and 5: a second member joins mid-run. Eager rebalance: the first member's revocation
+// drains its lanes and commits synchronously, both members are assigned from the committed offsets.
+// Nothing is lost, and duplicates come only from what was not committed, i.e. at most what a drain
+// timeout abandoned (0 here, the drains complete).
+#[test]
+fn second_member_joining_rebalances_without_loss() {
+    let _broker = support::share_broker();
+    let brokers = kafka_brokers();
+    let (topic, group) = (unique("rebalance"), unique("rebalance-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    let delivered = produce(&brokers, &topic, &fixtures(0, 40_000, PARTITIONS, 0));
+    let expected = delivered.with_payload();
+
+    let throttled = || RecordingSink::throttled(Duration::from_millis(40));
+    let first = start(source_config(&brokers, &topic, &group, &[]), runtime_config(1), throttled());
+    assert!(common::wait_for(Duration::from_secs(20), || first.sink.rows.lock().unwrap().len() >= 4_000));
+    let second = start(source_config(&brokers, &topic, &group, &[]), runtime_config(1), throttled());
+    let before_rebalance_done = first.sink.rows.lock().unwrap().len();
+    assert!(before_rebalance_done < expected.len(), "the second member joined mid-run");
+
+    let union_complete = common::wait_for(Duration::from_secs(60), || {
+        let (a, b) = (first.sink.rows.lock().unwrap(), second.sink.rows.lock().unwrap());
+        expected.iter().all(|k| a.contains_key(k) || b.contains_key(k))
+    });
+    assert!(union_complete, "every offset reaches one of the members");
+    let (sink_a, sink_b) = (first.sink.clone(), second.sink.clone());
+    let (_, source_a) = first.stop();
+    let (_, source_b) = second.stop();
+    let (a, b) = (rows(&sink_a), rows(&sink_b));
+    let (stats_a, stats_b) = (source_a.stats(), source_b.stats());
+    eprintln!("first {stats_a:?} ({} rows), second {stats_b:?} ({} rows)", a.len(), b.len());
+
+    let mut all: BTreeMap<(i32, i64), u32> = a.clone();
+    for (k, n) in &b {
+        *all.entry(*k).or_insert(0) += n;
+    }
+    assert_eq!(all.keys().copied().collect::<BTreeSet<_>>(), expected, "nothing lost");
+    let duplicates: u64 = all.values().map(|&n| u64::from(n - 1)).sum();
+    assert!(
+        duplicates <= stats_a.abandoned_records + stats_b.abandoned_records,
+        "{duplicates} duplicates, more than the drains abandoned"
+    );
+    assert!(stats_a.revocations >= 2 && stats_a.assignments >= 2, "the first member was rebalanced: {stats_a:?}");
+    assert!(!b.is_empty(), "the second member consumed");
+    assert_eq!(stats_a.commit_failures + stats_b.commit_failures, 0);
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), delivered.end_offsets());
+}
+
+// Invariants 3 and 6: the broker frozen (SIGSTOP) for 8 s mid-run, then thawed (SIGCONT; a restarted
+// Tansu would forget everything): the source recovers by itself, consumes what was produced before and
+// after, loses nothing, and the committed offsets reach the end offsets.
+#[test]
+fn frozen_broker_recovers_without_loss() {
+    let _broker = support::own_broker();
+    let brokers = kafka_brokers();
+    let pid = support::broker_pid();
+    let (topic, group) = (unique("frozen"), unique("frozen-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    let mut delivered = produce(&brokers, &topic, &fixtures(0, 30_000, PARTITIONS, 0));
+
+    let run = start(
+        source_config(&brokers, &topic, &group, &[]),
+        runtime_config(2),
+        RecordingSink::throttled(Duration::from_millis(20)),
+    );
+    assert!(common::wait_for(Duration::from_secs(20), || run.sink.rows.lock().unwrap().len() >= 3_000));
+    {
+        let _frozen = support::Frozen::new(pid);
+        std::thread::sleep(Duration::from_secs(8));
+    }
+    delivered.extend(produce(&brokers, &topic, &fixtures(30_000, 2_000, PARTITIONS, 0)));
+    let expected = delivered.with_payload();
+    assert!(wait_rows(&run.sink, &expected, Duration::from_secs(60)), "everything arrives after the thaw");
+    let sink = run.sink.clone();
+    let (_, source) = run.stop();
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), expected, "nothing lost");
+    let duplicates: u32 = rows.values().map(|n| n - 1).sum();
+    eprintln!("frozen broker: {duplicates} duplicates; {:?}", source.stats());
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), delivered.end_offsets());
+}
+
+// Invariant 3 under injected request errors (librdkafka's mock cluster, in addition to the real
+// broker): failing fetches are retried by librdkafka, failing interval commits are counted and the
+// next commit carries the stored offsets; every offset is processed once and the end offsets are
+// committed.
+#[test]
+fn mock_cluster_fetch_and_commit_errors_are_survived() {
+    etl_runtime::init_logging();
+    let mock = MockCluster::new(1).expect("mock cluster");
+    let brokers = mock.bootstrap_servers();
+    let (topic, group) = (unique("mock"), unique("mock-g"));
+    mock.create_topic(&topic, PARTITIONS, 1).expect("mock topic");
+    let delivered = produce(&brokers, &topic, &fixtures(0, 4_000, PARTITIONS, 0));
+    let expected = delivered.with_payload();
+    mock.request_errors(RDKafkaApiKey::Fetch, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 3]);
+    mock.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_COMMIT_OFFSET_SIZE; 2],
+    );
+
+    let run = start(source_config(&brokers, &topic, &group, &[]), roomy(2), RecordingSink::default());
+    assert!(wait_rows(&run.sink, &expected, Duration::from_secs(30)), "all rows despite fetch errors");
+    // Interval commits run every 200 ms: give the failing ones and a good one time to happen.
+    assert!(common::wait_for(Duration::from_secs(10), || {
+        let stats = run.source.stats();
+        stats.commit_failures >= 1 && stats.commits > 0
+    }));
+    let sink = run.sink.clone();
+    let (_, source) = run.stop();
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), expected);
+    assert!(rows.values().all(|&n| n == 1), "no duplicate");
+    eprintln!("mock cluster: {:?}", source.stats());
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), delivered.end_offsets());
+}
+
+// DESIGN §3 `startup_timeout`: unreachable brokers end `run` with a start-up error (exit code 2) that
+// says so, within about startup_timeout.
+#[test]
+fn startup_timeout_names_unreachable_brokers() {
+    etl_runtime::init_logging();
+    let mut config = source_config("127.0.0.1:1", "nowhere", &unique("nowhere-g"), &[]);
+    config.startup_timeout = Duration::from_secs(3);
+    let source = KafkaSource::new(config).expect("source");
+    let t0 = Instant::now();
+    let outcome = etl_runtime::run(runtime_config(1), source, || Meta, RecordingSink::default(), None);
+    let elapsed = t0.elapsed();
+    match &outcome {
+        RunOutcome::Startup(message) => {
+            assert!(message.contains("unreachable") && message.contains("127.0.0.1:1"), "{message}")
+        }
+        other => panic!("expected a start-up error, got {other:?}"),
+    }
+    assert_eq!(outcome.exit_code(), 2);
+    assert!(elapsed < Duration::from_secs(8), "took {elapsed:?}");
+}
+
+// DESIGN §3 `startup_timeout`: a topic that does not exist is a start-up error that says so.
+#[test]
+fn startup_timeout_names_a_missing_topic() {
+    let _broker = support::share_broker();
+    etl_runtime::init_logging();
+    let brokers = kafka_brokers();
+    let topic = unique("missing");
+    let mut config = source_config(&brokers, &topic, &unique("missing-g"), &[]);
+    config.startup_timeout = Duration::from_secs(4);
+    let pipeline = Pipeline::start(runtime_config(1), || Meta, RecordingSink::default(), None).expect("pipeline");
+    let mut source = KafkaSource::new(config).expect("source");
+    let t0 = Instant::now();
+    let error = source.start(pipeline.handle()).expect_err("no assignment");
+    let elapsed = t0.elapsed();
+    assert!(error.message.contains("does not exist") && error.message.contains(&topic), "{error}");
+    assert!(elapsed < Duration::from_secs(9), "took {elapsed:?}");
+    pipeline.abort();
+}
+
+// Invariant 3 with `errors.policy: dlq`: failing records go to the dead-letter topic raw, with the
+// error headers, and their offsets count as done only once the producer's delivery report came back:
+// the committed offsets still reach the end offsets.
+#[test]
+fn dead_letter_records_carry_headers_and_complete_offsets() {
+    let _broker = support::share_broker();
+    let brokers = kafka_brokers();
+    let (topic, dlq, group) = (unique("dlq-src"), unique("dlq"), unique("dlq-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    create_topic(&brokers, &dlq, 1);
+    let mut messages = fixtures(0, 2_000, PARTITIONS, 0);
+    for (i, m) in messages.iter_mut().enumerate().filter(|(i, _)| i % 10 == 0) {
+        m.payload = Some(format!("bad{i}").into_bytes());
+    }
+    let delivered = produce(&brokers, &topic, &messages);
+
+    etl_runtime::init_logging();
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
+    let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
+    let sink = RecordingSink::default();
+    let pipeline = Pipeline::start(runtime, || Meta, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
+    let mut source = KafkaSource::new(source_config(&brokers, &topic, &group, &[])).expect("source");
+    source.start(pipeline.handle()).expect("start");
+    assert!(common::wait_for(Duration::from_secs(30), || sink.rows.lock().unwrap().len() == 1_800));
+    let end = delivered.end_offsets();
+    let report = pipeline.shutdown(Duration::from_secs(10));
+    assert!(report.complete);
+    source.shutdown().expect("source shutdown");
+    let stored: BTreeMap<i32, i64> = report.offsets.into_iter().map(|(p, o)| (p, o.expect("stored"))).collect();
+    assert_eq!(stored, end, "dead-lettered offsets count as done");
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), end);
+
+    let good: BTreeSet<(i32, i64)> = sink.rows.lock().unwrap().keys().copied().collect();
+    let bad: BTreeSet<(i32, i64)> = delivered.all.difference(&good).copied().collect();
+    assert_eq!(bad.len(), 200);
+    let reader: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("reader");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning).unwrap();
+    reader.assign(&tpl).unwrap();
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.len() < bad.len() && Instant::now() < deadline {
+        let Some(message) = reader.poll(Duration::from_millis(200)) else { continue };
+        let message = message.expect("dlq message");
+        let headers = message.headers().expect("headers");
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_else(|| panic!("header {name}"))
+        };
+        assert_eq!(header("etl.error.kind"), "decode");
+        assert!(header("etl.error").contains("not a datum"));
+        assert_eq!(header("etl.source.topic"), topic);
+        let source_at = (header("etl.source.partition").parse().unwrap(), header("etl.source.offset").parse().unwrap());
+        let payload = String::from_utf8_lossy(message.payload().unwrap()).into_owned();
+        let key = String::from_utf8_lossy(message.key().unwrap()).into_owned();
+        assert_eq!(payload.strip_prefix("bad"), key.strip_prefix('k'), "raw key and payload");
+        assert!(seen.insert(source_at), "one dead letter per record");
+    }
+    assert_eq!(seen, bad);
+}
