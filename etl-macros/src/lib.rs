@@ -13,7 +13,7 @@ use quote::quote;
 /// pipeline.yaml. The path is resolved like `include_str!`: relative to the file that
 /// invokes the macro. The crate must depend on `etl-runtime`.
 ///
-/// ```ignore
+/// ```text
 /// etl_macros::pipeline!("../pipeline.yaml");
 /// ```
 #[proc_macro]
