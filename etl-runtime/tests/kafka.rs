@@ -198,7 +198,11 @@ fn partition_paused_longer_than_max_poll_interval_keeps_membership() {
     let expected = delivered.with_payload();
 
     let config = source_config(&brokers, &topic, &group, &[("max.poll.interval.ms", "10000")]);
-    let run = start(config, runtime_config(2), GatedSink::default());
+    // A budget this small is crossed while the sink is stuck, so every lane pauses and none may resume
+    // until the sink releases bytes (Invariant 6).
+    let mut runtime = runtime_config(2);
+    runtime.backpressure.max_inflight_bytes = 16 << 10;
+    let run = start(config, runtime, GatedSink::default());
     assert!(common::wait_for(Duration::from_secs(15), || run.pipeline.stats().paused_lanes == 4), "all lanes pause");
     let paused_at = Instant::now();
     while paused_at.elapsed() < Duration::from_secs(12) {
@@ -416,7 +420,12 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     let good: BTreeSet<(i32, i64)> = sink.rows.lock().unwrap().keys().copied().collect();
     let bad: BTreeSet<(i32, i64)> = delivered.all.difference(&good).copied().collect();
     assert_eq!(bad.len(), 200);
-    let reader: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("reader");
+    // `assign` needs a group id even though the reader never joins the group.
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", unique("dlq-reader"))
+        .create()
+        .expect("reader");
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning).unwrap();
     reader.assign(&tpl).unwrap();
