@@ -2,79 +2,8 @@
 //! replica list per shard with rotation, error classification, row-level isolation of refused
 //! rows, and the start-up schema check.
 //!
-//! # One attempt per write
-//!
-//! The runtime's shard worker batches, bounds the concurrent writes per shard
-//! (`inflight.max_per_shard`) and retries [`SinkErrorKind::Retryable`] errors with exponential
-//! backoff and full jitter. [`ClickhouseSink::write`] therefore makes one attempt (plus, for a data
-//! error, the sub-inserts that isolate the refused rows) and classifies the outcome.
-//!
-//! # The insert
-//!
-//! `INSERT INTO db.table (columns…) FORMAT RowBinary` with the generated encoders' bytes as the
-//! body, sent through [`clickhouse::Client::insert_formatted_with`] (the crate's raw-bytes insert:
-//! it streams the body in 256 KiB frames, each lz4-compressed with ClickHouse's block framing).
-//! Every insert carries:
-//!
-//! * `wait_end_of_query=1`, so a 200 answer means the insert finished: Invariant 3's "durably
-//!   written" is "the INSERT returned success";
-//! * `insert_deduplication_token` = the batch token, the same on every attempt of that batch;
-//! * the `settings` of the configuration, verbatim (the sink refuses the few it owns);
-//! * `user` and `password` (as `X-ClickHouse-User`/`X-ClickHouse-Key` headers; the password never
-//!   appears in a log line, a metric or an error message);
-//! * the per-insert `timeout`, covering the whole request.
-//!
-//! `https://` replica URLs use TLS (rustls with the Mozilla roots of `webpki-roots`).
-//!
-//! # Idempotent retries
-//!
-//! A retry of an insert that in fact succeeded (the answer was lost, the timeout fired after the
-//! server committed) is dropped by ClickHouse when the table deduplicates inserts:
-//!
-//! * `ReplicatedMergeTree`: on by default, for the last `replicated_deduplication_window` inserts
-//!   (table setting; 1000 in recent versions, 100 in older ones);
-//! * `MergeTree`: off by default; enable it with the table setting
-//!   `non_replicated_deduplication_window = 1000` (any value > 0);
-//! * a `Distributed` table or a materialized view needs `deduplicate_blocks_in_dependent_materialized_views`
-//!   for the views; the sink writes to the local table of each shard directly, so it does not need
-//!   `Distributed`.
-//!
-//! The token identifies a batch only within one process (the runtime makes it from a random
-//! prefix): deduplication across restarts and rebalances is the exactly-once work. An insert
-//! larger than `max_insert_block_size` rows (1,048,576 by default) is split by ClickHouse into
-//! blocks deduplicated one by one, which keeps the retry idempotent as long as the batch is cut the
-//! same way, which it is (the same bytes).
-//!
-//! # Error classes
-//!
-//! See [`errors`]: connection errors, timeouts, HTTP 5xx and transient ClickHouse codes
-//! (TOO_MANY_PARTS 252, TIMEOUT_EXCEEDED 159, NETWORK_ERROR 210, SOCKET_TIMEOUT 209,
-//! MEMORY_LIMIT_EXCEEDED 241, TABLE_IS_READ_ONLY 242, KEEPER_EXCEPTION 999, …) are
-//! **retryable**, and so is any code not listed (bounded by `retry.max_attempts`).
-//! Authentication (516, 192-195), access (497, 164), unknown table (60), database (81), column (16),
-//! type mismatch (53), syntax and settings errors are **fatal**. Parse, range and constraint errors
-//! (CANNOT_PARSE_* 6/27/38/41/72, CANNOT_READ_ALL_DATA 33, INCORRECT_DATA 117,
-//! TOO_LARGE_STRING_SIZE 131, VIOLATED_CONSTRAINT 469, …) are **data** errors.
-//!
-//! # Refused rows
-//!
-//! On a data error the sink bisects the batch: it inserts each half under its own derived token
-//! (`<token>:<first unit>-<end unit>`, so the sub-inserts are idempotent too), and keeps splitting
-//! the halves that fail again until single rows remain. Chunks carry no row index, so the sink finds
-//! row boundaries by walking the RowBinary encoding with the declared column types; a chunk whose
-//! bytes do not decode as its rows (an encoder and the types disagree) is isolated as a whole.
-//! Every row that can be inserted is inserted; the result is [`SinkErrorKind::Data`] with the batch
-//! indexes of the refused rows, which the runtime hands to `errors.policy`. At most
-//! [`MAX_ISOLATION_INSERTS`] sub-inserts are spent on one batch: when ClickHouse refuses more rows
-//! than that can isolate, the error is systematic (the table changed) and fatal.
-//!
-//! # Replicas
-//!
-//! Each shard has a current replica. A retryable failure marks the replica unhealthy
-//! (`etl_sink_replica_healthy{shard,replica}` = 0) and moves the shard to the next replica, so the
-//! runtime's retry goes there; an unhealthy replica is passed over for [`REPLICA_COOLDOWN`], then
-//! it is a candidate again. When every replica of a shard failed recently, the current one is
-//! tried anyway (the runtime's backoff paces the attempts). Success marks a replica healthy.
+//! The contract (the insert, idempotent retries and the table settings they need, the error
+//! classes, refused rows, replicas) is documented on [`ClickhouseSink`], where rustdoc shows it.
 
 mod errors;
 mod schema;
@@ -97,10 +26,10 @@ use schema::{LiveColumn, RowLayout};
 
 /// The most sub-inserts spent isolating the refused rows of one batch (about `2 × log2(rows)` per
 /// refused row).
-pub(crate) const MAX_ISOLATION_INSERTS: usize = 256;
+const MAX_ISOLATION_INSERTS: usize = 256;
 
 /// How long a replica that failed is passed over while another replica of its shard is available.
-pub(crate) const REPLICA_COOLDOWN: Duration = Duration::from_secs(30);
+const REPLICA_COOLDOWN: Duration = Duration::from_secs(30);
 
 /// Settings the sink sets itself; `settings` may not contain them.
 const OWNED_SETTINGS: &[&str] = &[
@@ -153,7 +82,85 @@ impl fmt::Debug for ClickhouseSinkConfig {
     }
 }
 
-/// The ClickHouse sink; see the [module documentation](self).
+/// The ClickHouse sink: RowBinary batches inserted over HTTP, sharded, with replica rotation.
+///
+/// # One attempt per write
+///
+/// The runtime's shard worker batches, bounds the concurrent writes per shard
+/// (`inflight.max_per_shard`) and retries [`SinkErrorKind::Retryable`] errors with exponential
+/// backoff and full jitter. [`ClickhouseSink::write`] therefore makes one attempt (plus, for a data
+/// error, the sub-inserts that isolate the refused rows) and classifies the outcome.
+///
+/// # The insert
+///
+/// `INSERT INTO db.table (columns…) FORMAT RowBinary` with the generated encoders' bytes as the
+/// body, sent through [`clickhouse::Client::insert_formatted_with`] (the crate's raw-bytes insert:
+/// it streams the body in 256 KiB frames, each lz4-compressed with ClickHouse's block framing).
+/// Every insert carries:
+///
+/// * `wait_end_of_query=1`, so a 200 answer means the insert finished: Invariant 3's "durably
+///   written" is "the INSERT returned success";
+/// * `insert_deduplication_token` = the batch token, the same on every attempt of that batch;
+/// * the `settings` of the configuration, verbatim (the sink refuses the few it owns);
+/// * `user` and `password` (as `X-ClickHouse-User`/`X-ClickHouse-Key` headers; the password never
+///   appears in a log line, a metric or an error message);
+/// * the per-insert `timeout`, covering the whole request.
+///
+/// `https://` replica URLs use TLS (rustls with the Mozilla roots of `webpki-roots`).
+///
+/// # Idempotent retries
+///
+/// A retry of an insert that in fact succeeded (the answer was lost, the timeout fired after the
+/// server committed) is dropped by ClickHouse when the table deduplicates inserts. ClickHouse
+/// remembers the tokens of the last N inserts into the table, so a retry must come before N other
+/// inserts did:
+///
+/// * `ReplicatedMergeTree`: on by default; N is the table setting
+///   `replicated_deduplication_window` (1000 in recent versions, 100 in older ones);
+/// * `MergeTree`: off by default; enable it with the table setting
+///   `non_replicated_deduplication_window = 1000` (any N > 0);
+/// * materialized views on the table deduplicate their own inserts only with the setting
+///   `deduplicate_blocks_in_dependent_materialized_views = 1` (put it in `settings`);
+/// * with `async_insert = 1`, deduplication also needs `async_insert_deduplicate = 1` (not
+///   tested here).
+///
+/// The sink writes to each shard's local table directly, not through a `Distributed` table. The
+/// token identifies a batch only within one process (the runtime makes it from a random prefix):
+/// deduplication across restarts and rebalances is the exactly-once work. ClickHouse splits an
+/// insert larger than `max_insert_block_size` rows (1,048,576 by default) into blocks with tokens
+/// `<token>_0`, `<token>_1`, …; a retry sends the same bytes, so it is cut the same way.
+///
+/// # Error classes
+///
+/// Connection errors, timeouts, HTTP 5xx and transient ClickHouse codes (TOO_MANY_PARTS 252,
+/// TIMEOUT_EXCEEDED 159, NETWORK_ERROR 210, SOCKET_TIMEOUT 209, MEMORY_LIMIT_EXCEEDED 241,
+/// TABLE_IS_READ_ONLY 242, KEEPER_EXCEPTION 999, …) are **retryable**, and so is any code not
+/// listed (bounded by `retry.max_attempts`, after which the batch is fatal).
+/// Authentication (516, 192-195), access (497, 164), unknown table (60), database (81), column (16),
+/// type mismatch (53), syntax and settings errors are **fatal**. Parse, range and constraint errors
+/// (CANNOT_PARSE_* 6/27/38/41/72, CANNOT_READ_ALL_DATA 33, INCORRECT_DATA 117,
+/// TOO_LARGE_STRING_SIZE 131, VIOLATED_CONSTRAINT 469, …) are **data** errors.
+///
+/// # Refused rows
+///
+/// On a data error the sink bisects the batch: it inserts each half under its own derived token
+/// (`<token>:<first unit>-<end unit>`, so the sub-inserts are idempotent too), and keeps splitting
+/// the halves that fail again until single rows remain. Chunks carry no row index, so the sink finds
+/// row boundaries by walking the RowBinary encoding with the declared column types; a chunk whose
+/// bytes do not decode as its rows (an encoder and the types disagree) is isolated as a whole.
+/// Every row that can be inserted is inserted; the result is [`SinkErrorKind::Data`] with the batch
+/// indexes of the refused rows, meant for `errors.policy` (the runtime still treats a data error as
+/// fatal, so today the pipeline stops after the accepted rows are written). At most 256
+/// sub-inserts are spent on one batch: when ClickHouse refuses more rows than that can isolate,
+/// the error is systematic (the table changed) and fatal.
+///
+/// # Replicas
+///
+/// Each shard has a current replica. A retryable failure marks the replica unhealthy
+/// (`etl_sink_replica_healthy{shard,replica}` = 0) and moves the shard to the next replica, so the
+/// runtime's retry goes there; an unhealthy replica is passed over for 30 s, then it is a
+/// candidate again. When every replica of a shard failed recently, the current one is tried anyway
+/// (the runtime's backoff paces the attempts). Success marks a replica healthy.
 pub struct ClickhouseSink {
     shards: Vec<Shard>,
     database: String,
