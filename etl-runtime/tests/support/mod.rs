@@ -125,7 +125,10 @@ impl Delivered {
     }
 }
 
-struct Reports(Mutex<Vec<(i32, i64, bool, Option<String>)>>);
+/// One delivery report: partition, offset, whether it was a tombstone, and the error if it failed.
+type Report = (i32, i64, bool, Option<String>);
+
+struct Reports(Mutex<Vec<Report>>);
 
 impl ClientContext for Reports {}
 
