@@ -7,10 +7,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rand::Rng;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::{BatchConfig, RetryConfig};
+use crate::config::{BatchConfig, ErrorPolicy, RetryConfig};
 use crate::handle::Shared;
 use crate::pipeline::Ack;
-use crate::sink::{Batch, Chunk, Sink};
+use crate::sink::{Batch, Chunk, Sink, SinkError, SinkErrorKind};
 
 /// Decides where batches are cut. Today batches merge chunks across partitions up to the size
 /// limits; the exactly-once work will swap in a per-partition policy with offset-chosen boundaries.
@@ -148,26 +148,18 @@ async fn write_batch<K: Sink>(
     let mut attempt = 1u32;
     loop {
         let started = Instant::now();
-        match sink.write(shard, &batch).await {
-            Ok(()) => {
-                metrics.insert_duration[shard].observe(started.elapsed().as_secs_f64());
-                metrics.batch_rows[shard].observe(batch.rows as f64);
-                metrics.batch_bytes[shard].observe(batch.bytes as f64);
-                metrics.records_out.inc_by(batch.rows);
-                shared.budget.release(batch.bytes);
-                drop(permit);
-                let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
-                for chunk in &batch.chunks {
-                    per_thread[chunk.origin.thread].push((chunk.origin.lane_id, chunk.origin.first_offset));
-                }
-                for (thread, chunks) in per_thread.into_iter().enumerate() {
-                    if !chunks.is_empty() {
-                        // A closed channel means the thread has exited; its lanes are gone.
-                        let _ = acks[thread].send(Ack::Chunks(chunks));
-                    }
-                }
-                tracing::trace!(shard, token = %batch.token, rows = batch.rows, bytes = batch.bytes, "batch written");
-                return;
+        let refused = match sink.write(shard, &batch).await {
+            Ok(()) => 0,
+            // The sink wrote every other row (DESIGN §3 `errors.policy` applies to the rows a
+            // sink refuses, not to the whole batch, so one bad row cannot crash-loop the
+            // pipeline). Under `skip` the batch is complete; otherwise the pipeline stops.
+            Err(SinkError { kind: SinkErrorKind::Data { rows }, message })
+                if shared.config.error_policy == ErrorPolicy::Skip =>
+            {
+                tracing::warn!(shard, token = %batch.token, refused = rows.len(), error = %message, "the sink refused rows; errors.policy is skip");
+                metrics.sink_errors[shard].inc();
+                metrics.dropped_sink_refused.inc_by(rows.len() as u64);
+                rows.len() as u64
             }
             Err(error) => {
                 metrics.sink_errors[shard].inc();
@@ -177,15 +169,39 @@ async fn write_batch<K: Sink>(
                     metrics.sink_retries[shard].inc();
                     tokio::time::sleep(backoff).await;
                     attempt += 1;
-                } else {
-                    shared.fatal.report(format!(
-                        "writing batch {} to shard {shard} failed after {attempt} attempt(s): {error}",
-                        batch.token
-                    ));
-                    return;
+                    continue;
                 }
+                let note = match (&error.kind, shared.config.error_policy) {
+                    (SinkErrorKind::Data { .. }, ErrorPolicy::DeadLetter) => {
+                        " (dead-lettering rows the sink refuses is not supported yet: they are encoded rows, not the raw messages)"
+                    }
+                    _ => "",
+                };
+                shared.fatal.report(format!(
+                    "writing batch {} to shard {shard} failed after {attempt} attempt(s): {error}{note}",
+                    batch.token
+                ));
+                return;
+            }
+        };
+        metrics.insert_duration[shard].observe(started.elapsed().as_secs_f64());
+        metrics.batch_rows[shard].observe(batch.rows as f64);
+        metrics.batch_bytes[shard].observe(batch.bytes as f64);
+        metrics.records_out.inc_by(batch.rows.saturating_sub(refused));
+        shared.budget.release(batch.bytes);
+        drop(permit);
+        let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
+        for chunk in &batch.chunks {
+            per_thread[chunk.origin.thread].push((chunk.origin.lane_id, chunk.origin.first_offset));
+        }
+        for (thread, chunks) in per_thread.into_iter().enumerate() {
+            if !chunks.is_empty() {
+                // A closed channel means the thread has exited; its lanes are gone.
+                let _ = acks[thread].send(Ack::Chunks(chunks));
             }
         }
+        tracing::trace!(shard, token = %batch.token, rows = batch.rows, bytes = batch.bytes, "batch written");
+        return;
     }
 }
 

@@ -15,7 +15,7 @@ use crate::chain::Chain;
 use crate::config::RuntimeConfig;
 use crate::metrics::Metrics;
 use crate::pipeline::{Ack, Control, PipelineThread};
-use crate::sink::{Chunk, DeadLetter, Sink};
+use crate::sink::{Chunk, DeadLetter, Sink, SinkErrorKind};
 use crate::source::Lane;
 
 /// A running pipeline: pipeline threads, shard workers, and the tokio runtime the sink writes on.
@@ -137,6 +137,7 @@ impl Pipeline {
             queue_rx: queue_rx.clone(),
             source_ready: AtomicBool::new(false),
             sink_ready: AtomicBool::new(false),
+            sink_check_failed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
         });
 
@@ -192,6 +193,24 @@ impl Pipeline {
     /// The handle sources use to add and drain lanes.
     pub fn handle(&self) -> PipelineHandle {
         self.handle.clone()
+    }
+
+    /// Waits up to `timeout` for the sink's first start-up check. A fatal check (the table
+    /// does not match, the credentials are wrong) is a start-up error; a sink that is not
+    /// reachable yet is not: its check goes on in the background and /readyz says so.
+    pub fn await_sink_check(&self, timeout: Duration) -> Result<(), String> {
+        let shared = &self.handle.inner.shared;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if shared.sink_check_failed.load(Ordering::Acquire) {
+                return Err(shared.fatal.message().unwrap_or_else(|| "sink start-up check failed".into()));
+            }
+            if shared.sink_ready.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     /// Waits up to `timeout` for a stop request or a fatal error.
@@ -465,6 +484,8 @@ pub(crate) struct Shared {
     pub(crate) queue_rx: Vec<Receiver<Chunk>>,
     pub(crate) source_ready: AtomicBool,
     pub(crate) sink_ready: AtomicBool,
+    /// The sink's start-up check failed fatally (the pipeline must not start).
+    pub(crate) sink_check_failed: AtomicBool,
     pub(crate) stopping: AtomicBool,
 }
 
@@ -506,6 +527,13 @@ async fn check_sink<K: Sink>(sink: &K, shared: &Shared) {
             Ok(()) => {
                 tracing::info!("sink check passed");
                 shared.sink_ready.store(true, Ordering::Release);
+                return;
+            }
+            // A fatal check (the table does not match, bad credentials) will not get better
+            // by waiting: stop before the source starts.
+            Err(error) if error.kind == SinkErrorKind::Fatal => {
+                shared.sink_check_failed.store(true, Ordering::Release);
+                shared.fatal.report(format!("sink start-up check failed: {error}"));
                 return;
             }
             Err(error) => {

@@ -48,7 +48,12 @@
 //!   shard, regardless of the budget, because the drain must not wait for a resume.
 //! * Batch cutting sits behind the crate-private `BatchPolicy` trait (size/rows/linger across
 //!   partitions) so the exactly-once work can swap in a per-partition policy.
-//! * A [`SinkErrorKind::Data`] error is fatal for now.
+//! * A [`SinkErrorKind::Data`] error (rows the sink refused; the others are written) follows
+//!   `errors.policy`: `skip` counts them in `etl_records_dropped_total{reason="sink_refused"}` and
+//!   completes the batch; `fail` and `dlq` stop the pipeline (dead-lettering refused rows is not
+//!   supported yet: the sink has encoded rows, not the raw messages).
+//! * A fatal sink start-up check (`Sink::check`) is a start-up error (exit code 2); a sink that
+//!   is not reachable yet is checked again in the background and /readyz reports it.
 //! * The concurrency of the budget is checked by a deterministic model (a proptest over
 //!   interleavings) and a multi-threaded balance test rather than loom, to keep loom out of the
 //!   dependency tree.
@@ -58,6 +63,7 @@
 
 mod admin;
 mod batcher;
+mod bench;
 mod budget;
 mod chain;
 mod checkpoint;
@@ -92,6 +98,7 @@ pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::bench::{ChainHarness, sample_payloads};
     pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
     pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};

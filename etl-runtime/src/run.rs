@@ -94,6 +94,11 @@ where
         });
     }
 
+    // Nothing is consumed before the sink is known to accept what the pipeline writes.
+    if let Err(message) = pipeline.await_sink_check(Duration::from_secs(10)) {
+        pipeline.abort();
+        return RunOutcome::Startup(message);
+    }
     if let Err(error) = source.start(handle.clone()) {
         pipeline.abort();
         return RunOutcome::Startup(error.to_string());

@@ -120,8 +120,9 @@ pub enum SinkErrorKind {
     Retryable,
     /// Stops the pipeline at once with exit code 1; the batch's offsets are never stored.
     Fatal,
-    /// Some rows were rejected (their indexes within the batch). The runtime treats it as fatal for
-    /// now; a later policy can route those rows to the dead-letter sink.
+    /// Some rows were rejected (their indexes within the batch); every other row of the batch is
+    /// durable. Under `errors.policy: skip` the runtime counts them and completes the batch;
+    /// otherwise it stops the pipeline.
     Data {
         /// Indexes of the rejected rows within the batch.
         rows: Vec<u64>,
