@@ -37,6 +37,8 @@ fn file<'a>(files: &'a [emit::File], path: &str) -> &'a str {
 fn generated_code_snapshots() {
     for rel in [
         "examples/quickstart/pipeline.yaml",
+        "examples/kafka_avro_to_clickhouse/pipeline.yaml",
+        "examples/order_items/pipeline.yaml",
         "etl-gen/tests/pipelines/kitchen_sink/pipeline.yaml",
         "etl-gen/tests/pipelines/items/pipeline.yaml",
     ] {
@@ -48,9 +50,9 @@ fn generated_code_snapshots() {
     }
 }
 
-/// Generates, builds (debug, in the shared target directory) and runs a datagen → file
-/// pipeline; returns its output rows.
-fn build_and_run(rel: &str) -> Vec<Value> {
+/// Generates and builds (debug, in the shared target directory) a pipeline; returns the
+/// validated pipeline and its binary.
+fn build(rel: &str) -> (Validated, PathBuf) {
     let v = load(rel);
     let name = v.model.pipeline.name.clone();
     let crate_dir = root().join("target/etl-test").join(&name);
@@ -64,6 +66,13 @@ fn build_and_run(rel: &str) -> Vec<Value> {
         .unwrap();
     assert!(status.success(), "the generated crate for {rel} must compile");
     let binary = root().join("target/debug").join(&name);
+    (v, binary)
+}
+
+/// Builds and runs a datagen → file pipeline; returns its output rows.
+fn build_and_run(rel: &str) -> Vec<Value> {
+    let (v, binary) = build(rel);
+    let name = v.model.pipeline.name.clone();
     let version = Command::new(&binary).arg("--version").output().unwrap();
     assert_eq!(
         String::from_utf8(version.stdout).unwrap().trim(),
@@ -151,4 +160,27 @@ fn items_flat_map_and_rust_operator() {
     let n = offsets.len();
     offsets.dedup();
     assert!(offsets.len() < n, "flat_map gives one row per element");
+}
+
+/// The Kafka → ClickHouse examples compile, and their binaries resolve their settings from
+/// the environment with secrets masked (running them is the end-to-end tests' job).
+#[test]
+fn kafka_examples_compile_and_check_their_environment() {
+    for rel in ["examples/kafka_avro_to_clickhouse/pipeline.yaml", "examples/order_items/pipeline.yaml"] {
+        let (v, binary) = build(rel);
+        let check = Command::new(&binary)
+            .arg("--check")
+            .env("KAFKA_BROKERS", "kafka-1:9092,kafka-2:9092")
+            .env("CLICKHOUSE_PASSWORD", "hunter2")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(check.stdout).unwrap();
+        assert!(check.status.success(), "{rel}: {}", String::from_utf8_lossy(&check.stderr));
+        assert!(stdout.contains("source.kafka.brokers = kafka-1:9092,kafka-2:9092"), "{stdout}");
+        assert!(stdout.contains("sink.clickhouse.password = ********"), "{stdout}");
+        assert!(!stdout.contains("hunter2"), "secrets are never printed: {stdout}");
+        assert!(stdout.contains(&format!("config {}", emit::config_hash(&v))), "{stdout}");
+        let bad = Command::new(&binary).arg("--frobnicate").output().unwrap();
+        assert_eq!(bad.status.code(), Some(2), "unknown arguments are a usage error");
+    }
 }

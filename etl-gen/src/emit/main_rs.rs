@@ -375,6 +375,48 @@ fn hash_bytes(ty: &Ty, x: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStr
     }
 }
 
+/// Every value the binary reads from its environment: key path, template, secret. The
+/// order is the order `--check` prints them in.
+pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
+    let mut out = vec![("admin.listen".to_owned(), m.admin.listen.clone(), false)];
+    if let Source::Kafka(k) = &m.source {
+        out.push(("source.kafka.brokers".into(), k.brokers.clone(), false));
+        out.push(("source.kafka.topic".into(), k.topic.clone(), false));
+        out.push(("source.kafka.group_id".into(), k.group_id.clone(), false));
+        for (name, value) in &k.rdkafka {
+            let template =
+                Template::parse(&value.to_text()).map_err(|e| format!("source.kafka.rdkafka.{name}: {e}"))?;
+            out.push((format!("source.kafka.rdkafka.{name}"), template, is_secret(name)));
+        }
+    }
+    match &m.sink {
+        Sink::File(f) => out.push(("sink.file.path".into(), f.path.clone(), false)),
+        Sink::Clickhouse(c) => {
+            for (s, shard) in c.shards.iter().enumerate() {
+                for (r, replica) in shard.replicas.iter().enumerate() {
+                    out.push((format!("sink.clickhouse.shards[{s}].replicas[{r}]"), replica.clone(), false));
+                }
+            }
+            out.push(("sink.clickhouse.user".into(), c.user.clone(), false));
+            out.push(("sink.clickhouse.password".into(), c.password.clone(), true));
+            for (name, value) in &c.settings {
+                let template =
+                    Template::parse(&value.to_text()).map_err(|e| format!("sink.clickhouse.settings.{name}: {e}"))?;
+                out.push((format!("sink.clickhouse.settings.{name}"), template, false));
+            }
+        }
+    }
+    if let (ErrorPolicy::Dlq, Some(topic)) = (&m.errors.policy, &m.errors.dlq_topic) {
+        out.push(("errors.dlq_topic".into(), topic.clone(), false));
+    }
+    Ok(out)
+}
+
+/// Passthrough properties whose values are secrets: never printed by `--check`.
+fn is_secret(name: &str) -> bool {
+    ["password", "secret", "key.pem", "private"].iter().any(|s| name.contains(s))
+}
+
 fn parts_tokens(t: &Template) -> TokenStream {
     let parts = t.parts().iter().map(|p| match p {
         Part::Lit(s) => quote!(rt::Part::Lit(#s)),
@@ -392,48 +434,118 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let schema_include = inputs.schema_include;
 
     // Every value read from the environment, with its key, for `--check` and start-up.
-    let mut settings: Vec<(String, &Template, bool)> = vec![("admin.listen".into(), &m.admin.listen, false)];
-    let (source, shards) = match &m.source {
+    let settings = settings(m)?;
+    let drain = m.checkpoint.drain_timeout.as_millis();
+    let source = match &m.source {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
             let wire = match m.format.avro.wire {
                 Wire::Raw => quote!(rt::Wire::Raw),
                 Wire::Confluent => quote!(rt::Wire::Confluent { schema_id: 1 }),
             };
+            quote!(
+                let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
+                let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
+                    rate: #rate, count: #count, seed: #seed, partitions: #partitions, wire: #wire,
+                }) {
+                    Ok(source) => source,
+                    Err(e) => return rt::startup_error(e),
+                };
+            )
+        }
+        Source::Kafka(k) => {
+            let (commit, startup, stats) =
+                (k.commit_interval.as_millis(), k.startup_timeout.as_millis(), k.statistics_interval.as_millis());
+            quote!(
+                let source = match rt::KafkaSource::new(rt::KafkaSourceConfig {
+                    brokers: resolved.get("source.kafka.brokers").to_owned(),
+                    topic: resolved.get("source.kafka.topic").to_owned(),
+                    group_id: resolved.get("source.kafka.group_id").to_owned(),
+                    commit_interval: ::std::time::Duration::from_millis(#commit),
+                    startup_timeout: ::std::time::Duration::from_millis(#startup),
+                    statistics_interval: ::std::time::Duration::from_millis(#stats),
+                    properties: rdkafka_properties(&resolved),
+                }) {
+                    Ok(source) => source.with_drain_timeout(::std::time::Duration::from_millis(#drain)),
+                    Err(e) => return rt::startup_error(e),
+                };
+            )
+        }
+    };
+    let (sink, shard_count) = match &m.sink {
+        Sink::File(_) => (
+            quote!(
+                let sink = match rt::FileSink::open(resolved.get("sink.file.path")) {
+                    Ok(sink) => sink,
+                    Err(e) => return rt::startup_error(format!("sink.file.path `{}`: {e}", resolved.get("sink.file.path"))),
+                };
+            ),
+            1usize,
+        ),
+        Sink::Clickhouse(c) => {
+            let mut shards = Vec::new();
+            for (s, shard) in c.shards.iter().enumerate() {
+                let mut replicas = Vec::new();
+                for r in 0..shard.replicas.len() {
+                    let key = format!("sink.clickhouse.shards[{s}].replicas[{r}]");
+                    replicas.push(quote!(resolved.get(#key).to_owned()));
+                }
+                shards.push(quote!(vec![#(#replicas),*]));
+            }
+            let (database, table) = (&c.database, &c.table);
+            let timeout = c.timeout.as_millis();
+            let columns = inputs.pipeline.plan.output.iter().map(|col| {
+                let (name, ty) = (&col.name, col.ty.clickhouse());
+                quote!((#name.to_owned(), #ty.to_owned()))
+            });
             (
                 quote!(
-                    let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
-                    let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
-                        rate: #rate, count: #count, seed: #seed, partitions: #partitions, wire: #wire,
+                    let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
+                        shards: vec![#(#shards),*],
+                        database: #database.to_owned(),
+                        table: #table.to_owned(),
+                        user: resolved.get("sink.clickhouse.user").to_owned(),
+                        password: resolved.get("sink.clickhouse.password").to_owned(),
+                        settings: resolved
+                            .with_prefix("sink.clickhouse.settings.")
+                            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                            .collect(),
+                        timeout: ::std::time::Duration::from_millis(#timeout),
+                        columns: vec![#(#columns),*],
                     }) {
-                        Ok(source) => source,
+                        Ok(sink) => sink,
                         Err(e) => return rt::startup_error(e),
                     };
                 ),
-                (),
+                c.shards.len(),
             )
-        }
-        Source::Kafka(_) => {
-            return Err("code generation for `source.kafka` is not implemented yet (README: Missing)".into());
         }
     };
-    let _ = shards;
-    let (sink, shard_count) = match &m.sink {
-        Sink::File(f) => {
-            settings.push(("sink.file.path".into(), &f.path, false));
-            (
-                quote!(
-                    let sink = match rt::FileSink::open(resolved.get("sink.file.path")) {
-                        Ok(sink) => sink,
-                        Err(e) => return rt::startup_error(format!("sink.file.path `{}`: {e}", resolved.get("sink.file.path"))),
-                    };
-                ),
-                1usize,
+    let dead_letter = match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
+        (ErrorPolicy::Dlq, Some(_), Source::Kafka(_)) => {
+            quote!(
+                let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = match rt::KafkaDeadLetter::new(
+                    resolved.get("source.kafka.brokers"),
+                    resolved.get("errors.dlq_topic"),
+                    &rdkafka_properties(&resolved),
+                ) {
+                    Ok(dlq) => Some(::std::sync::Arc::new(dlq.with_source_topic(resolved.get("source.kafka.topic")))),
+                    Err(e) => return rt::startup_error(e),
+                };
             )
         }
-        Sink::Clickhouse(_) => {
-            return Err("code generation for `sink.clickhouse` is not implemented yet (README: Missing)".into());
-        }
+        _ => quote!(let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = None;),
+    };
+    let rdkafka_fn = match &m.source {
+        Source::Kafka(_) => quote!(
+            /// The `rdkafka:` passthrough properties, resolved.
+            fn rdkafka_properties(
+                resolved: &rt::Resolved,
+            ) -> ::std::vec::Vec<(::std::string::String, ::std::string::String)> {
+                resolved.with_prefix("source.kafka.rdkafka.").map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+            }
+        ),
+        Source::Datagen(_) => TokenStream::new(),
     };
     let flow = m.sink.flow();
     let bp = &m.backpressure;
@@ -458,7 +570,6 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         Sink::File(_) => (10, 100, 10_000),
     };
     let (attempts, initial, max_backoff) = retry;
-    let drain = m.checkpoint.drain_timeout.as_millis();
     let policy = match m.errors.policy {
         ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),
         ErrorPolicy::Fail => quote!(rt::ErrorPolicy::Fail),
@@ -469,11 +580,13 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
     };
     let setting_items = settings.iter().map(|(key, t, secret)| {
+        let t = &t;
         let parts = parts_tokens(t);
         quote!(rt::Setting { key: #key, parts: #parts, secret: #secret })
     });
     Ok(quote! {
         /// The reader schema, compiled in.
+        #[allow(dead_code)]
         const SCHEMA: &str = include_str!(#schema_include);
 
         const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
@@ -523,7 +636,10 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             };
             #source
             #sink
-            rt::run(config, source, Chain::default, sink, None).into()
+            #dead_letter
+            rt::run(config, source, Chain::default, sink, dead_letter).into()
         }
+
+        #rdkafka_fn
     })
 }

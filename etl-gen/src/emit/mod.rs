@@ -154,9 +154,9 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
     files.push(File { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
     let columns: Vec<minijinja::Value> =
         v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
-    let settings: Vec<minijinja::Value> = settings_of(v)
+    let settings: Vec<minijinja::Value> = main_rs::settings(&v.model)?
         .into_iter()
-        .map(|(key, template, secret)| context! { key => key, template => template, secret => secret })
+        .map(|(key, template, secret)| context! { key => key, template => template.to_string(), secret => secret })
         .collect();
     let rows: Vec<minijinja::Value> = v
         .plan
@@ -185,31 +185,6 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
         }
     }
     Ok(files)
-}
-
-/// The run-time settings (key, template text, secret) of a pipeline, for docs.
-fn settings_of(v: &Validated) -> Vec<(String, String, bool)> {
-    use crate::model::{Sink, Source};
-    let m = &v.model;
-    let mut out = vec![("admin.listen".to_owned(), m.admin.listen.to_string(), false)];
-    if let Source::Kafka(k) = &m.source {
-        out.push(("source.kafka.brokers".into(), k.brokers.to_string(), false));
-        out.push(("source.kafka.topic".into(), k.topic.to_string(), false));
-        out.push(("source.kafka.group_id".into(), k.group_id.to_string(), false));
-    }
-    match &m.sink {
-        Sink::File(f) => out.push(("sink.file.path".into(), f.path.to_string(), false)),
-        Sink::Clickhouse(c) => {
-            for (s, shard) in c.shards.iter().enumerate() {
-                for (r, replica) in shard.replicas.iter().enumerate() {
-                    out.push((format!("sink.clickhouse.shards[{s}].replicas[{r}]"), replica.to_string(), false));
-                }
-            }
-            out.push(("sink.clickhouse.user".into(), c.user.to_string(), false));
-            out.push(("sink.clickhouse.password".into(), c.password.to_string(), true));
-        }
-    }
-    out
 }
 
 /// build.rs: the build fails when pipeline.yaml (or the schema, or a user file) changed
