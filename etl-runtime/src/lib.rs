@@ -67,6 +67,7 @@ mod bench;
 mod budget;
 mod chain;
 mod checkpoint;
+#[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod codec;
 mod config;
@@ -74,6 +75,7 @@ mod datagen;
 mod entry;
 mod file_sink;
 mod handle;
+#[cfg(feature = "kafka")]
 mod kafka;
 mod metrics;
 mod pipeline;
@@ -83,12 +85,14 @@ mod source;
 #[cfg(test)]
 mod testing;
 
+#[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
 pub use chain::{Chain, RecordError, RecordErrorKind, RowOut};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
 pub use file_sink::FileSink;
 pub use handle::{Pipeline, PipelineHandle, PipelineStats, ShutdownReport, StartError, Wake};
+#[cfg(feature = "kafka")]
 pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
 pub use metrics::{MetricDoc, metric_catalogue};
 pub use run::{RunOutcome, init_logging, run};
@@ -100,6 +104,7 @@ pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
 pub mod __private {
     pub use crate::bench::{ChainHarness, sample_payloads};
     pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
+    #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
     pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
@@ -108,6 +113,7 @@ pub mod __private {
     pub use crate::datagen::{DatagenConfig, DatagenSource, Wire};
     pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
+    #[cfg(feature = "kafka")]
     pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
     pub use crate::run::{RunOutcome, init_logging, run};
     pub use crate::sink::{DeadLetter, Sink};

@@ -144,9 +144,18 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
             .map_err(|e| format!("template {template}: {e}"))
     };
     let crate_dir_rel = options.crate_dir.display().to_string();
+    // Only what the pipeline uses: a datagen → file pipeline does not link librdkafka.
+    let mut features = Vec::new();
+    if matches!(v.model.source, crate::model::Source::Kafka(_)) {
+        features.push("\"kafka\"");
+    }
+    if matches!(v.model.sink, crate::model::Sink::Clickhouse(_)) {
+        features.push("\"clickhouse\"");
+    }
+    let runtime_features = features.join(", ");
     let base = context! {
         name => name, version => VERSION, config_hash => &hash, source => &source,
-        runtime_dep => runtime_dep, target_dir => options.target_dir.display().to_string(),
+        runtime_dep => runtime_dep, runtime_features => runtime_features, target_dir => options.target_dir.display().to_string(),
         crate_dir_rel => crate_dir_rel,
     };
     files.push(File { path: "Cargo.toml".into(), contents: render("Cargo.toml.j2", base.clone())? });
