@@ -5,6 +5,7 @@
 
 mod codegen;
 mod infra;
+mod produce;
 mod quickstart;
 mod test;
 
@@ -26,6 +27,8 @@ enum Command {
     Gen(etl_gen::cli::Command),
     /// Regenerate the checked-in files derived from code (docs/configuration.md, ...).
     Codegen(codegen::CodegenArgs),
+    /// Produce synthesized records of a pipeline's schema to its topic.
+    Produce(produce::ProduceArgs),
     /// Generate, build and run the quickstart pipeline, and show what it wrote.
     Quickstart,
     /// Run every test, installing and starting what they need (what CI runs).
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Codegen(args) => report(codegen::run(&args)),
         Command::Test(args) => report(test::run(&args)),
         Command::Quickstart => report(quickstart::run()),
+        Command::Produce(args) => report(produce::run(&args)),
         Command::Infra(command) => report(infra::run(command)),
     }
 }

@@ -1,0 +1,103 @@
+//! `cargo xtask produce`: fill a topic with synthesized records of a pipeline's schema, in
+//! the pipeline's wire format. For trying pipelines locally, the end-to-end tests and the
+//! benchmarks.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use etl_runtime::__private::{Wire, sample_payloads};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+/// `produce` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProduceArgs {
+    /// The pipeline whose schema, wire format and topic to use.
+    pipeline: PathBuf,
+    /// Records to produce.
+    #[arg(long, default_value_t = 100_000)]
+    count: usize,
+    /// Partitions of the topic, if it has to be created.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Seed of the record generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The topic (default: the pipeline's, with its `${VAR:-default}` resolved).
+    #[arg(long)]
+    topic: Option<String>,
+    /// The brokers (default: $KAFKA_BROKERS).
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: String,
+}
+
+pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
+    let outcome = etl_gen::validate_file(&args.pipeline, &etl_gen::Options::default())?;
+    let Some(pipeline) = outcome.pipeline else {
+        bail!("{}", outcome.report.render());
+    };
+    let etl_gen::model::Source::Kafka(kafka) = &pipeline.model.source else {
+        bail!("{} does not read from Kafka", args.pipeline.display());
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let topic = match &args.topic {
+        Some(t) => t.clone(),
+        None => kafka.topic.resolve(env).map_err(anyhow::Error::msg)?,
+    };
+    let schema = apache_avro::Schema::parse_str(&pipeline.schema_text)?;
+    let wire = match pipeline.model.format.avro.wire {
+        etl_gen::model::Wire::Raw => Wire::Raw,
+        etl_gen::model::Wire::Confluent => Wire::Confluent { schema_id: 1 },
+    };
+    create_topic(&args.brokers, &topic, args.partitions)?;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .context("creating the producer")?;
+    let started = Instant::now();
+    // Generate in slices so memory stays flat for large counts.
+    let mut produced = 0usize;
+    let mut seed = args.seed;
+    while produced < args.count {
+        let n = (args.count - produced).min(100_000);
+        for (i, payload) in sample_payloads(&schema, wire, seed, n).iter().enumerate() {
+            let key = format!("{}", produced + i);
+            let mut record = BaseRecord::to(&topic).key(&key).payload(payload);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((e, back)) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
+                        record = back;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => bail!("producing to {topic}: {e}"),
+                }
+            }
+        }
+        produced += n;
+        seed += 1;
+    }
+    producer.flush(Duration::from_secs(60)).context("flushing the producer")?;
+    eprintln!("produced {produced} records to {topic} in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn create_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<_> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let results = runtime.block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => bail!("creating topic {name}: {code}"),
+        }
+    }
+    Ok(())
+}
