@@ -34,6 +34,12 @@ pub struct GenArgs {
     /// Print the CREATE TABLE that fits the pipeline (and write nothing).
     #[arg(long)]
     pub ddl: bool,
+    /// Print the bound on the pipeline's memory (and write nothing); needs --partitions.
+    #[arg(long, requires = "partitions")]
+    pub memory: bool,
+    /// The number of partitions one instance owns, for --memory.
+    #[arg(long)]
+    pub partitions: Option<u64>,
     /// Where to write the crate (default: <target dir>/etl/<name>/).
     #[arg(short = 'o', long = "out")]
     pub out: Option<PathBuf>,
@@ -159,11 +165,14 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
             }
         }
     }
+    if let (true, Some(partitions)) = (args.memory, args.partitions) {
+        print!("{}", crate::memory::render(&pipeline, partitions));
+    }
     let layout = layout(args, &m.pipeline.name).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(1)
     })?;
-    if args.check || args.ddl {
+    if args.check || args.ddl || args.memory {
         return Ok((pipeline, layout));
     }
     let options = GenOptions {
@@ -197,8 +206,8 @@ fn build_command(args: &GenArgs) -> ExitCode {
 
 /// `gen`, then `cargo build --release` in the shared target directory; returns the binary.
 pub fn build(args: &GenArgs) -> Result<PathBuf, ExitCode> {
-    if args.check || args.ddl {
-        eprintln!("error: `build` does not take --check or --ddl; use `gen`");
+    if args.check || args.ddl || args.memory {
+        eprintln!("error: `build` does not take --check, --ddl or --memory; use `gen`");
         return Err(ExitCode::from(2));
     }
     let (pipeline, layout) = gen_command(args)?;

@@ -11,6 +11,7 @@ pub mod emit;
 pub mod expr;
 pub mod ir;
 pub mod load;
+pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod rules;

@@ -49,3 +49,29 @@ fn usage_error_exits_2() {
     let out = Command::new(env!("CARGO_BIN_EXE_etl-gen")).args(["gen", "--frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `gen --memory --partitions N` prints the terms of the bound and their sum (Invariant 7).
+#[test]
+fn memory_bound_lists_its_terms() {
+    let flagship = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse/pipeline.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .args(["gen", "--memory", "--partitions", "4"])
+        .arg(&flagship)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let terms: u64 = text
+        .lines()
+        .filter(|l| l.contains(" bytes  "))
+        .map(|l| l.split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    // 512 MiB budget, 4 lanes × 256 KiB over it, 4 × 2 open buffers, 2 × 2 insert frames,
+    // 4 × (16 MiB + 1 MiB) prefetch, 64 MiB baseline.
+    let expected = (512u64 << 20) + 4 * (256 << 10) + 8 * (256 << 10) + 4 * (512 << 10) + 4 * (17 << 20) + (64 << 20);
+    assert_eq!(terms, expected, "{text}");
+    assert!(text.contains(&format!("total: {expected} bytes")), "{text}");
+    let missing =
+        Command::new(env!("CARGO_BIN_EXE_etl-gen")).args(["gen", "--memory"]).arg(&flagship).output().unwrap();
+    assert_eq!(missing.status.code(), Some(2), "--memory needs --partitions");
+}

@@ -441,7 +441,13 @@ impl<C: Chain> PipelineThread<C> {
         if buffer.rows == 0 && !urgent {
             return;
         }
-        let bytes = std::mem::replace(&mut buffer.bytes, Vec::with_capacity(target.min(1 << 20)));
+        // Room for the row that crosses the target, so the buffer rarely doubles; what a
+        // doubling leaves unused is given back, so that the budget (which counts lengths)
+        // also bounds the memory sealed chunks hold (Invariant 7).
+        let mut bytes = std::mem::replace(&mut buffer.bytes, Vec::with_capacity(target.min(1 << 20) * 5 / 4));
+        if bytes.capacity() > bytes.len() + 4096 {
+            bytes.shrink_to_fit();
+        }
         let chunk = Chunk {
             rows: std::mem::take(&mut buffer.rows),
             origin: ChunkOrigin {

@@ -13,6 +13,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
         path: pipeline.clone(),
         check: false,
         ddl: false,
+        memory: false,
+        partitions: None,
         out: None,
         allow_unsafe_sizing: false,
         runtime_git: None,

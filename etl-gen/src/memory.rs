@@ -1,0 +1,93 @@
+//! `gen --memory --partitions N`: the bound on a pipeline's resident memory (Invariant 7),
+//! with its terms, for one instance that owns N partitions.
+//!
+//! Every byte a pipeline holds is in one of these places; each is bounded by the
+//! configuration:
+//! - sealed chunks, queued or inside batches being written: the in-flight budget, which a
+//!   lane can overshoot by at most one chunk (Invariant 7);
+//! - the open buffer of each (lane, shard), sealed at `chunk.target_bytes` (plus one row);
+//! - librdkafka's prefetch, capped per split partition queue by `queued.max.messages.kbytes`
+//!   plus one fetched message set;
+//! - the lz4 frames of inserts in flight;
+//! - the process itself (code, tokio, librdkafka's threads, the allocator's slack).
+
+use crate::load::Validated;
+use crate::model::Source;
+
+/// The etl-runtime default of `queued.max.messages.kbytes` per split partition queue.
+pub const DEFAULT_QUEUED_MAX_KBYTES: u64 = 16 * 1024;
+/// librdkafka's default `fetch.message.max.bytes`.
+pub const DEFAULT_FETCH_MESSAGE_MAX_BYTES: u64 = 1 << 20;
+/// The process without data: code, runtime threads, allocator slack (measured idle RSS is
+/// about a third of this).
+pub const BASELINE_BYTES: u64 = 64 << 20;
+/// Per insert in flight: the sink streams 256 KiB frames, compressed copies included.
+pub const INSERT_FRAME_BYTES: u64 = 512 << 10;
+
+/// One term of the bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Term {
+    /// What it is, with its formula.
+    pub what: String,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The bound for an instance owning `partitions` partitions (lanes).
+pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
+    let m = &v.model;
+    let flow = m.sink.flow();
+    let shards = m.sink.shard_count();
+    let chunk = flow.chunk.target_bytes.bytes();
+    let budget = m.backpressure.max_inflight_bytes.bytes();
+    let mut terms = vec![
+        Term { what: "baseline: code, threads, allocator slack".into(), bytes: BASELINE_BYTES },
+        Term { what: format!("in-flight budget: backpressure.max_inflight_bytes ({budget})"), bytes: budget },
+        Term {
+            what: format!("one chunk over the budget per lane: {partitions} × chunk.target_bytes ({chunk})"),
+            bytes: partitions * chunk,
+        },
+        Term {
+            what: format!("open buffers: {partitions} lanes × {shards} shards × chunk.target_bytes ({chunk})"),
+            bytes: partitions * shards * chunk,
+        },
+        Term {
+            what: format!(
+                "insert frames: {shards} shards × inflight.max_per_shard ({}) × {INSERT_FRAME_BYTES}",
+                flow.inflight.max_per_shard
+            ),
+            bytes: shards * flow.inflight.max_per_shard * INSERT_FRAME_BYTES,
+        },
+    ];
+    if let Source::Kafka(k) = &m.source {
+        let prop = |name: &str| k.rdkafka.get(name).and_then(|v| v.to_text().parse::<u64>().ok());
+        let kbytes = prop("queued.max.messages.kbytes").unwrap_or(DEFAULT_QUEUED_MAX_KBYTES);
+        let fetch = prop("fetch.message.max.bytes")
+            .or(prop("max.partition.fetch.bytes"))
+            .unwrap_or(DEFAULT_FETCH_MESSAGE_MAX_BYTES);
+        terms.push(Term {
+            what: format!(
+                "librdkafka prefetch: {partitions} partitions × (queued.max.messages.kbytes ({kbytes}) × 1024 + fetch.message.max.bytes ({fetch}))"
+            ),
+            bytes: partitions * (kbytes * 1024 + fetch),
+        });
+    }
+    terms
+}
+
+/// The bound as text: the terms, then the total in bytes and MiB (rounded up).
+pub fn render(v: &Validated, partitions: u64) -> String {
+    let terms = bound(v, partitions);
+    let total: u64 = terms.iter().map(|t| t.bytes).sum();
+    let mut out = format!("memory bound of pipeline `{}` owning {partitions} partition(s):\n", v.model.pipeline.name);
+    for t in &terms {
+        out.push_str(&format!("  {:>12} bytes  {}\n", t.bytes, t.what));
+    }
+    out.push_str(&format!("total: {total} bytes ({} MiB)\n", total.div_ceil(1 << 20)));
+    out
+}
+
+/// The total in bytes.
+pub fn total(v: &Validated, partitions: u64) -> u64 {
+    bound(v, partitions).iter().map(|t| t.bytes).sum()
+}
