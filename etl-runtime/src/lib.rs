@@ -94,7 +94,7 @@ pub use file_sink::FileSink;
 pub use handle::{Pipeline, PipelineHandle, PipelineStats, ShutdownReport, StartError, Wake};
 #[cfg(feature = "kafka")]
 pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
-pub use metrics::{MetricDoc, metric_catalogue};
+pub use metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use run::{RunOutcome, init_logging, run};
 pub use sink::{Batch, Chunk, DeadLetter, DeadLetterAck, DeadRecord, Sink, SinkError, SinkErrorKind};
 pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};

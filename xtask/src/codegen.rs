@@ -16,6 +16,7 @@ pub(crate) fn generated() -> Vec<(&'static str, String)> {
         ("docs/configuration.md", etl_gen::docs::configuration_markdown()),
         ("docs/diagnostics.md", etl_gen::docs::diagnostics_markdown()),
         ("docs/pipeline.schema.json", etl_gen::docs::json_schema()),
+        ("docs/METRICS.md", etl_runtime::metrics_markdown()),
     ]
 }
 
