@@ -181,6 +181,7 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
         target_dir: layout.target_dir.clone(),
         runtime: layout.runtime.clone(),
         lockfile: layout.lockfile.clone(),
+        bench: false,
     };
     let files = emit::generate(&pipeline, &options).map_err(|e| {
         eprintln!("error: {e}");

@@ -24,6 +24,7 @@ fn options(rel: &str, crate_dir: PathBuf) -> GenOptions {
         target_dir: root().join("target"),
         runtime: RuntimeDep::Path(root().join("etl-runtime")),
         lockfile: Some(root().join("Cargo.lock")),
+        bench: false,
     }
 }
 

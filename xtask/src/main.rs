@@ -3,6 +3,7 @@
 //! Generator commands are `etl_gen::cli`; what only makes sense inside the repository
 //! (regenerating docs, local infrastructure) lives in its own module here.
 
+mod bench_chain;
 mod codegen;
 mod infra;
 mod produce;
@@ -27,6 +28,8 @@ enum Command {
     Gen(etl_gen::cli::Command),
     /// Regenerate the checked-in files derived from code (docs/configuration.md, ...).
     Codegen(codegen::CodegenArgs),
+    /// Benchmark a generated chain: decoder vs apache-avro's generic path, chain per record.
+    BenchChain(bench_chain::BenchChainArgs),
     /// Produce synthesized records of a pipeline's schema to its topic.
     Produce(produce::ProduceArgs),
     /// Generate, build and run the quickstart pipeline, and show what it wrote.
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Test(args) => report(test::run(&args)),
         Command::Quickstart => report(quickstart::run()),
         Command::Produce(args) => report(produce::run(&args)),
+        Command::BenchChain(args) => report(bench_chain::run(&args)),
         Command::Infra(command) => report(infra::run(command)),
     }
 }

@@ -24,6 +24,8 @@ pub(super) struct MainInputs<'a> {
     pub(super) schema_include: &'a str,
     /// `(module name, include path)` of each user Rust file.
     pub(super) user_files: &'a [(String, String)],
+    /// Also emit `bench_decode`, the decoder alone, for `cargo xtask bench-chain`.
+    pub(super) bench: bool,
 }
 
 /// Emits `src/main.rs` (unformatted tokens).
@@ -41,6 +43,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     // Decoding: one local per input field, in schema order.
     let mut decode_stmts = Vec::new();
     decode_nodes(&plan.decode, &plan.input, &mut decode_stmts, &mut scope, &mut fresh);
+    let scope_input = scope.clone();
     let mut meta_stmts = Vec::new();
     for c in metadata_columns() {
         let id = fresh(&c.name);
@@ -109,6 +112,21 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         quote!()
     });
     let rows_mod = rows_module(&plan.steps);
+    let bench_decode = if inputs.bench {
+        let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| scope_input[&c.name].clone()).collect();
+        quote!(
+            /// The decoder alone (framing, every field, the end check), for benchmarks.
+            pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
+                #framing
+                #(#decode_stmts)*
+                rt::avro::end(buf)?;
+                #(::std::hint::black_box(&#locals);)*
+                Ok(())
+            }
+        )
+    } else {
+        TokenStream::new()
+    };
     let main_fn = main_fn(inputs)?;
     let _ = row_structs;
 
@@ -124,7 +142,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
 
         /// The chain: decode, operators and encoding, inlined into one function.
         #[derive(Default)]
-        struct Chain;
+        pub(crate) struct Chain;
 
         impl rt::Chain for Chain {
             #[inline]
@@ -145,6 +163,8 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 Ok(())
             }
         }
+
+        #bench_decode
 
         #main_fn
     })
@@ -587,7 +607,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     Ok(quote! {
         /// The reader schema, compiled in.
         #[allow(dead_code)]
-        const SCHEMA: &str = include_str!(#schema_include);
+        pub(crate) const SCHEMA: &str = include_str!(#schema_include);
 
         const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
 

@@ -4,6 +4,7 @@
 //! disk. Rust is emitted as tokens and formatted with prettyplease; the other files come
 //! from templates/ through minijinja.
 
+mod bench;
 mod expr;
 mod main_rs;
 mod types;
@@ -44,6 +45,8 @@ pub struct GenOptions {
     /// A Cargo.lock to start from, so that the crate builds with the versions etl-runtime
     /// was tested with (and reuses their build artifacts).
     pub lockfile: Option<PathBuf>,
+    /// Add a criterion benchmark of the decoder and the chain (`cargo xtask bench-chain`).
+    pub bench: bool,
 }
 
 /// A generated file.
@@ -90,6 +93,7 @@ pub fn main_rs_tokens(
         version: VERSION,
         schema_include,
         user_files,
+        bench: false,
     })
 }
 
@@ -117,6 +121,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
         version: VERSION,
         schema_include: "../schema.avsc",
         user_files: &user_files,
+        bench: options.bench,
     })?;
     let file =
         syn::parse2::<syn::File>(tokens).map_err(|e| format!("internal error: generated code does not parse: {e}"))?;
@@ -158,7 +163,11 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
         runtime_dep => runtime_dep, runtime_features => runtime_features, target_dir => options.target_dir.display().to_string(),
         crate_dir_rel => crate_dir_rel,
     };
-    files.push(File { path: "Cargo.toml".into(), contents: render("Cargo.toml.j2", base.clone())? });
+    files.push(File { path: "Cargo.toml".into(), contents: render("Cargo.toml.j2", context! { bench => options.bench, ..base.clone() })? });
+    if options.bench {
+        let bench = bench::emit(v)?;
+        files.push(File { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
+    }
     files.push(File { path: ".cargo/config.toml".into(), contents: render("cargo-config.toml.j2", base.clone())? });
     files.push(File { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
     let columns: Vec<minijinja::Value> =

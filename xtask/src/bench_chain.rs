@@ -1,0 +1,46 @@
+//! `cargo xtask bench-chain [PIPELINE]`: the criterion benchmark of a generated chain (the
+//! flagship by default): the generated decoder against apache-avro's generic path on the
+//! same bytes, and decode + operators + encode per record. Results: docs/BENCHMARKS.md.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use etl_gen::emit::{self, GenOptions, RuntimeDep};
+
+/// `bench-chain` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchChainArgs {
+    /// The pipeline (default: the flagship example).
+    pipeline: Option<PathBuf>,
+}
+
+pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
+    let root = crate::workspace_root();
+    let pipeline = args.pipeline.clone().unwrap_or_else(|| root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml"));
+    let outcome = etl_gen::validate_file(&pipeline, &etl_gen::Options::default())?;
+    let Some(v) = outcome.pipeline else {
+        bail!("{}", outcome.report.render());
+    };
+    let crate_dir = root.join("target/etl-bench").join(&v.model.pipeline.name);
+    let options = GenOptions {
+        source: pipeline.clone(),
+        crate_dir: crate_dir.clone(),
+        target_dir: root.join("target"),
+        runtime: RuntimeDep::Path(root.join("etl-runtime")),
+        lockfile: Some(root.join("Cargo.lock")),
+        bench: true,
+    };
+    let files = emit::generate(&v, &options).map_err(anyhow::Error::msg)?;
+    emit::write(&crate_dir, &files)?;
+    let status = Command::new(crate::test::cargo())
+        .args(["bench", "--bench", "chain", "--manifest-path"])
+        .arg(crate_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .status()
+        .context("running cargo bench")?;
+    if !status.success() {
+        bail!("the benchmark failed ({status})");
+    }
+    Ok(())
+}
