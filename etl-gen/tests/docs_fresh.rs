@@ -29,7 +29,8 @@ fn invariants_cite_existing_tests() {
             continue;
         }
         let name = name.rsplit("::").next().unwrap();
-        let source = std::fs::read_to_string(root.join(file)).unwrap_or_else(|_| panic!("{file} cited in INVARIANTS.md"));
+        let source =
+            std::fs::read_to_string(root.join(file)).unwrap_or_else(|_| panic!("{file} cited in INVARIANTS.md"));
         assert!(source.contains(&format!("fn {name}(")), "{file} has no test `{name}` (cited in INVARIANTS.md)");
         cited += 1;
     }

@@ -17,7 +17,8 @@ pub(crate) struct BenchChainArgs {
 
 pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
     let root = crate::workspace_root();
-    let pipeline = args.pipeline.clone().unwrap_or_else(|| root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml"));
+    let pipeline =
+        args.pipeline.clone().unwrap_or_else(|| root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml"));
     let outcome = etl_gen::validate_file(&pipeline, &etl_gen::Options::default())?;
     let Some(v) = outcome.pipeline else {
         bail!("{}", outcome.report.render());

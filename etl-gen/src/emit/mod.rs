@@ -163,7 +163,10 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
         runtime_dep => runtime_dep, runtime_features => runtime_features, target_dir => options.target_dir.display().to_string(),
         crate_dir_rel => crate_dir_rel,
     };
-    files.push(File { path: "Cargo.toml".into(), contents: render("Cargo.toml.j2", context! { bench => options.bench, ..base.clone() })? });
+    files.push(File {
+        path: "Cargo.toml".into(),
+        contents: render("Cargo.toml.j2", context! { bench => options.bench, ..base.clone() })?,
+    });
     if options.bench {
         let bench = bench::emit(v)?;
         files.push(File { path: "benches/chain.rs".into(), contents: bench.into_bytes() });

@@ -1,7 +1,7 @@
 //! What the end-to-end tests share: the broker and ClickHouse of `cargo xtask infra up`, the pipeline
 //! binaries of `cargo xtask build`, a producer that keeps its delivery reports, ClickHouse checks,
 //! a running pipeline process (signals, /metrics, peak RSS, log) and a throttling TCP proxy.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -435,7 +435,9 @@ pub fn read_topic(topic: &str, partitions: i32, count: usize, timeout: Duration)
                     .headers()
                     .map(|h| {
                         h.iter()
-                            .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                            .map(|h| {
+                                (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -717,9 +719,9 @@ impl Process {
     pub fn terminate(&mut self, timeout: Duration) -> (ExitStatus, Duration) {
         let started = Instant::now();
         self.signal("TERM");
-        let status = self
-            .wait_exit(timeout)
-            .unwrap_or_else(|| panic!("[{}] still running {timeout:?} after SIGTERM:\n{}", self.label, self.log_tail()));
+        let status = self.wait_exit(timeout).unwrap_or_else(|| {
+            panic!("[{}] still running {timeout:?} after SIGTERM:\n{}", self.label, self.log_tail())
+        });
         (status, started.elapsed())
     }
 
@@ -838,8 +840,7 @@ impl ThrottledProxy {
                                 let due = {
                                     let mut next = next_free.lock().await;
                                     let now = tokio::time::Instant::now();
-                                    *next = (*next).max(now)
-                                        + Duration::from_secs_f64(n as f64 / bytes_per_sec as f64);
+                                    *next = (*next).max(now) + Duration::from_secs_f64(n as f64 / bytes_per_sec as f64);
                                     *next
                                 };
                                 tokio::time::sleep_until(due).await;

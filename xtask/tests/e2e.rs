@@ -1,0 +1,536 @@
+//! End to end (issue 7): Kafka (Tansu) → the binary `cargo xtask build` makes of
+//! `xtask/tests/e2e/pipeline*.yaml` → two ClickHouse shards, with the services of
+//! `cargo xtask infra up`. Happy path, crashes, a sink outage, a slow sink, a rebalance, poison
+//! input under each errors.policy, and SIGTERM. Each scenario uses its own topic and group;
+//! they run one at a time (see `support::serial`). Every process's log is kept in
+//! `target/e2e-logs/`; each scenario prints its wall time and what it measured.
+
+#[path = "e2e/support.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Prints a scenario's wall time when it ends (also when it fails).
+struct Timer(&'static str, Instant);
+
+impl Timer {
+    fn start(name: &'static str) -> Timer {
+        eprintln!("=== {name}");
+        Timer(name, Instant::now())
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        eprintln!("=== {} took {:.1}s", self.0, self.1.elapsed().as_secs_f64());
+    }
+}
+
+/// Builds (once) and empties the table of `variant`, outside the scenario's timer.
+fn prepare(variant: Variant) {
+    variant.binary();
+    truncate(variant.table());
+}
+
+/// Checks every order of `0..n` is in the table once or more, with the right content.
+fn assert_all_arrived(table: &str, n: i64) -> ChStats {
+    let stats = ch_stats(table);
+    assert_eq!(stats.uniq, n, "every produced order arrives ({stats:?})");
+    assert_eq!(ch_checksum(table, "1"), checksum(0..n), "per-key checksum of the stored rows");
+    let [a, b] = ch_counts(table);
+    assert!(a > 0 && b > 0, "both shards got rows ({a}, {b})");
+    stats
+}
+
+/// Scenario 1: one million orders, each arrives exactly once, and the committed offsets reach the
+/// end offsets of the delivery reports.
+#[test]
+fn happy_path_one_million() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("happy path");
+    const N: i64 = 1_000_000;
+    let (topic, group) = (unique("e2e-happy"), unique("e2e-happy"));
+    create_topic(&topic, PARTITIONS);
+    let started = Instant::now();
+    let producer = Producer::new(&topic);
+    producer.send_orders(0..N, 0, None);
+    let produced = producer.finish();
+    eprintln!("produced {N} in {:.1}s", started.elapsed().as_secs_f64());
+    assert_eq!(produced.count(), N);
+
+    let started = Instant::now();
+    let mut p = spawn(Variant::Skip, "happy", &topic, &group, &[]);
+    let stats = await_rows(Variant::Skip.table(), N, Duration::from_secs(300));
+    let took = started.elapsed();
+    eprintln!(
+        "{} rows in ClickHouse {:.1}s after start ({:.0} rows/s)",
+        stats.uniq,
+        took.as_secs_f64(),
+        stats.uniq as f64 / took.as_secs_f64()
+    );
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    assert_eq!(committed, produced.end_offsets, "committed offsets = end offsets from the delivery reports");
+    let (status, _) = p.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    p.assert_no_panic();
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    assert_eq!(stats.count, N, "no duplicates on the happy path ({stats:?})");
+}
+
+/// Scenario 2: SIGKILL at three random moments while records stream in, restart each time. No
+/// order is lost; duplicates come only from what was written but not committed when a process
+/// died: at most `sent before the kill − committed after it` per kill (offsets start at 0).
+#[test]
+fn crash_three_times() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("crash");
+    const N: i64 = 360_000;
+    let (topic, group) = (unique("e2e-crash"), unique("e2e-crash"));
+    create_topic(&topic, PARTITIONS);
+    // About 45 s of steady input, so every kill lands mid-stream (a restart waits ~6 s for the
+    // killed member's session to expire).
+    let (sent, producer) = produce_in_background(&topic, 0..N, 0, 8_000);
+    let mut rng = Rng::from_time();
+    let mut bound = 0;
+    let mut processes = Vec::new();
+    for round in 0..3 {
+        let mut p = spawn(Variant::Skip, &format!("crash-{round}"), &topic, &group, &[]);
+        p.await_metrics("records", Duration::from_secs(60), |m| m.sum("etl_records_in_total") > 0.0);
+        std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
+        let records_in = p.metrics().map_or(0.0, |m| m.sum("etl_records_in_total"));
+        p.kill();
+        let sent_at_kill = sent.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        // A commit in flight at the kill may still land: read after it had the time to.
+        std::thread::sleep(Duration::from_millis(500));
+        let committed = committed_total(&group, &topic, PARTITIONS);
+        bound += sent_at_kill - committed;
+        eprintln!(
+            "kill {round}: consumed ≥ {records_in}, sent {sent_at_kill}, committed {committed}, uncommitted ≤ {}",
+            sent_at_kill - committed
+        );
+        processes.push(p);
+    }
+    let mut last = spawn(Variant::Skip, "crash-final", &topic, &group, &[]);
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let (status, _) = last.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    processes.push(last);
+    for p in &processes {
+        p.assert_no_panic();
+    }
+    let stats_final = assert_all_arrived(Variant::Skip.table(), N);
+    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
+    eprintln!("crash: {} duplicates after 3 kills (bound {bound})", stats_final.duplicates());
+    assert!(
+        stats_final.duplicates() <= bound,
+        "duplicates {} exceed what was uncommitted at the kills ({bound})",
+        stats_final.duplicates()
+    );
+}
+
+/// Scenario 3: both ClickHouse servers frozen (SIGSTOP) for 20 s mid-run. The pipeline pauses
+/// (`etl_backpressure_paused` = 1), keeps its partitions (no revocation although the outage is
+/// longer than max.poll.interval.ms), its peak RSS stays under the memory bound, and it resumes
+/// by itself without losing anything.
+#[test]
+fn sink_outage_twenty_seconds() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("sink outage");
+    let config = Config::of(Variant::Skip);
+    const N: i64 = 500_000;
+    let (topic, group) = (unique("e2e-outage"), unique("e2e-outage"));
+    create_topic(&topic, PARTITIONS);
+    let producer = Producer::new(&topic);
+    producer.send_orders(0..N, 0, None);
+    let produced = producer.finish();
+
+    let mut p = spawn(Variant::Skip, "outage", &topic, &group, &[]);
+    p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    let (mut paused_seen, mut max_inflight, mut in_at_freeze, mut in_at_thaw) = (0.0f64, 0.0f64, 0.0, 0.0);
+    {
+        let frozen = freeze_clickhouse();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if let Some(m) = p.metrics() {
+                if in_at_freeze == 0.0 {
+                    in_at_freeze = m.sum("etl_records_in_total");
+                }
+                paused_seen = paused_seen.max(m.sum("etl_backpressure_paused"));
+                max_inflight = max_inflight.max(m.sum("etl_backpressure_inflight_bytes"));
+                in_at_thaw = m.sum("etl_records_in_total");
+            }
+            assert!(p.try_exit().is_none(), "the pipeline survives the outage:\n{}", p.log_tail());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        drop(frozen);
+    }
+    eprintln!(
+        "outage: records in {in_at_freeze} at the freeze, {in_at_thaw} at the thaw; paused {paused_seen}; max in-flight {:.1} MiB",
+        mib(max_inflight as u64)
+    );
+    assert_eq!(paused_seen, 1.0, "etl_backpressure_paused = 1 during the outage");
+    assert!(in_at_thaw < N as f64, "the backlog stayed in the broker during the outage");
+    let stats = await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
+    let peak = p.peak_rss();
+    let bound = config.memory_bound(PARTITIONS as u64);
+    eprintln!("outage: peak RSS {:.1} MiB, bound {:.1} MiB; {stats:?}", mib(peak), mib(bound));
+    // Before SIGTERM: shutting down revokes the partitions, which is fine.
+    assert_eq!(p.log_lines("partitions revoked").len(), 0, "stayed in the group:\n{}", p.log_tail());
+    assert_eq!(p.log_lines("assignment lost").len(), 0, "never evicted");
+    assert_eq!(p.log_lines("partitions assigned").len(), 1, "one assignment, no rebalance");
+    assert!(peak <= bound, "peak RSS {:.1} MiB exceeds the bound {:.1} MiB", mib(peak), mib(bound));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let (status, _) = p.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    p.assert_no_panic();
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    eprintln!("outage: {} duplicates", stats.duplicates());
+}
+
+/// Scenario 4: inserts throttled to 256 KiB/s per shard (a proxy on loopback) for 30 s while the
+/// topic grows much faster. RSS stays bounded, lanes pause without flapping (pause events ≤
+/// lanes × (elapsed / min_pause + 1), Invariant 6), the lag grows in the broker (committed
+/// offsets fall behind) while the process does not read everything into memory, no eviction;
+/// then the throttle goes and everything arrives.
+#[test]
+fn slow_sink_thirty_seconds() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("slow sink");
+    let config = Config::of(Variant::Skip);
+    const N: i64 = 400_000;
+    const COUPON: usize = 120; // ~170-byte rows that LZ4 cannot shrink much
+    let (topic, group) = (unique("e2e-slow"), unique("e2e-slow"));
+    create_topic(&topic, PARTITIONS);
+    let proxies = [
+        ThrottledProxy::start(&infra().clickhouse[0], 256 << 10),
+        ThrottledProxy::start(&infra().clickhouse[1], 256 << 10),
+    ];
+    let (url_a, url_b) = (proxies[0].url(), proxies[1].url());
+    // 100k ready, 300k more over 30 s: 10k orders/s (~1.7 MB/s) against ~0.5 MB/s of inserts.
+    let producer = Producer::new(&topic);
+    producer.send_orders(0..100_000, COUPON, None);
+    let first = producer.finish();
+    let (sent, producer) = produce_in_background(&topic, 100_000..N, COUPON, 10_000);
+
+    let mut p = spawn(
+        Variant::Skip,
+        "slow",
+        &topic,
+        &group,
+        &[("CLICKHOUSE_URL", url_a.as_str()), ("CLICKHOUSE_URL_2", url_b.as_str())],
+    );
+    let m0 = p.await_metrics("records", Duration::from_secs(60), |m| m.sum("etl_records_in_total") > 0.0);
+    let started = Instant::now();
+    let pauses_before = m0.sum("etl_backpressure_pause_events_total");
+    let lag = || {
+        let committed = committed_total(&group, &topic, PARTITIONS);
+        sent.load(std::sync::atomic::Ordering::Relaxed) as i64 + 100_000 - committed
+    };
+    std::thread::sleep(Duration::from_secs(5));
+    let lag_early = lag();
+    let mut paused_seen = 0.0f64;
+    let mut last = m0.clone();
+    while started.elapsed() < Duration::from_secs(30) {
+        if let Some(m) = p.metrics() {
+            paused_seen = paused_seen.max(m.sum("etl_backpressure_paused"));
+            last = m;
+        }
+        assert!(p.try_exit().is_none(), "the pipeline survives the slow sink:\n{}", p.log_tail());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let elapsed = started.elapsed();
+    let lag_late = lag();
+    let sent_late = sent.load(std::sync::atomic::Ordering::Relaxed) as i64 + 100_000;
+    let records_in = last.sum("etl_records_in_total") as i64;
+    let records_out = last.sum("etl_records_out_total") as i64;
+    let pauses = last.sum("etl_backpressure_pause_events_total") - pauses_before;
+    let forwarded: u64 = proxies.iter().map(|p| p.forwarded.load(std::sync::atomic::Ordering::Relaxed)).sum();
+    for proxy in &proxies {
+        proxy.unthrottle();
+    }
+    let lanes = PARTITIONS as f64;
+    let pause_bound = lanes * (elapsed.as_secs_f64() / config.min_pause.as_secs_f64() + 1.0);
+    eprintln!(
+        "slow sink: {:.0}s throttled; {forwarded} bytes to ClickHouse; in {records_in}, out {records_out}, sent \
+         {sent_late}; broker lag {lag_early} → {lag_late}; paused {paused_seen}; {pauses} pause events (bound \
+         {pause_bound:.0}); source lag metric {}",
+        elapsed.as_secs_f64(),
+        last.sum("etl_source_lag_records")
+    );
+    assert_eq!(paused_seen, 1.0, "the lanes paused");
+    assert!(pauses <= pause_bound, "pause events {pauses} > {pause_bound:.0}: flapping");
+    assert!(lag_late > lag_early, "the lag grows in the broker ({lag_early} → {lag_late})");
+    assert!(records_in < sent_late, "the process did not pull the whole backlog into memory");
+
+    let produced = producer.join().unwrap();
+    let stats = await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
+    let peak = p.peak_rss();
+    let bound = config.memory_bound(PARTITIONS as u64);
+    eprintln!("slow sink: peak RSS {:.1} MiB, bound {:.1} MiB; {stats:?}", mib(peak), mib(bound));
+    assert_eq!(p.log_lines("partitions revoked").len(), 0, "no eviction:\n{}", p.log_tail());
+    assert_eq!(p.log_lines("partitions assigned").len(), 1, "one assignment, no rebalance");
+    assert!(peak <= bound, "peak RSS {:.1} MiB exceeds the bound {:.1} MiB", mib(peak), mib(bound));
+    let mut end = first.end_offsets.clone();
+    for (partition, offset) in &produced.end_offsets {
+        end.insert(*partition, *offset);
+    }
+    await_committed(&group, &topic, &end, Duration::from_secs(30));
+    let (status, _) = p.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    p.assert_no_panic();
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    eprintln!("slow sink: {} duplicates", stats.duplicates());
+}
+
+/// Scenario 5: a second instance joins the group mid-run, then the first gets SIGTERM. Nothing is
+/// lost, both did work, and since both hand-overs are clean (drain, store, synchronous commit
+/// while still owned, Invariant 4), duplicates are at most the records a drain abandoned.
+#[test]
+fn rebalance_second_instance_joins_first_leaves() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("rebalance");
+    let config = Config::of(Variant::Skip);
+    const N: i64 = 300_000;
+    let (topic, group) = (unique("e2e-rebalance"), unique("e2e-rebalance"));
+    create_topic(&topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 15_000);
+    let mut a = spawn(Variant::Skip, "rebalance-a", &topic, &group, &[]);
+    a.await_metrics("records", Duration::from_secs(60), |m| m.sum("etl_records_in_total") > 0.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let mut b = spawn(Variant::Skip, "rebalance-b", &topic, &group, &[]);
+    b.await_metrics("records", Duration::from_secs(60), |m| m.sum("etl_records_in_total") > 0.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let a_in = a.metrics().map_or(0.0, |m| m.sum("etl_records_in_total"));
+    let (status, took) = a.terminate(Duration::from_secs(60));
+    eprintln!("rebalance: a left after {a_in} records, exit took {:.2}s", took.as_secs_f64());
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let b_in = b.metrics().map_or(0.0, |m| m.sum("etl_records_in_total"));
+    let (status, _) = b.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    a.assert_no_panic();
+    b.assert_no_panic();
+    assert!(a_in > 0.0 && b_in > 0.0, "both instances did work ({a_in}, {b_in})");
+    assert!(b.log_lines("partitions revoked").len() >= 1, "b took part in a rebalance");
+    assert_eq!(committed, produced.end_offsets, "everything committed");
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    let abandoned = a.abandoned() + b.abandoned();
+    eprintln!(
+        "rebalance: a {a_in} records, b {b_in}; {} duplicates, {abandoned} abandoned by drains (drain_timeout {:?})",
+        stats.duplicates(),
+        config.drain_timeout
+    );
+    assert!(stats.duplicates() <= abandoned, "clean hand-overs duplicate only what a drain abandoned");
+}
+
+/// A poison message of scenario 6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Poison {
+    BadMagic,
+    Truncated,
+    WrongSchema,
+    Oversize,
+    Tombstone,
+}
+
+const POISONS: [Poison; 5] =
+    [Poison::BadMagic, Poison::Truncated, Poison::WrongSchema, Poison::Oversize, Poison::Tombstone];
+
+impl Poison {
+    fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>> {
+        let good = order(999_999, 0);
+        Some(match self {
+            Poison::BadMagic => {
+                let mut p = good;
+                p[0] = 1;
+                p
+            }
+            Poison::Truncated => good[..good.len() - 4].to_vec(),
+            // A datum of another schema: the order followed by more fields than it has.
+            Poison::WrongSchema => {
+                let mut p = good;
+                p.extend([2, 4, 6, 8]);
+                p
+            }
+            Poison::Oversize => order(999_999, max_message_bytes as usize + 100),
+            Poison::Tombstone => return None,
+        })
+    }
+
+    /// `etl.error.kind` of its dead letter.
+    fn kind(self) -> &'static str {
+        match self {
+            Poison::Oversize => "oversize",
+            _ => "decode",
+        }
+    }
+}
+
+/// One partition: `per_gap` good orders, then each poison followed by `per_gap` good ones.
+/// Returns the delivery reports; tags ≥ 1_000_000 are the poisons (1_000_000 + index).
+fn produce_poisoned(topic: &str, poisons: &[Poison], per_gap: i64, max_message_bytes: u64) -> Produced {
+    create_topic(topic, 1);
+    let producer = Producer::new(topic);
+    let mut id = 0;
+    for gap in 0..=poisons.len() {
+        for _ in 0..per_gap {
+            producer.send(id as usize, 0, id.to_string().as_bytes(), Some(&order(id, 0)));
+            id += 1;
+        }
+        if let Some(poison) = poisons.get(gap) {
+            let payload = poison.payload(max_message_bytes);
+            producer.send(1_000_000 + gap, 0, b"poison", payload.as_deref());
+        }
+    }
+    producer.finish()
+}
+
+/// Scenario 6, `skip`: every poison is counted and passed; every good order arrives once; the
+/// offsets are committed past all of them.
+#[test]
+fn poison_skip() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("poison skip");
+    let config = Config::of(Variant::Skip);
+    let (topic, group) = (unique("e2e-poison-skip"), unique("e2e-poison-skip"));
+    let produced = produce_poisoned(&topic, &POISONS, 200, config.max_message_bytes);
+    let good = 200 * (POISONS.len() as i64 + 1);
+    let mut p = spawn(Variant::Skip, "poison-skip", &topic, &group, &[]);
+    let stats = await_rows(Variant::Skip.table(), good, Duration::from_secs(60));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let m = p.metrics().expect("metrics");
+    let (status, _) = p.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    p.assert_no_panic();
+    assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
+    assert_eq!(ch_checksum(Variant::Skip.table(), "1"), checksum(0..good));
+    assert_eq!(committed, produced.end_offsets, "committed past every poison");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), 4.0, "decode and oversize errors counted");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0, "the tombstone counted");
+}
+
+/// Scenario 6, `dlq`: each poison (not the tombstone, which errors.tombstones skips) is in the
+/// dead-letter topic, raw, with the error headers; offsets are committed past them.
+#[test]
+fn poison_dead_letter() {
+    let _serial = serial();
+    prepare(Variant::Dlq);
+    let _t = Timer::start("poison dlq");
+    let config = Config::of(Variant::Dlq);
+    let (topic, group, dlq) = (unique("e2e-poison-dlq"), unique("e2e-poison-dlq"), unique("e2e-dlq"));
+    create_topic(&dlq, 1);
+    let produced = produce_poisoned(&topic, &POISONS, 200, config.max_message_bytes);
+    let good = 200 * (POISONS.len() as i64 + 1);
+    let mut p = spawn(Variant::Dlq, "poison-dlq", &topic, &group, &[("DLQ_TOPIC", dlq.as_str())]);
+    let stats = await_rows(Variant::Dlq.table(), good, Duration::from_secs(60));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let m = p.metrics().expect("metrics");
+    let (status, _) = p.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    p.assert_no_panic();
+    assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
+    assert_eq!(committed, produced.end_offsets, "committed past every poison");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), 4.0);
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0);
+    let letters = read_topic(&dlq, 1, 4, Duration::from_secs(30));
+    assert_eq!(letters.len(), 4, "one dead letter per poison except the tombstone: {letters:?}");
+    for (index, poison) in POISONS.iter().enumerate().filter(|(_, p)| **p != Poison::Tombstone) {
+        let (partition, offset) = produced.offsets[&(1_000_000 + index)];
+        let letter = letters
+            .iter()
+            .find(|l| l.headers.get("etl.source.offset") == Some(&offset.to_string()))
+            .unwrap_or_else(|| panic!("no dead letter for {poison:?} at offset {offset}: {letters:?}"));
+        assert_eq!(letter.payload, poison.payload(config.max_message_bytes), "{poison:?}: the raw message");
+        assert_eq!(letter.headers.get("etl.source.partition"), Some(&partition.to_string()));
+        assert_eq!(letter.headers.get("etl.error.kind").map(String::as_str), Some(poison.kind()), "{poison:?}");
+        assert!(!letter.headers.get("etl.error").cloned().unwrap_or_default().is_empty(), "{poison:?}: etl.error");
+        eprintln!("dead letter {poison:?}: {}", letter.headers["etl.error"]);
+    }
+}
+
+/// Scenario 6, `fail` (and errors.tombstones fail): for each poison the process exits 1, never
+/// commits past the poison, and writes nothing that follows it.
+#[test]
+fn poison_fail() {
+    let _serial = serial();
+    prepare(Variant::Fail);
+    let _t = Timer::start("poison fail");
+    let config = Config::of(Variant::Fail);
+    for poison in POISONS {
+        truncate(Variant::Fail.table());
+        let (topic, group) = (unique("e2e-poison-fail"), unique("e2e-poison-fail"));
+        let produced = produce_poisoned(&topic, &[poison], 100, config.max_message_bytes);
+        let (_, bad) = produced.offsets[&1_000_000];
+        let mut p = spawn(Variant::Fail, &format!("poison-fail-{poison:?}"), &topic, &group, &[]);
+        let status = p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("{poison:?}: still running"));
+        p.assert_no_panic();
+        assert_eq!(status.code(), Some(1), "{poison:?}: a fatal runtime error exits 1:\n{}", p.log_tail());
+        let committed = committed(&group, &topic, 1);
+        assert!(
+            committed.get(&0).is_none_or(|&c| c <= bad),
+            "{poison:?}: committed {committed:?} passes the poison at offset {bad}"
+        );
+        let after = ch_stats(Variant::Fail.table());
+        let later = ch_checksum(Variant::Fail.table(), "order_id >= 100");
+        assert_eq!(later, 0, "{poison:?}: nothing after the poison was written");
+        assert!(after.uniq <= 100, "{poison:?}: {after:?}");
+        eprintln!(
+            "fail {poison:?}: exit 1, committed {committed:?} (poison at {bad}), {} rows before it written",
+            after.uniq
+        );
+    }
+}
+
+/// Scenario 7: SIGTERM mid-stream drains and commits within drain_timeout and exits 0; what is
+/// committed is exactly what was written; a restart of the same group writes no duplicates.
+#[test]
+fn sigterm_drains_and_restart_adds_no_duplicates() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("sigterm");
+    let config = Config::of(Variant::Skip);
+    const N: i64 = 300_000;
+    let (topic, group) = (unique("e2e-sigterm"), unique("e2e-sigterm"));
+    create_topic(&topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 30_000);
+    let mut p = spawn(Variant::Skip, "sigterm", &topic, &group, &[]);
+    p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") >= 20_000.0);
+    let (status, took) = p.terminate(config.drain_timeout + Duration::from_secs(30));
+    // The drain is bounded by drain_timeout; the final commit and leaving the group follow it.
+    let slack = Duration::from_secs(3);
+    eprintln!(
+        "sigterm: exit {status} {:.2}s after SIGTERM (drain_timeout {:?})",
+        took.as_secs_f64(),
+        config.drain_timeout
+    );
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    assert!(took < config.drain_timeout + slack, "exit took {took:?}, more than drain_timeout + {slack:?}");
+    p.assert_no_panic();
+    let written = ch_stats(Variant::Skip.table());
+    let committed = committed_total(&group, &topic, PARTITIONS);
+    eprintln!("sigterm: {written:?} written, {committed} committed");
+    assert_eq!(written.count, written.uniq, "no duplicates so far");
+    assert_eq!(committed, written.uniq, "the final commit covers exactly what was written");
+
+    let mut again = spawn(Variant::Skip, "sigterm-restart", &topic, &group, &[]);
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let (status, _) = again.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    again.assert_no_panic();
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    assert_eq!(stats.count, N, "the restart wrote no duplicates ({stats:?})");
+}
