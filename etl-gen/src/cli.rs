@@ -21,6 +21,9 @@ pub enum Command {
     Gen(GenArgs),
     /// `gen`, then `cargo build --release`; prints the binary's path last.
     Build(BuildArgs),
+    /// `build` statically linked, then write a minimal OCI image archive (no Docker
+    /// daemon); prints `image: <path>` and `digest: sha256:<hex>` last.
+    Image(ImageArgs),
 }
 
 /// `gen` arguments.
@@ -63,6 +66,21 @@ pub struct BuildArgs {
     pub gen_args: GenArgs,
 }
 
+/// `image` arguments.
+#[derive(Debug, Args)]
+pub struct ImageArgs {
+    /// The `gen` arguments (`-o/--out` is the crate directory, as for `gen`).
+    #[command(flatten)]
+    pub gen_args: GenArgs,
+    /// The image tag, or a full reference (`registry/repo:tag`); default: the config hash.
+    /// A bare tag names the image `localhost/<name>:<tag>`.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Where to write the archive (default: <target dir>/etl/<name>.oci.tar).
+    #[arg(long)]
+    pub archive: Option<PathBuf>,
+}
+
 /// Runs a sub-command; returns the process exit code.
 pub fn run(command: Command) -> ExitCode {
     match command {
@@ -71,6 +89,14 @@ pub fn run(command: Command) -> ExitCode {
             Err(code) => code,
         },
         Command::Build(args) => build_command(&args.gen_args),
+        Command::Image(args) => match image(&args) {
+            Ok((path, digest)) => {
+                println!("image: {}", path.display());
+                println!("digest: {digest}");
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
     }
 }
 
@@ -195,6 +221,75 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
     Ok((pipeline, layout))
 }
 
+/// `image`: a static build and its OCI archive; returns the archive path and the manifest
+/// digest.
+pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
+    let fail = |message: String| {
+        eprintln!("error: {message}");
+        ExitCode::from(1)
+    };
+    if std::env::consts::OS != "linux" {
+        return Err(fail("`image` builds a Linux binary and must run on Linux".into()));
+    }
+    // Read before the (long) build, so a machine without CA certificates fails at once.
+    let ca_path = Path::new("/").join(crate::image::CA_BUNDLE_PATH);
+    let ca_bundle = std::fs::read(&ca_path).map_err(|e| {
+        fail(format!(
+            "reading the CA bundle {}: {e} (install it: `apt-get install ca-certificates`)",
+            ca_path.display()
+        ))
+    })?;
+    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let (pipeline, layout, binary_path) = cargo_build(&args.gen_args, Some(&target))?;
+    let name = &pipeline.model.pipeline.name;
+    let binary = std::fs::read(&binary_path).map_err(|e| fail(format!("reading {}: {e}", binary_path.display())))?;
+    let hash = emit::config_hash(&pipeline);
+    let reference = crate::image::reference(name, args.tag.as_deref().unwrap_or(&hash));
+    // The admin port as deployed by default (`${ADMIN_LISTEN:-0.0.0.0:9464}` → 9464); a
+    // port chosen at run time (0, or a variable without default) is not declared.
+    let admin_port = pipeline
+        .model
+        .admin
+        .listen
+        .resolve(|_| None)
+        .ok()
+        .and_then(|listen| listen.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()))
+        .filter(|&port| port != 0);
+    let labels = [
+        ("org.opencontainers.image.title", name.clone()),
+        ("org.opencontainers.image.version", hash.clone()),
+        ("io.etl-rs.pipeline", name.clone()),
+        ("io.etl-rs.config-hash", hash.clone()),
+        ("io.etl-rs.version", emit::VERSION.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    // SOURCE_DATE_EPOCH (reproducible-builds.org) when set, else 1970: never the clock.
+    let epoch = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let spec = crate::image::ImageSpec {
+        binary: &binary,
+        name,
+        reference: &reference,
+        ca_bundle: &ca_bundle,
+        admin_port,
+        labels,
+        epoch,
+    };
+    let image = crate::image::write(&spec).map_err(|e| fail(e.to_string()))?;
+    let out = args
+        .archive
+        .as_ref()
+        .map(|p| absolute(p))
+        .unwrap_or_else(|| layout.target_dir.join("etl").join(format!("{name}.oci.tar")));
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("creating {}: {e}", dir.display())))?;
+    }
+    std::fs::write(&out, &image.archive).map_err(|e| fail(format!("writing {}: {e}", out.display())))?;
+    eprintln!("image {reference} ({} bytes, config {})", image.archive.len(), image.config_digest);
+    Ok((out, image.manifest_digest))
+}
+
 fn build_command(args: &GenArgs) -> ExitCode {
     match build(args) {
         Ok(binary) => {
@@ -207,19 +302,38 @@ fn build_command(args: &GenArgs) -> ExitCode {
 
 /// `gen`, then `cargo build --release` in the shared target directory; returns the binary.
 pub fn build(args: &GenArgs) -> Result<PathBuf, ExitCode> {
+    cargo_build(args, None).map(|(_, _, binary)| binary)
+}
+
+/// `build` with `static_target` = Some(triple): a statically linked binary for that target.
+fn cargo_build(args: &GenArgs, static_target: Option<&str>) -> Result<(Validated, Layout, PathBuf), ExitCode> {
     if args.check || args.ddl || args.memory {
-        eprintln!("error: `build` does not take --check, --ddl or --memory; use `gen`");
+        eprintln!("error: `build` and `image` do not take --check, --ddl or --memory; use `gen`");
         return Err(ExitCode::from(2));
     }
     let (pipeline, layout) = gen_command(args)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Process::new(cargo)
+    let mut command = Process::new(cargo);
+    command
         .args(["build", "--release", "--manifest-path"])
         .arg(layout.crate_dir.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &layout.target_dir)
-        .status();
-    match status {
-        Ok(s) if s.success() => Ok(layout.target_dir.join("release").join(&pipeline.model.pipeline.name)),
+        .env("CARGO_TARGET_DIR", &layout.target_dir);
+    let mut out_dir = layout.target_dir.clone();
+    if let Some(target) = static_target {
+        // An explicit --target keeps build scripts and proc macros dynamically linked
+        // (RUSTFLAGS then applies to the target only); glibc's static NSS needs the
+        // /etc/nsswitch.conf and /etc/hosts the image ships.
+        let rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
+        command
+            .args(["--target", target])
+            .env("RUSTFLAGS", format!("{rustflags} -C target-feature=+crt-static").trim_start());
+        out_dir = out_dir.join(target);
+    }
+    match command.status() {
+        Ok(s) if s.success() => {
+            let binary = out_dir.join("release").join(&pipeline.model.pipeline.name);
+            Ok((pipeline, layout, binary))
+        }
         Ok(s) => {
             eprintln!("error: cargo build of {} failed ({s})", layout.crate_dir.display());
             Err(ExitCode::from(1))

@@ -9,6 +9,7 @@ pub mod diag;
 pub mod docs;
 pub mod emit;
 pub mod expr;
+pub mod image;
 pub mod ir;
 pub mod load;
 pub mod memory;

@@ -96,7 +96,10 @@ impl Template {
         for part in &self.parts {
             match part {
                 Part::Lit(s) => out.push_str(s),
-                Part::Var { name, default } => match (env(name).filter(|v| !v.is_empty()), default) {
+                // Shell semantics: `${VAR:-d}` uses d when VAR is unset or empty; `${VAR}` only
+                // needs VAR to be set.
+                Part::Var { name, default } => match (env(name), default) {
+                    (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
                     (Some(v), _) => out.push_str(&v),
                     (None, Some(d)) => out.push_str(d),
                     (None, None) => return Err(format!("environment variable `{name}` is not set")),

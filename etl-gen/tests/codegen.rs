@@ -72,17 +72,26 @@ fn build(rel: &str) -> (Validated, PathBuf) {
 
 /// Builds and runs a datagen → file pipeline; returns its output rows.
 fn build_and_run(rel: &str) -> Vec<Value> {
-    let (v, binary) = build(rel);
+    let (_, binary) = build(rel);
+    run_built(rel, &binary, &[]).expect("the pipeline succeeds")
+}
+
+/// Runs a built datagen → file pipeline with extra environment; its rows, or its stderr.
+fn run_built(rel: &str, binary: &Path, env: &[(&str, &str)]) -> Result<Vec<Value>, String> {
+    let v = load(rel);
     let name = v.model.pipeline.name.clone();
-    let version = Command::new(&binary).arg("--version").output().unwrap();
+    let name = v.model.pipeline.name.clone();
+    let version = Command::new(binary).arg("--version").output().unwrap();
     assert_eq!(
         String::from_utf8(version.stdout).unwrap().trim(),
         format!("{name} {} (config {})", emit::VERSION, emit::config_hash(&v))
     );
     let out = tempfile::NamedTempFile::new().unwrap();
-    let run = Command::new(&binary).env("OUT", out.path()).output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    std::fs::read_to_string(out.path()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let run = Command::new(binary).env("OUT", out.path()).envs(env.iter().copied()).output().unwrap();
+    if !run.status.success() {
+        return Err(String::from_utf8_lossy(&run.stderr).into_owned());
+    }
+    Ok(std::fs::read_to_string(out.path()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect())
 }
 
 fn int(row: &Value, key: &str) -> i64 {
@@ -184,4 +193,69 @@ fn kafka_examples_compile_and_check_their_environment() {
         let bad = Command::new(&binary).arg("--frobnicate").output().unwrap();
         assert_eq!(bad.status.code(), Some(2), "unknown arguments are a usage error");
     }
+}
+
+/// A stub Confluent-API registry on loopback answering every `/schemas/ids/N` with
+/// `answer` (a status line and a body).
+fn stub_registry(status: &'static str, body: String) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// `format.avro.registry`: the writer schema is fetched by id; the same schema takes the
+/// fast path, another one is resolved to the reader schema, an unknown id is a record error
+/// (`errors.policy`), and an unreachable registry stops the pipeline instead of skipping.
+#[test]
+fn registry_resolves_writer_schemas() {
+    let rel = "etl-gen/tests/pipelines/registry/pipeline.yaml";
+    let (_, binary) = build(rel);
+    let reader = std::fs::read_to_string(root().join("etl-gen/tests/pipelines/registry/order.avsc")).unwrap();
+    let answer = |schema: &str| serde_json::json!({ "schema": schema }).to_string();
+
+    // Datagen timestamps follow the clock; everything else is the same for the same seed.
+    let stable = |rows: Vec<Value>| -> Vec<Value> {
+        rows.into_iter()
+            .map(|mut r| {
+                r.as_object_mut().unwrap().remove("created_at");
+                r
+            })
+            .collect()
+    };
+    let same = stable(run_built(rel, &binary, &[("REGISTRY", &stub_registry("200 OK", answer(&reader)))]).unwrap());
+    assert_eq!(same.len(), 500);
+
+    // A writer schema with one more field, of type null (zero bytes on the wire): the
+    // datagen bytes are valid for it, and resolution to the reader schema drops the field.
+    let mut writer: Value = serde_json::from_str(&reader).unwrap();
+    writer["fields"].as_array_mut().unwrap().push(serde_json::json!({"name": "legacy", "type": "null"}));
+    let resolved = stable(
+        run_built(rel, &binary, &[("REGISTRY", &stub_registry("200 OK", answer(&writer.to_string())))]).unwrap(),
+    );
+    assert!(resolved == same, "the resolved path yields the same rows");
+
+    let unknown = run_built(rel, &binary, &[("REGISTRY", &stub_registry("404 Not Found", "{}".into()))]).unwrap();
+    assert!(unknown.is_empty(), "unknown schema ids are skipped under errors.policy: skip");
+
+    let down = run_built(rel, &binary, &[("REGISTRY", "http://127.0.0.1:1")]).unwrap_err();
+    assert!(down.contains("schema registry"), "an unreachable registry stops the pipeline: {down}");
+
+    let none = stable(run_built(rel, &binary, &[("REGISTRY", "")]).unwrap());
+    assert!(none == same, "an empty registry URL means no registry");
 }

@@ -77,6 +77,9 @@ pub enum RecordErrorKind {
     Oversize,
     /// The row could not be encoded for the sink.
     Encode,
+    /// Something the record needs is unavailable (the schema registry cannot be reached).
+    /// Not the record's fault: the pipeline stops whatever `errors.policy` says.
+    Unavailable,
 }
 
 impl RecordError {

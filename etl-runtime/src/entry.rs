@@ -86,7 +86,10 @@ pub(crate) fn resolve(settings: &[Setting], env: impl Fn(&str) -> Option<String>
         for part in setting.parts {
             match part {
                 Part::Lit(text) => value.push_str(text),
-                Part::Var(name, default) => match (env(name).filter(|v| !v.is_empty()), default) {
+                // Shell semantics: `${VAR:-d}` uses d when VAR is unset or empty; `${VAR}` only
+                // needs VAR to be set (an empty value is a value).
+                Part::Var(name, default) => match (env(name), default) {
+                    (Some(v), Some(d)) if v.is_empty() => value.push_str(d),
                     (Some(v), _) => value.push_str(&v),
                     (None, Some(d)) => value.push_str(d),
                     (None, None) => missing.push(format!("{name} (for {})", setting.key)),

@@ -79,6 +79,8 @@ mod handle;
 mod kafka;
 mod metrics;
 mod pipeline;
+#[cfg(feature = "registry")]
+mod registry;
 mod run;
 mod sink;
 mod source;
@@ -115,6 +117,8 @@ pub mod __private {
     pub use crate::file_sink::FileSink;
     #[cfg(feature = "kafka")]
     pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
+    #[cfg(feature = "registry")]
+    pub use crate::registry::{Datum, Registry};
     pub use crate::run::{RunOutcome, init_logging, run};
     pub use crate::sink::{DeadLetter, Sink};
     pub use crate::source::{Record, Source};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::chain::{Chain, OpenBuffer, RowOut};
+use crate::chain::{Chain, OpenBuffer, RecordErrorKind, RowOut};
 use crate::checkpoint::Checkpointer;
 use crate::config::{ErrorPolicy, TombstonePolicy};
 use crate::handle::Shared;
@@ -401,7 +401,14 @@ impl<C: Chain> PipelineThread<C> {
                     buffer.bytes.truncate(len);
                     buffer.rows = rows_before;
                 }
-                match (shared.config.error_policy, shared.dead_letter.as_ref()) {
+                // A dependency that is down (the schema registry) is not the record's fault:
+                // skipping or dead-lettering would lose good data, so it always stops.
+                let policy = if error.kind == RecordErrorKind::Unavailable {
+                    ErrorPolicy::Fail
+                } else {
+                    shared.config.error_policy
+                };
+                match (policy, shared.dead_letter.as_ref()) {
                     (ErrorPolicy::Skip, _) => {
                         tracing::debug!(partition = *partition, offset, %error, "record skipped");
                         counts.errors += 1;

@@ -70,7 +70,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                     }
                 })
             });
-            let mut chain = pipeline::Chain;
+            let mut chain = pipeline::Chain::default();
             let mut harness = rt::ChainHarness::new(#shards);
             group.bench_function("generated chain (decode, operators, encode)", |b| {
                 b.iter(|| {

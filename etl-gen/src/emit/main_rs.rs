@@ -96,9 +96,42 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         quote!(static #id: [&str; #n] = [#(#symbols),*];)
     });
 
-    let framing = match v.model.format.avro.wire {
+    let uses_registry = v.model.format.avro.registry.is_some() && v.model.format.avro.wire == Wire::Confluent;
+    // The decoder alone, for benchmarks: the writer schema is taken to be the reader's.
+    let bench_framing = match v.model.format.avro.wire {
         Wire::Confluent => quote!(let (_schema_id, mut buf) = rt::avro::confluent(payload)?;),
         Wire::Raw => quote!(let mut buf = payload;),
+    };
+    let framing = if uses_registry {
+        // With a registry (its URL may resolve to empty at run time: then none), a writer
+        // schema that differs from the reader schema is resolved and re-encoded first.
+        quote!(
+            let (schema_id, datum) = rt::avro::confluent(payload)?;
+            let resolved;
+            let mut buf = match &self.registry {
+                Some(registry) => {
+                    resolved = registry.resolve(schema_id, datum)?;
+                    resolved.bytes()
+                }
+                None => datum,
+            };
+        )
+    } else {
+        bench_framing.clone()
+    };
+    let chain_struct = if uses_registry {
+        quote!(
+            #[derive(Default)]
+            pub(crate) struct Chain {
+                /// The schema registry, when `format.avro.registry` resolves to a URL.
+                registry: ::std::option::Option<rt::Registry>,
+            }
+        )
+    } else {
+        quote!(
+            #[derive(Default)]
+            pub(crate) struct Chain;
+        )
     };
     let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
     let user_mods = inputs.user_files.iter().enumerate().map(|(i, (module, path))| {
@@ -117,7 +150,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         quote!(
             /// The decoder alone (framing, every field, the end check), for benchmarks.
             pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
-                #framing
+                #bench_framing
                 #(#decode_stmts)*
                 rt::avro::end(buf)?;
                 #(::std::hint::black_box(&#locals);)*
@@ -141,8 +174,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         #(#user_mods)*
 
         /// The chain: decode, operators and encoding, inlined into one function.
-        #[derive(Default)]
-        pub(crate) struct Chain;
+        #chain_struct
 
         impl rt::Chain for Chain {
             #[inline]
@@ -426,6 +458,9 @@ pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Te
             }
         }
     }
+    if let (Some(registry), Wire::Confluent) = (&m.format.avro.registry, m.format.avro.wire) {
+        out.push(("format.avro.registry".into(), registry.clone(), false));
+    }
     if let (ErrorPolicy::Dlq, Some(topic)) = (&m.errors.policy, &m.errors.dlq_topic) {
         out.push(("errors.dlq_topic".into(), topic.clone(), false));
     }
@@ -540,6 +575,21 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 c.shards.len(),
             )
         }
+    };
+    let uses_registry = m.format.avro.registry.is_some() && m.format.avro.wire == Wire::Confluent;
+    let chains = if uses_registry {
+        quote!(
+            let registry = match resolved.get("format.avro.registry") {
+                "" => None,
+                url => match rt::Registry::new(url, SCHEMA) {
+                    Ok(registry) => Some(registry),
+                    Err(e) => return rt::startup_error(format!("format.avro.registry: {e}")),
+                },
+            };
+            let chains = move || Chain { registry: registry.clone() };
+        )
+    } else {
+        quote!(let chains = Chain::default;)
     };
     let dead_letter = match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
         (ErrorPolicy::Dlq, Some(_), Source::Kafka(_)) => {
@@ -657,7 +707,8 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             #source
             #sink
             #dead_letter
-            rt::run(config, source, Chain::default, sink, dead_letter).into()
+            #chains
+            rt::run(config, source, chains, sink, dead_letter).into()
         }
 
         #rdkafka_fn

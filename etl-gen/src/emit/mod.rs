@@ -157,6 +157,9 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
     if matches!(v.model.sink, crate::model::Sink::Clickhouse(_)) {
         features.push("\"clickhouse\"");
     }
+    if v.model.format.avro.registry.is_some() && v.model.format.avro.wire == crate::model::Wire::Confluent {
+        features.push("\"registry\"");
+    }
     let runtime_features = features.join(", ");
     let base = context! {
         name => name, version => VERSION, config_hash => &hash, source => &source,
