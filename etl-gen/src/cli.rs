@@ -203,6 +203,7 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
     }
     let options = GenOptions {
         source: args.path.clone(),
+        source_name: args.path.display().to_string(),
         crate_dir: layout.crate_dir.clone(),
         target_dir: layout.target_dir.clone(),
         runtime: layout.runtime.clone(),

@@ -357,7 +357,7 @@ fn plan_step(
                     Diagnostic::error(
                         &rules::RUST_OPERATOR,
                         format!("{path}.file"),
-                        format!("cannot read `{}`: {e}", file.display()),
+                        format!("cannot read `{}`: {e}", r.file),
                     )
                     .on_value()
                     .help("the path is relative to the directory of pipeline.yaml"),

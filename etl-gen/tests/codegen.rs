@@ -19,7 +19,8 @@ fn load(rel: &str) -> Validated {
 
 fn options(rel: &str, crate_dir: PathBuf) -> GenOptions {
     GenOptions {
-        source: PathBuf::from(rel),
+        source: root().join(rel),
+        source_name: rel.to_owned(),
         crate_dir,
         target_dir: root().join("target"),
         runtime: RuntimeDep::Path(root().join("etl-runtime")),
@@ -44,7 +45,10 @@ fn generated_code_snapshots() {
         "etl-gen/tests/pipelines/items/pipeline.yaml",
     ] {
         let v = load(rel);
-        let files = emit::generate(&v, &options(rel, PathBuf::from("/generated"))).unwrap();
+        // Inside the workspace, so the relative paths in the code do not depend on where
+        // the checkout is.
+        let files = emit::generate(&v, &options(rel, root().join("target/etl-snapshots").join(&v.model.pipeline.name)))
+            .unwrap();
         let name = v.model.pipeline.name.clone();
         insta::assert_snapshot!(format!("{name}_main_rs"), file(&files, "src/main.rs"));
         insta::assert_snapshot!(format!("{name}_readme"), file(&files, "README.md"));
@@ -258,4 +262,38 @@ fn registry_resolves_writer_schemas() {
 
     let none = stable(run_built(rel, &binary, &[("REGISTRY", "")]).unwrap());
     assert!(none == same, "an empty registry URL means no registry");
+}
+
+/// A generated crate refuses to build once the pipeline.yaml it came from has changed, so a
+/// binary never silently disagrees with its configuration.
+#[test]
+fn editing_the_pipeline_after_generation_fails_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = root().join("etl-gen/tests/pipelines/items");
+    for f in ["pipeline.yaml", "orders.avsc", "ops.rs"] {
+        std::fs::copy(source.join(f), dir.path().join(f)).unwrap();
+    }
+    let yaml = dir.path().join("pipeline.yaml");
+    let v = validate_file(&yaml, &Options::default()).unwrap().pipeline.unwrap();
+    let crate_dir = root().join("target/etl-test/stale-check");
+    let mut opts = options("pipeline.yaml", crate_dir.clone());
+    opts.source = yaml.clone();
+    // The crate's own copy of the sources; fresh each run.
+    let _ = std::fs::remove_dir_all(&crate_dir);
+    emit::write(&crate_dir, &emit::generate(&v, &opts).unwrap()).unwrap();
+    let build = || {
+        Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--manifest-path"])
+            .arg(crate_dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", root().join("target"))
+            .output()
+            .unwrap()
+    };
+    assert!(build().status.success(), "the fresh crate builds");
+    let edited = std::fs::read_to_string(&yaml).unwrap().replace("threads: 1", "threads: 2");
+    std::fs::write(&yaml, edited).unwrap();
+    let stale = build();
+    assert!(!stale.status.success(), "an edited pipeline.yaml must fail the build");
+    let stderr = String::from_utf8_lossy(&stale.stderr);
+    assert!(stderr.contains("pipeline.yaml changed after this crate was generated"), "{stderr}");
 }

@@ -26,6 +26,7 @@ pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
     let crate_dir = root.join("target/etl-bench").join(&v.model.pipeline.name);
     let options = GenOptions {
         source: pipeline.clone(),
+        source_name: pipeline.strip_prefix(&root).unwrap_or(&pipeline).display().to_string(),
         crate_dir: crate_dir.clone(),
         target_dir: root.join("target"),
         runtime: RuntimeDep::Path(root.join("etl-runtime")),

@@ -43,7 +43,7 @@ pub fn load(base_dir: &Path, relative: &str) -> Result<(String, RecordType), Vec
     let file = base_dir.join(relative);
     let text = std::fs::read_to_string(&file).map_err(|e| {
         vec![
-            Diagnostic::error(&MISSING, PATH, format!("cannot read the Avro schema `{}`: {e}", file.display()))
+            Diagnostic::error(&MISSING, PATH, format!("cannot read the Avro schema `{relative}`: {e}"))
                 .on_value()
                 .note("the path is relative to the directory of pipeline.yaml")
                 .help("check the path, or create the schema file"),
