@@ -75,3 +75,24 @@ fn memory_bound_lists_its_terms() {
         Command::new(env!("CARGO_BIN_EXE_etl-gen")).args(["gen", "--memory"]).arg(&flagship).output().unwrap();
     assert_eq!(missing.status.code(), Some(2), "--memory needs --partitions");
 }
+
+/// The installed `etl-gen` works outside this repository: the crate it writes points at
+/// the etl-runtime of the checkout it was built from, and builds into a local target dir.
+#[test]
+fn etl_gen_binary_works_outside_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
+    for f in ["pipeline.yaml", "order.avsc"] {
+        std::fs::copy(examples.join(f), dir.path().join(f)).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .current_dir(dir.path())
+        .args(["gen", "pipeline.yaml", "-o", "crate"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let manifest = std::fs::read_to_string(dir.path().join("crate/Cargo.toml")).unwrap();
+    let runtime = Path::new(env!("CARGO_MANIFEST_DIR")).join("../etl-runtime").canonicalize().unwrap();
+    assert!(manifest.contains(&format!("path = \"{}\"", runtime.display())), "{manifest}");
+    assert!(dir.path().join("crate/src/main.rs").exists());
+}
