@@ -6,6 +6,7 @@
 mod bench_chain;
 mod codegen;
 mod infra;
+mod podman;
 mod produce;
 mod quickstart;
 mod test;

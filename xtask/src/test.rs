@@ -19,11 +19,16 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let root = crate::workspace_root();
     step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
+    // The image tests (xtask/tests/image.rs) run the image in podman; they fail without it.
+    println!("==> podman for the image tests");
+    crate::podman::install()?;
+    let podman_env = crate::podman::configure(&root.join("target")).context("writing the podman configuration")?;
     step(
         "workspace tests",
         Command::new(cargo())
             .current_dir(&root)
             .args(["test", "--workspace", "--locked", "--all-targets"])
+            .envs(podman_env)
             .arg("--")
             .args(&args.cargo_test_args),
     )?;

@@ -1,0 +1,75 @@
+//! Podman for the image tests: installed from Debian's packages and configured the way
+//! that works on these machines (see shared/INFRA.md, "Minimal container images").
+//!
+//! Stock podman fails here: it cannot raise rlimits, crun refuses the hybrid cgroup setup,
+//! and overlay storage needs kernel support the sandbox lacks. runc, cgroupfs, the file
+//! events logger, fixed ulimits and vfs storage work. Also compiled into
+//! `xtask/tests/image.rs` (via `#[path]`), so the test uses the same configuration.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// containers.conf: see the module comment for why each setting.
+pub(crate) const CONTAINERS_CONF: &str = r#"# Written by `cargo xtask test` (xtask/src/podman.rs); see shared/INFRA.md.
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"#;
+
+/// storage.conf: vfs, with the store under `dir` so it goes away with `cargo clean`.
+pub(crate) fn storage_conf(dir: &Path) -> String {
+    format!(
+        "# Written by `cargo xtask test` (xtask/src/podman.rs); see shared/INFRA.md.\n[storage]\ndriver = \"vfs\"\n\
+         graphroot = \"{}\"\nrunroot = \"{}\"\n",
+        dir.join("storage").display(),
+        dir.join("run").display()
+    )
+}
+
+/// Writes both files under `<target>/podman/`; returns the environment that points podman
+/// at them.
+pub(crate) fn configure(target_dir: &Path) -> std::io::Result<Vec<(&'static str, PathBuf)>> {
+    let dir = target_dir.join("podman");
+    std::fs::create_dir_all(&dir)?;
+    let containers = dir.join("containers.conf");
+    let storage = dir.join("storage.conf");
+    std::fs::write(&containers, CONTAINERS_CONF)?;
+    std::fs::write(&storage, storage_conf(&dir))?;
+    Ok(vec![("CONTAINERS_CONF", containers), ("CONTAINERS_STORAGE_CONF", storage)])
+}
+
+/// Whether `podman --version` runs.
+pub(crate) fn installed() -> bool {
+    Command::new("podman")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Installs podman and runc from Debian's packages unless podman already runs.
+pub(crate) fn install() -> anyhow::Result<()> {
+    use anyhow::{Context as _, bail};
+    if installed() {
+        return Ok(());
+    }
+    for args in [&["update", "-qq"][..], &["install", "-y", "-qq", "podman", "runc"][..]] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .context("running apt-get (podman is installed from Debian's packages)")?;
+        if !status.success() {
+            bail!("apt-get {} failed ({status})", args.join(" "));
+        }
+    }
+    if !installed() {
+        bail!("podman was installed but `podman --version` does not run");
+    }
+    Ok(())
+}
