@@ -309,16 +309,12 @@ impl Parser {
             self.bump();
             // Comparisons do not chain: `a < b < c` is an error, not `(a < b) < c`.
             let rhs = self.expr(prec + 1)?;
-            if op.is_comparison() {
-                if let Some((next, _)) = binary_op(&self.peek().0) {
-                    if next.is_comparison() {
-                        let span = self.peek().1.clone();
-                        return Err(ParseError {
-                            message: "comparisons do not chain; join them with `&&`".into(),
-                            span,
-                        });
-                    }
-                }
+            if op.is_comparison()
+                && let Some((next, _)) = binary_op(&self.peek().0)
+                && next.is_comparison()
+            {
+                let span = self.peek().1.clone();
+                return Err(ParseError { message: "comparisons do not chain; join them with `&&`".into(), span });
             }
             let span = lhs.span().start..rhs.span().end;
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), span);

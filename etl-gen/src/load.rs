@@ -224,12 +224,11 @@ struct Shifts {
 
 impl Shifts {
     fn record(&mut self, original: &str) {
-        if let Some(open) = original.rfind('[') {
-            if let Ok(index) = original[open + 1..original.len() - 1].parse() {
-                if original.ends_with(']') {
-                    self.removed.push((original[..open].to_owned(), index));
-                }
-            }
+        if let Some(open) = original.rfind('[')
+            && let Ok(index) = original[open + 1..original.len() - 1].parse()
+            && original.ends_with(']')
+        {
+            self.removed.push((original[..open].to_owned(), index));
         }
     }
 
@@ -427,19 +426,19 @@ fn remove(value: &mut Value, path: &str) -> bool {
         if let Some(index) =
             last.strip_prefix('[').and_then(|l| l.strip_suffix(']')).and_then(|i| i.parse::<usize>().ok())
         {
-            if let Value::Sequence(items) = parent_value {
-                if index < items.len() {
-                    items.remove(index);
-                    return true;
-                }
+            if let Value::Sequence(items) = parent_value
+                && index < items.len()
+            {
+                items.remove(index);
+                return true;
             }
             continue;
         }
         let key = last.strip_prefix('.').unwrap_or(last);
-        if let Value::Mapping(map) = parent_value {
-            if map.remove(key).is_some() {
-                return true;
-            }
+        if let Value::Mapping(map) = parent_value
+            && map.remove(key).is_some()
+        {
+            return true;
         }
     }
     false

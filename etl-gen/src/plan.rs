@@ -633,27 +633,19 @@ impl Typer<'_> {
                 } else {
                     (lt, rt, ln)
                 };
-                if let (Ty::Enum { symbols, .. }, TKind::Lit(Lit::Str(s))) = (&ln, &rt.kind) {
-                    if matches!(op, BinOp::Eq | BinOp::Ne) {
-                        match symbols.iter().position(|x| x == s) {
-                            Some(i) => {
-                                let sym = TExpr { kind: TKind::Symbol(i as u32), ty: ln.clone() };
-                                return Some(TExpr {
-                                    kind: TKind::Binary(op, Box::new(lt), Box::new(sym)),
-                                    ty: Ty::Bool,
-                                });
-                            }
-                            None => {
-                                let message =
-                                    format!("'{s}' is not a symbol of the enum (symbols: {})", symbols.join(", "));
-                                self.error(
-                                    &rules::TYPE_MISMATCH,
-                                    span,
-                                    message,
-                                    "compare with one of the enum's symbols",
-                                );
-                                return None;
-                            }
+                if let (Ty::Enum { symbols, .. }, TKind::Lit(Lit::Str(s))) = (&ln, &rt.kind)
+                    && matches!(op, BinOp::Eq | BinOp::Ne)
+                {
+                    match symbols.iter().position(|x| x == s) {
+                        Some(i) => {
+                            let sym = TExpr { kind: TKind::Symbol(i as u32), ty: ln.clone() };
+                            return Some(TExpr { kind: TKind::Binary(op, Box::new(lt), Box::new(sym)), ty: Ty::Bool });
+                        }
+                        None => {
+                            let message =
+                                format!("'{s}' is not a symbol of the enum (symbols: {})", symbols.join(", "));
+                            self.error(&rules::TYPE_MISMATCH, span, message, "compare with one of the enum's symbols");
+                            return None;
                         }
                     }
                 }

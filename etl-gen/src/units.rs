@@ -68,11 +68,11 @@ impl fmt::Display for Duration {
         let ms = self.millis;
         if ms == 0 {
             f.write_str("0s")
-        } else if ms % 3_600_000 == 0 {
+        } else if ms.is_multiple_of(3_600_000) {
             write!(f, "{}h", ms / 3_600_000)
-        } else if ms % 60_000 == 0 {
+        } else if ms.is_multiple_of(60_000) {
             write!(f, "{}m", ms / 60_000)
-        } else if ms % 1000 == 0 {
+        } else if ms.is_multiple_of(1000) {
             write!(f, "{}s", ms / 1000)
         } else {
             write!(f, "{ms}ms")
@@ -144,7 +144,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
         for (factor, unit) in UNITS {
-            if self.bytes >= factor && self.bytes % factor == 0 {
+            if self.bytes >= factor && self.bytes.is_multiple_of(factor) {
                 return write!(f, "{}{unit}", self.bytes / factor);
             }
         }

@@ -84,7 +84,6 @@ fn build_and_run(rel: &str) -> Vec<Value> {
 fn run_built(rel: &str, binary: &Path, env: &[(&str, &str)]) -> Result<Vec<Value>, String> {
     let v = load(rel);
     let name = v.model.pipeline.name.clone();
-    let name = v.model.pipeline.name.clone();
     let version = Command::new(binary).arg("--version").output().unwrap();
     assert_eq!(
         String::from_utf8(version.stdout).unwrap().trim(),

@@ -68,19 +68,19 @@ impl<K: Sink> ShardWorker<K> {
             match received {
                 Ok(chunk) if chunk.rows == 0 => {
                     // A drain's marker: write what is open now, and drop the marker itself.
-                    if let Some((batch, _)) = open.take() {
-                        if !self.write(batch, &mut sequence) {
-                            return;
-                        }
+                    if let Some((batch, _)) = open.take()
+                        && !self.write(batch, &mut sequence)
+                    {
+                        return;
                     }
                 }
                 Ok(chunk) => {
-                    if let Some((batch, _)) = &open {
-                        if !policy.fits(batch, &chunk) {
-                            let (batch, _) = open.take().expect("checked above");
-                            if !self.write(batch, &mut sequence) {
-                                return;
-                            }
+                    if let Some((batch, _)) = &open
+                        && !policy.fits(batch, &chunk)
+                    {
+                        let (batch, _) = open.take().expect("checked above");
+                        if !self.write(batch, &mut sequence) {
+                            return;
                         }
                     }
                     let urgent = chunk.urgent;
@@ -96,10 +96,10 @@ impl<K: Sink> ShardWorker<K> {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    if let Some((batch, _)) = open.take() {
-                        if !self.write(batch, &mut sequence) {
-                            return;
-                        }
+                    if let Some((batch, _)) = open.take()
+                        && !self.write(batch, &mut sequence)
+                    {
+                        return;
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {

@@ -248,14 +248,10 @@ impl<C: Chain> PipelineThread<C> {
 
     fn ack_one(&mut self, lane_id: u64, first_offset: i64) {
         // An ack for a lane that is gone (drained past its deadline) has nothing left to move.
-        if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id) {
-            if !lane.checkpointer.ack(first_offset) {
-                tracing::error!(
-                    partition = lane.partition,
-                    first_offset,
-                    "ack for an offset that was never registered"
-                );
-            }
+        if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id)
+            && !lane.checkpointer.ack(first_offset)
+        {
+            tracing::error!(partition = lane.partition, first_offset, "ack for an offset that was never registered");
         }
     }
 

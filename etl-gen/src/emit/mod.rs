@@ -206,10 +206,10 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
             context! { ..base, ..context! { columns => columns, settings => settings, rows => rows } },
         )?,
     });
-    if let Some(lock) = &options.lockfile {
-        if let Ok(text) = std::fs::read(lock) {
-            files.push(File { path: "Cargo.lock".into(), contents: text });
-        }
+    if let Some(lock) = &options.lockfile
+        && let Ok(text) = std::fs::read(lock)
+    {
+        files.push(File { path: "Cargo.lock".into(), contents: text });
     }
     Ok(files)
 }

@@ -15,18 +15,18 @@ Rather than accept them and silently behave differently, `gen` rejects them. Cur
 };
 
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
-    if let Sink::Clickhouse(c) = &cx.model.sink {
-        if c.exactly_once {
-            out.push(
-                Diagnostic::error(
-                    &RULE,
-                    "sink.clickhouse.exactly_once",
-                    "exactly-once inserts are not implemented in this version",
-                )
-                .on_value()
-                .note("the sink is at-least-once: after a crash or rebalance some rows can be written twice")
-                .help("remove `exactly_once: true` (or set it to false)"),
-            );
-        }
+    if let Sink::Clickhouse(c) = &cx.model.sink
+        && c.exactly_once
+    {
+        out.push(
+            Diagnostic::error(
+                &RULE,
+                "sink.clickhouse.exactly_once",
+                "exactly-once inserts are not implemented in this version",
+            )
+            .on_value()
+            .note("the sink is at-least-once: after a crash or rebalance some rows can be written twice")
+            .help("remove `exactly_once: true` (or set it to false)"),
+        );
     }
 }

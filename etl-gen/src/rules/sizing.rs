@@ -98,7 +98,7 @@ impl Sizing {
 /// `n` bytes in MiB, rounded in the safe direction for how the figure is used.
 pub fn mib(n: u128, round_up: bool) -> String {
     const MIB: u128 = 1 << 20;
-    if n % MIB == 0 {
+    if n.is_multiple_of(MIB) {
         return format!("{} MiB", n / MIB);
     }
     let hundredths = if round_up { (n * 100).div_ceil(MIB) } else { n * 100 / MIB };
@@ -133,7 +133,7 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         .unwrap_or_else(|| "backpressure.max_inflight_bytes".to_owned());
     let den = u128::from(sizing.low_ratio.denominator());
     let left_floor = v.left_scaled / den;
-    let left_exact = if v.left_scaled % den == 0 {
+    let left_exact = if v.left_scaled.is_multiple_of(den) {
         format!("{left_floor}")
     } else {
         format!("{left_floor}.{}", fraction(v.left_scaled % den, den))

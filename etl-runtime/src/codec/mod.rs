@@ -31,27 +31,6 @@ pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
-    }
-
-    #[test]
-    fn shard_hash_is_xxhash64() {
-        // Reference values of ClickHouse's xxHash64('') and xxHash64('a').
-        assert_eq!(shard_hash(b""), 0xEF46_DB37_51D8_E999);
-        assert_eq!(shard_hash(b"a"), 0xD24E_C4F1_A98C_6E5B);
-    }
-}
-
 /// Text values of the expression language as bytes, whatever carries them.
 pub trait Text {
     /// The bytes of the text.
@@ -80,4 +59,25 @@ impl Text for str {
 #[inline]
 pub fn text_bytes<T: Text + ?Sized>(t: &T) -> &[u8] {
     t.text_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
+    }
+
+    #[test]
+    fn shard_hash_is_xxhash64() {
+        // Reference values of ClickHouse's xxHash64('') and xxHash64('a').
+        assert_eq!(shard_hash(b""), 0xEF46_DB37_51D8_E999);
+        assert_eq!(shard_hash(b"a"), 0xD24E_C4F1_A98C_6E5B);
+    }
 }

@@ -99,10 +99,10 @@ impl Drop for KafkaDeadLetter {
     fn drop(&mut self) {
         // Closing the channel ends the thread after it flushed what it holds.
         drop(self.jobs.take());
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!("the dead-letter thread panicked");
-            }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the dead-letter thread panicked");
         }
     }
 }

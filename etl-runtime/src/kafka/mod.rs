@@ -275,15 +275,14 @@ impl KafkaSource {
                 // partitions); a missing topic keeps us waiting until the deadline.
                 Some(_) if checked_empty.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(1)) => {
                     checked_empty = Some(Instant::now());
-                    if let Ok(metadata) = consumer.fetch_metadata(Some(&self.config.topic), DIAGNOSIS_TIMEOUT) {
-                        if metadata
+                    if let Ok(metadata) = consumer.fetch_metadata(Some(&self.config.topic), DIAGNOSIS_TIMEOUT)
+                        && metadata
                             .topics()
                             .iter()
                             .any(|t| t.name() == self.config.topic && t.error().is_none() && !t.partitions().is_empty())
-                        {
-                            tracing::info!(topic = %self.config.topic, "joined the group without a partition");
-                            return Ok(());
-                        }
+                    {
+                        tracing::info!(topic = %self.config.topic, "joined the group without a partition");
+                        return Ok(());
                     }
                 }
                 _ => {}
@@ -326,10 +325,10 @@ impl KafkaSource {
 
     fn stop_thread(running: &mut Running) {
         running.stop.store(true, Ordering::Release);
-        if let Some(thread) = running.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!("the kafka source thread panicked");
-            }
+        if let Some(thread) = running.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the kafka source thread panicked");
         }
     }
 }
