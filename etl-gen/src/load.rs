@@ -299,31 +299,9 @@ fn describe(rule: &'static crate::diag::Rule, path: &str, message: &str) -> Diag
         .help("see docs/configuration.md for the accepted forms of this key")
 }
 
-/// Finds the allowed name nearest to `key` (edit distance at most 3).
+/// Finds the allowed name nearest to `key` in serde's "expected ..." list.
 fn closest(key: &str, expected: &str) -> Option<String> {
-    let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-    candidates
-        .into_iter()
-        .map(|c| (strsim_distance(key, c), c))
-        .filter(|(d, _)| *d <= 3)
-        .min()
-        .map(|(_, c)| c.to_owned())
-}
-
-/// Levenshtein distance; the names compared are short.
-fn strsim_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(row[j]).min(row[j + 1]) };
-            prev = cur;
-        }
-    }
-    row[b.len()]
+    crate::diag::nearest(key, expected.split('`').skip(1).step_by(2)).map(str::to_owned)
 }
 
 /// Reports `${VAR}` where a literal is required, and removes those nodes.

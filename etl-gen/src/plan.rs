@@ -413,28 +413,13 @@ fn bad_name(path: &str, name: &str) -> Diagnostic {
 }
 
 fn unknown_field(path: &str, name: &str, row: &[Column]) -> Diagnostic {
-    let near = row.iter().map(|c| c.name.as_str()).min_by_key(|c| distance(name, c)).filter(|c| distance(name, c) <= 3);
+    let near = crate::diag::nearest(name, row.iter().map(|c| c.name.as_str()));
     let d = Diagnostic::error(&rules::UNKNOWN_FIELD, path, format!("unknown field `{name}`"))
         .note(format!("fields here: {}", names(row)));
     match near {
         Some(n) => d.help(format!("did you mean `{n}`?")),
         None => d.help("use a field of the row at this point of the chain"),
     }
-}
-
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(row[j]).min(row[j + 1]) };
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 /// Parses and types `text` against `row`.
