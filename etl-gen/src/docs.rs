@@ -24,6 +24,11 @@ pub fn configuration_markdown() -> String {
         md.push_str(&format!("| `{}` | {} | {} | {} |\n", row.path, row.ty, row.default, row.doc.replace('\n', " ")));
     }
     md.push_str(OUTRO);
+    md.push_str(EXPRESSIONS);
+    for (name, signature, meaning) in crate::plan::FUNCTIONS {
+        md.push_str(&format!("| `{name}` | `{signature}` | {meaning} |\n"));
+    }
+    md.push_str(TYPES);
     md
 }
 
@@ -233,6 +238,56 @@ defaults the right side is 68 MiB per shard against a 256 MiB low watermark, so 
 1 to 3 shards; with more, `gen` prints the smallest passing `max_inflight_bytes` and the
 largest passing `batch.max_bytes` (rule E0401). Also checked: `0 < low_ratio < high_ratio <= 1`
 and `chunk.target_bytes <= batch.max_bytes`.
+";
+
+const EXPRESSIONS: &str = "
+## Expressions (`filter`, `map`)
+
+- **Names**: the fields of the row at that point of the chain (nested record fields are
+  flattened as `parent_child`; after `flat_map` over an array of records, the element's
+  fields are `array_field`), and the Kafka metadata `_key` (nullable bytes), `_partition`,
+  `_offset`, `_timestamp` (nullable timestamp-millis). Metadata fields are read in
+  expressions; `map` copies one into the row (`map: { part: \"_partition\" }`).
+- **Literals**: integers, decimals (doubles), `'strings'` (`''` for a quote), `true`,
+  `false`, `null`.
+- **Operators**: `+ - * / %`, `== != < <= > >=`, `&& || !`, parentheses. Comparisons do not
+  chain.
+- **Numbers**: integers (and dates and timestamps, as their ticks) compute as 64-bit
+  integers; an overflow or an integer division by zero is a record error (handled by
+  `errors.policy`). Any double or decimal operand makes the result a double.
+- **Null**: arithmetic with null is null; a comparison with null is false (so `x == null`
+  is rejected: use `is_null(x)`); in a condition null counts as false.
+- **Enums** compare with string literals that must be one of their symbols; `lower` and
+  `upper` give their symbol.
+- Types are checked by `gen`: an unknown field, an unknown function or a type error is a
+  diagnostic pointing at the YAML line (rules E0701 to E0709).
+
+| function | signature | meaning |
+|---|---|---|
+";
+
+const TYPES: &str = "
+## Avro to ClickHouse types
+
+| Avro | ClickHouse |
+|---|---|
+| `long` / `int` | `Int64` / `Int32` |
+| `float` / `double` | `Float32` / `Float64` |
+| `boolean` | `Bool` |
+| `string`, `bytes` | `String` |
+| `enum` | `LowCardinality(String)` |
+| `[\"null\", T]` | `Nullable(T)` |
+| `array<T>` / `map<T>` | `Array(T)` / `Map(String, T)` |
+| record (nested) | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
+| `timestamp-millis` / `timestamp-micros` | `DateTime64(3, 'UTC')` / `DateTime64(6, 'UTC')` |
+| `date` | `Date32` |
+| `decimal(p, s)`, p ≤ 38 | `Decimal(p, s)` |
+| `uuid` | `UUID` |
+
+`cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row.
+Rows are routed to shards by `xxHash64(shard_key) % shards` over the key's little-endian
+bytes (integers) or bytes (texts), as a Distributed table with sharding key
+`xxHash64(shard_key)` and equal weights would; without a shard key, round-robin.
 ";
 
 const OUTRO: &str = "
