@@ -296,3 +296,16 @@ fn editing_the_pipeline_after_generation_fails_the_build() {
     let stderr = String::from_utf8_lossy(&stale.stderr);
     assert!(stderr.contains("pipeline.yaml changed after this crate was generated"), "{stderr}");
 }
+
+/// An integer division by zero is a record error that `errors.policy: skip` drops; the
+/// other records are computed with truncating division.
+#[test]
+fn division_by_zero_is_a_record_error() {
+    let rows = build_and_run("etl-gen/tests/pipelines/division/pipeline.yaml");
+    assert!((300..600).contains(&rows.len()), "about a third is dropped: {} rows", rows.len());
+    for row in &rows {
+        let (id, total) = (int(row, "order_id"), int(row, "total_cents"));
+        assert_ne!(id % 3, 0, "records dividing by zero are skipped");
+        assert_eq!(int(row, "per_third"), total / (id % 3));
+    }
+}
