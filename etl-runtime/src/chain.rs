@@ -48,6 +48,7 @@ impl RowOut<'_> {
     ///
     /// # Panics
     /// If `shard` is not below [`RowOut::shards`].
+    #[inline(always)]
     pub fn push_row<R>(&mut self, shard: usize, encode: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         let buffer = &mut self.buffers[shard];
         buffer.rows += 1;
