@@ -276,6 +276,7 @@ fn slow_sink_thirty_seconds() {
     let bound = config.memory_bound(PARTITIONS as u64);
     eprintln!("slow sink: peak RSS {:.1} MiB, bound {:.1} MiB; {stats:?}", mib(peak), mib(bound));
     assert_eq!(p.log_lines("partitions revoked").len(), 0, "no eviction:\n{}", p.log_tail());
+    assert_eq!(p.log_lines("assignment lost").len(), 0, "never evicted");
     assert_eq!(p.log_lines("partitions assigned").len(), 1, "one assignment, no rebalance");
     assert!(peak <= bound, "peak RSS {:.1} MiB exceeds the bound {:.1} MiB", mib(peak), mib(bound));
     let mut end = first.end_offsets.clone();
@@ -313,6 +314,8 @@ fn rebalance_second_instance_joins_first_leaves() {
     let (status, took) = a.terminate(Duration::from_secs(60));
     eprintln!("rebalance: a left after {a_in} records, exit took {:.2}s", took.as_secs_f64());
     assert!(status.success(), "SIGTERM exits 0: {status}");
+    // Leaving drains within drain_timeout (Invariant 4); the commit and LeaveGroup follow it.
+    assert!(took < config.drain_timeout + Duration::from_secs(3), "a's exit took {took:?}");
     let produced = producer.join().unwrap();
     await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
@@ -322,7 +325,7 @@ fn rebalance_second_instance_joins_first_leaves() {
     a.assert_no_panic();
     b.assert_no_panic();
     assert!(a_in > 0.0 && b_in > 0.0, "both instances did work ({a_in}, {b_in})");
-    assert!(b.log_lines("partitions revoked").len() >= 1, "b took part in a rebalance");
+    assert!(!b.log_lines("partitions revoked").is_empty(), "b took part in a rebalance");
     assert_eq!(committed, produced.end_offsets, "everything committed");
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     let abandoned = a.abandoned() + b.abandoned();
@@ -334,7 +337,9 @@ fn rebalance_second_instance_joins_first_leaves() {
     assert!(stats.duplicates() <= abandoned, "clean hand-overs duplicate only what a drain abandoned");
 }
 
-/// A poison message of scenario 6.
+/// A poison message of scenario 6. The "unknown schema id" case is missing: it needs a
+/// schema registry (`format.avro.registry`), which the runtime does not implement yet; without one
+/// the Confluent schema id is not looked up at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Poison {
     BadMagic,

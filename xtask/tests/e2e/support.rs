@@ -649,10 +649,8 @@ impl Process {
         }
         let mut out = BTreeMap::new();
         for line in body.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-            if let Some((series, value)) = line.rsplit_once(' ') {
-                if let Ok(v) = value.parse::<f64>() {
-                    out.insert(series.to_owned(), v);
-                }
+            if let Some((series, Ok(v))) = line.rsplit_once(' ').map(|(s, v)| (s, v.parse::<f64>())) {
+                out.insert(series.to_owned(), v);
             }
         }
         Some(Metrics(out))
@@ -662,10 +660,8 @@ impl Process {
     pub fn await_metrics(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Metrics) -> bool) -> Metrics {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(m) = self.metrics() {
-                if pred(&m) {
-                    return m;
-                }
+            if let Some(m) = self.metrics().filter(|m| pred(m)) {
+                return m;
             }
             if let Some(status) = self.try_exit() {
                 panic!("[{}] exited ({status}) while waiting for {what}:\n{}", self.label, self.log_tail());
@@ -933,8 +929,8 @@ impl Config {
 
     /// The process's memory bound with `partitions` owned partitions. `gen --memory` (invariant 7)
     /// does not exist yet; until it does this is its documented shape: the in-flight budget, plus
-    /// the librdkafka prefetch cap of 17 MiB per owned partition (16 MiB queued.max.messages.kbytes
-    /// + one 1 MiB fetch response, see etl-runtime's kafka module docs), plus 64 MiB for the code,
+    /// the librdkafka prefetch cap of 17 MiB per owned partition (16 MiB of queued.max.messages.kbytes
+    /// and one 1 MiB fetch response, see etl-runtime's kafka module docs), plus 64 MiB for the code,
     /// the clients and the allocator. Replace it with `gen --memory --partitions N` once that lands.
     pub fn memory_bound(&self, partitions: u64) -> u64 {
         self.max_inflight_bytes + partitions * (17 << 20) + (64 << 20)
