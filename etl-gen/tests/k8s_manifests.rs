@@ -25,7 +25,8 @@ fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
 
 /// A Kubernetes memory quantity in bytes (the suffixes these manifests use).
 fn bytes(quantity: &str) -> u64 {
-    let units = [("Ki", 1u64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("k", 1000), ("M", 1_000_000), ("G", 1_000_000_000)];
+    let units =
+        [("Ki", 1u64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("k", 1000), ("M", 1_000_000), ("G", 1_000_000_000)];
     for (suffix, factor) in units {
         if let Some(n) = quantity.strip_suffix(suffix) {
             return n.parse::<u64>().unwrap() * factor;
@@ -75,12 +76,8 @@ fn the_manifests_parse_and_agree_with_the_flagship_config() {
     assert!(grace > drain, "terminationGracePeriodSeconds {grace} must exceed drain_timeout {drain}s");
 
     // Probes on the admin port, which is admin.listen's.
-    let env: Vec<(&str, &Value)> = c["env"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|e| (e["name"].as_str().unwrap(), e))
-        .collect();
+    let env: Vec<(&str, &Value)> =
+        c["env"].as_sequence().unwrap().iter().map(|e| (e["name"].as_str().unwrap(), e)).collect();
     let value = |name: &str| env.iter().find(|(n, _)| *n == name).map(|(_, e)| e["value"].as_str().unwrap().to_owned());
     // admin.listen as the Deployment's environment resolves it.
     let listen = pipeline.model.admin.listen.resolve(value).unwrap();
