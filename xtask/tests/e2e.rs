@@ -539,3 +539,52 @@ fn sigterm_drains_and_restart_adds_no_duplicates() {
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     assert_eq!(stats.count, N, "the restart wrote no duplicates ({stats:?})");
 }
+
+/// Scenario 7 with the sink hung: SIGTERM while both ClickHouse servers are frozen. The drain
+/// cannot complete, so the process must give up after drain_timeout (Invariant 4), exit 0, and
+/// commit nothing that is not durable: after the thaw a restart of the group loses nothing.
+#[test]
+fn sigterm_during_sink_outage_respects_drain_timeout() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("sigterm during outage");
+    let config = Config::of(Variant::Skip);
+    const N: i64 = 200_000;
+    let (topic, group) = (unique("e2e-stuck"), unique("e2e-stuck"));
+    create_topic(&topic, PARTITIONS);
+    let producer = Producer::new(&topic);
+    producer.send_orders(0..N, 0, None);
+    let produced = producer.finish();
+    let mut p = spawn(Variant::Skip, "stuck", &topic, &group, &[]);
+    p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    let (status, took) = {
+        let _frozen = freeze_clickhouse();
+        // Let the writes in flight hang on the frozen servers.
+        std::thread::sleep(Duration::from_secs(2));
+        p.terminate(config.drain_timeout + Duration::from_secs(30))
+    };
+    eprintln!(
+        "stuck: exit {status} {:.2}s after SIGTERM (drain_timeout {:?})",
+        took.as_secs_f64(),
+        config.drain_timeout
+    );
+    p.assert_no_panic();
+    assert!(status.success(), "SIGTERM exits 0 even when the drain times out: {status}\n{}", p.log_tail());
+    assert!(took < config.drain_timeout + Duration::from_secs(3), "exit took {took:?}, more than drain_timeout + 3s");
+    // Writes that reached the frozen servers may still complete after the thaw; what was committed
+    // must be in the table by then (Invariant 3).
+    std::thread::sleep(Duration::from_secs(2));
+    let written = ch_stats(Variant::Skip.table());
+    let committed = committed_total(&group, &topic, PARTITIONS);
+    eprintln!("stuck: {written:?} written, {committed} committed");
+    assert!(committed <= written.uniq, "committed {committed} passes what was written ({written:?})");
+
+    let mut again = spawn(Variant::Skip, "stuck-restart", &topic, &group, &[]);
+    await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let (status, _) = again.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    again.assert_no_panic();
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    eprintln!("stuck: {} duplicates after the restart", stats.duplicates());
+}
