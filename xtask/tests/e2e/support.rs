@@ -906,6 +906,7 @@ pub fn mib(bytes: u64) -> f64 {
 /// so the bounds follow the file.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
+    variant: Variant,
     pub max_inflight_bytes: u64,
     pub min_pause: Duration,
     pub drain_timeout: Duration,
@@ -919,6 +920,7 @@ impl Config {
         let v = outcome.pipeline.unwrap_or_else(|| panic!("{}", outcome.report.render()));
         let etl_gen::model::Source::Kafka(kafka) = &v.model.source else { panic!("the e2e pipelines read Kafka") };
         Config {
+            variant,
             max_inflight_bytes: v.model.backpressure.max_inflight_bytes.bytes(),
             min_pause: v.model.backpressure.min_pause.to_std(),
             drain_timeout: v.model.checkpoint.drain_timeout.to_std(),
@@ -927,12 +929,12 @@ impl Config {
         }
     }
 
-    /// The process's memory bound with `partitions` owned partitions. `gen --memory` (invariant 7)
-    /// does not exist yet; until it does this is its documented shape: the in-flight budget, plus
-    /// the librdkafka prefetch cap of 17 MiB per owned partition (16 MiB of queued.max.messages.kbytes
-    /// and one 1 MiB fetch response, see etl-runtime's kafka module docs), plus 64 MiB for the code,
-    /// the clients and the allocator. Replace it with `gen --memory --partitions N` once that lands.
+    /// The process's memory bound with `partitions` owned partitions (Invariant 7): exactly what
+    /// `gen X --memory --partitions N` prints as its total, the figure users size their
+    /// containers with.
     pub fn memory_bound(&self, partitions: u64) -> u64 {
-        self.max_inflight_bytes + partitions * (17 << 20) + (64 << 20)
+        let outcome = etl_gen::validate_file(&self.variant.yaml(), &etl_gen::Options::default()).unwrap();
+        let v = outcome.pipeline.unwrap_or_else(|| panic!("{}", outcome.report.render()));
+        etl_gen::memory::total(&v, partitions)
     }
 }
