@@ -337,20 +337,26 @@ fn rebalance_second_instance_joins_first_leaves() {
     assert!(stats.duplicates() <= abandoned, "clean hand-overs duplicate only what a drain abandoned");
 }
 
-/// A poison message of scenario 6. The "unknown schema id" case is missing: it needs a
-/// schema registry (`format.avro.registry`), which the runtime does not implement yet; without one
-/// the Confluent schema id is not looked up at all.
+/// A poison message of scenario 6. The poison tests run with a stub schema registry that knows
+/// only schema id 1, so a Confluent frame naming id 99 is an unknown schema id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Poison {
     BadMagic,
+    UnknownSchemaId,
     Truncated,
     WrongSchema,
     Oversize,
     Tombstone,
 }
 
-const POISONS: [Poison; 5] =
-    [Poison::BadMagic, Poison::Truncated, Poison::WrongSchema, Poison::Oversize, Poison::Tombstone];
+const POISONS: [Poison; 6] = [
+    Poison::BadMagic,
+    Poison::UnknownSchemaId,
+    Poison::Truncated,
+    Poison::WrongSchema,
+    Poison::Oversize,
+    Poison::Tombstone,
+];
 
 impl Poison {
     fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>> {
@@ -359,6 +365,11 @@ impl Poison {
             Poison::BadMagic => {
                 let mut p = good;
                 p[0] = 1;
+                p
+            }
+            Poison::UnknownSchemaId => {
+                let mut p = good;
+                p[1..5].copy_from_slice(&99u32.to_be_bytes());
                 p
             }
             Poison::Truncated => good[..good.len() - 4].to_vec(),
@@ -412,7 +423,8 @@ fn poison_skip() {
     let (topic, group) = (unique("e2e-poison-skip"), unique("e2e-poison-skip"));
     let produced = produce_poisoned(&topic, &POISONS, 200, config.max_message_bytes);
     let good = 200 * (POISONS.len() as i64 + 1);
-    let mut p = spawn(Variant::Skip, "poison-skip", &topic, &group, &[]);
+    let registry = stub_registry();
+    let mut p = spawn(Variant::Skip, "poison-skip", &topic, &group, &[("SCHEMA_REGISTRY_URL", registry.as_str())]);
     let stats = await_rows(Variant::Skip.table(), good, Duration::from_secs(60));
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
@@ -422,7 +434,7 @@ fn poison_skip() {
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
     assert_eq!(ch_checksum(Variant::Skip.table(), "1"), checksum(0..good));
     assert_eq!(committed, produced.end_offsets, "committed past every poison");
-    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), 4.0, "decode and oversize errors counted");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), 5.0, "decode and oversize errors counted");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0, "the tombstone counted");
 }
 
@@ -438,7 +450,14 @@ fn poison_dead_letter() {
     create_topic(&dlq, 1);
     let produced = produce_poisoned(&topic, &POISONS, 200, config.max_message_bytes);
     let good = 200 * (POISONS.len() as i64 + 1);
-    let mut p = spawn(Variant::Dlq, "poison-dlq", &topic, &group, &[("DLQ_TOPIC", dlq.as_str())]);
+    let registry = stub_registry();
+    let mut p = spawn(
+        Variant::Dlq,
+        "poison-dlq",
+        &topic,
+        &group,
+        &[("DLQ_TOPIC", dlq.as_str()), ("SCHEMA_REGISTRY_URL", registry.as_str())],
+    );
     let stats = await_rows(Variant::Dlq.table(), good, Duration::from_secs(60));
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
@@ -447,10 +466,10 @@ fn poison_dead_letter() {
     p.assert_no_panic();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
     assert_eq!(committed, produced.end_offsets, "committed past every poison");
-    assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), 4.0);
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), 5.0);
     assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0);
-    let letters = read_topic(&dlq, 1, 4, Duration::from_secs(30));
-    assert_eq!(letters.len(), 4, "one dead letter per poison except the tombstone: {letters:?}");
+    let letters = read_topic(&dlq, 1, 5, Duration::from_secs(30));
+    assert_eq!(letters.len(), 5, "one dead letter per poison except the tombstone: {letters:?}");
     for (index, poison) in POISONS.iter().enumerate().filter(|(_, p)| **p != Poison::Tombstone) {
         let (partition, offset) = produced.offsets[&(1_000_000 + index)];
         let letter = letters
@@ -478,7 +497,9 @@ fn poison_fail() {
         let (topic, group) = (unique("e2e-poison-fail"), unique("e2e-poison-fail"));
         let produced = produce_poisoned(&topic, &[poison], 100, config.max_message_bytes);
         let (_, bad) = produced.offsets[&1_000_000];
-        let mut p = spawn(Variant::Fail, &format!("poison-fail-{poison:?}"), &topic, &group, &[]);
+        let registry = stub_registry();
+        let env = [("SCHEMA_REGISTRY_URL", registry.as_str())];
+        let mut p = spawn(Variant::Fail, &format!("poison-fail-{poison:?}"), &topic, &group, &env);
         let status = p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("{poison:?}: still running"));
         p.assert_no_panic();
         assert_eq!(status.code(), Some(1), "{poison:?}: a fatal runtime error exits 1:\n{}", p.log_tail());
