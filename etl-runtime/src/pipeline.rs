@@ -598,6 +598,11 @@ impl<C: Chain> PipelineThread<C> {
             self.shared.paused_lanes.fetch_sub(1, Ordering::AcqRel);
         }
         self.shared.lane_counts[self.index].fetch_sub(1, Ordering::AcqRel);
+        // A partition this member no longer owns has no lag here; a stale series would show
+        // a lag that never changes on every member it ever passed through.
+        let partition = lane.partition.to_string();
+        let _ = self.shared.metrics.lag_records.remove_label_values(&[partition.as_str()]);
+        let _ = self.shared.metrics.lag_seconds.remove_label_values(&[partition.as_str()]);
         lane
     }
 
