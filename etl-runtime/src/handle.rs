@@ -391,6 +391,11 @@ impl PipelineHandle {
         self.inner.shared.metrics.lag_records.with_label_values(&[partition.to_string().as_str()]).set(lag);
     }
 
+    /// Counts records a drain gave up on in `etl_source_abandoned_records_total`.
+    pub fn record_abandoned(&self, records: u64) {
+        self.inner.shared.metrics.abandoned.inc_by(records);
+    }
+
     /// Counts a commit in `etl_source_commits_total` and sets `etl_source_committed_offset`.
     pub fn record_commit(&self, partition: i32, offset: i64) {
         let metrics = &self.inner.shared.metrics;

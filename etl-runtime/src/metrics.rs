@@ -140,6 +140,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Offset commits reported by the source.",
     },
     MetricDoc {
+        name: "etl_source_abandoned_records_total",
+        kind: "counter",
+        labels: &[],
+        help: "Records a revocation or shutdown drain gave up on when drain_timeout passed; they were not durable, so the next owner of the partition reads them again (duplicates, never loss).",
+    },
+    MetricDoc {
         name: "etl_source_committed_offset",
         kind: "gauge",
         labels: &["partition"],
@@ -205,6 +211,7 @@ pub(crate) struct Metrics {
     pub(crate) batch_bytes: Vec<Histogram>,
     pub(crate) insert_duration: Vec<Histogram>,
     pub(crate) commits: IntCounter,
+    pub(crate) abandoned: IntCounter,
     pub(crate) committed_offset: IntGaugeVec,
 }
 
@@ -237,6 +244,7 @@ impl Metrics {
         let insert_duration =
             hist("etl_sink_insert_duration_seconds", prometheus::exponential_buckets(0.001, 2.0, 16)?)?;
         let commits = IntCounter::with_opts(opts("etl_source_commits_total"))?;
+        let abandoned = IntCounter::with_opts(opts("etl_source_abandoned_records_total"))?;
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
         let build_info = IntGaugeVec::new(opts("etl_build_info"), &["pipeline", "config_hash", "version"])?;
         build_info.with_label_values(&[pipeline, config_hash, version]).set(1);
@@ -257,6 +265,7 @@ impl Metrics {
         reg(Box::new(batch_bytes.clone()))?;
         reg(Box::new(insert_duration.clone()))?;
         reg(Box::new(commits.clone()))?;
+        reg(Box::new(abandoned.clone()))?;
         reg(Box::new(committed_offset.clone()))?;
         reg(Box::new(build_info))?;
         reg(Box::new(sink_metrics().replica_healthy.clone()))?;
@@ -285,6 +294,7 @@ impl Metrics {
             batch_bytes: labels.iter().map(|l| batch_bytes.with_label_values(&[l.as_str()])).collect(),
             insert_duration: labels.iter().map(|l| insert_duration.with_label_values(&[l.as_str()])).collect(),
             commits,
+            abandoned,
             committed_offset,
             registry,
         })

@@ -256,3 +256,14 @@ fn drained_partitions_drop_their_lag_series() {
     assert!(!text.contains(r#"etl_source_lag_records{partition="3"}"#), "{text}");
     assert!(!text.contains(r#"etl_source_lag_seconds{partition="3"}"#), "{text}");
 }
+
+// What a source reports as abandoned by a drain timeout is exported for alerting.
+#[test]
+fn abandoned_records_are_counted() {
+    let pipeline = Pipeline::start(config(1, 1), || PassThrough, RecordingSink::default(), None).unwrap();
+    pipeline.handle().record_abandoned(7);
+    pipeline.handle().record_abandoned(5);
+    let text = pipeline.metrics_text();
+    pipeline.shutdown(Duration::from_secs(5));
+    assert_eq!(metric(&text, "etl_source_abandoned_records_total"), 12.0);
+}

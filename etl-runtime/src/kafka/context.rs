@@ -155,6 +155,7 @@ impl SourceContext {
                 let abandoned = lane.abandoned();
                 if abandoned > 0 {
                     self.counters.abandoned_records.fetch_add(abandoned as u64, Ordering::Relaxed);
+                    self.pipeline.record_abandoned(abandoned as u64);
                     tracing::warn!(
                         partition,
                         abandoned,
