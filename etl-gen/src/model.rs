@@ -338,6 +338,8 @@ pub struct ClickhouseSink {
     /// The ClickHouse password (never logged).
     #[serde(default = "defaults::password")]
     pub password: Template,
+    // The four flow keys below repeat in `FileSink`: serde's `flatten` cannot be combined
+    // with `deny_unknown_fields`, and unknown keys must be errors. `Sink::flow` reads both.
     /// When a batch is written.
     #[serde(default)]
     pub batch: Batch,
