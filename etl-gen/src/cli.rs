@@ -325,9 +325,11 @@ fn cargo_build(args: &GenArgs, static_target: Option<&str>) -> Result<(Validated
         // (RUSTFLAGS then applies to the target only); glibc's static NSS needs the
         // /etc/nsswitch.conf and /etc/hosts the image ships.
         let rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
+        // librdkafka's TLS comes from the system OpenSSL: link its static archives too.
         command
             .args(["--target", target])
-            .env("RUSTFLAGS", format!("{rustflags} -C target-feature=+crt-static").trim_start());
+            .env("RUSTFLAGS", format!("{rustflags} -C target-feature=+crt-static").trim_start())
+            .env("OPENSSL_STATIC", "1");
         out_dir = out_dir.join(target);
     }
     match command.status() {

@@ -30,6 +30,7 @@ pub const TEMPLATED_KEYS: &[&str] = &[
     "sink.clickhouse.shards[*].replicas[*]",
     "sink.clickhouse.user",
     "sink.clickhouse.password",
+    "sink.clickhouse.ca_file",
     "sink.clickhouse.settings.*",
     "sink.file.path",
     "errors.dlq_topic",

@@ -338,6 +338,10 @@ pub struct ClickhouseSink {
     /// The ClickHouse password (never logged).
     #[serde(default = "defaults::password")]
     pub password: Template,
+    /// A PEM file of CA certificates trusted for `https://` replicas, besides Mozilla's roots
+    /// (for a ClickHouse behind a private CA).
+    #[serde(default)]
+    pub ca_file: Option<Template>,
     // The four flow keys below repeat in `FileSink`: serde's `flatten` cannot be combined
     // with `deny_unknown_fields`, and unknown keys must be errors. `Sink::flow` reads both.
     /// When a batch is written.

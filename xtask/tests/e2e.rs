@@ -1,8 +1,8 @@
 //! End to end (issue 7): Kafka (Tansu) → the binary `cargo xtask build` makes of
 //! `xtask/tests/e2e/pipeline*.yaml` → two ClickHouse shards, with the services of
 //! `cargo xtask infra up`. Happy path, crashes, a sink outage, a slow sink, a rebalance, poison
-//! input under each errors.policy, and SIGTERM. Each scenario uses its own topic and group;
-//! they run one at a time (see `support::serial`). Every process's log is kept in
+//! input under each errors.policy, SIGTERM, and TLS to both services. Each scenario uses its own
+//! topic and group; they run one at a time (see `support::serial`). Every process's log is kept in
 //! `target/e2e-logs/`; each scenario prints its wall time and what it measured.
 
 #[path = "e2e/support.rs"]
@@ -608,4 +608,34 @@ fn sigterm_during_sink_outage_respects_drain_timeout() {
     again.assert_no_panic();
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     eprintln!("stuck: {} duplicates after the restart", stats.duplicates());
+}
+
+/// Scenario 9: the same pipeline over TLS. The broker is reachable only through TLS (librdkafka's
+/// OpenSSL checks its certificate against `ssl.ca.location`), shard 0 only through HTTPS (the
+/// sink's rustls trusts the CA through `ca_file`): every order arrives once and the committed
+/// offsets reach the end offsets.
+#[test]
+fn tls_to_broker_and_clickhouse() {
+    let _serial = serial();
+    prepare(Variant::Tls);
+    let _tls = use_tls_broker();
+    let _t = Timer::start("tls");
+    const N: i64 = 100_000;
+    let (topic, group) = (unique("e2e-tls"), unique("e2e-tls"));
+    create_topic(&topic, PARTITIONS);
+    let producer = Producer::new(&topic);
+    producer.send_orders(0..N, 0, None);
+    let produced = producer.finish();
+    assert_eq!(produced.count(), N);
+
+    let mut p = spawn(Variant::Tls, "tls", &topic, &group, &[]);
+    let stats = await_rows(Variant::Tls.table(), N, Duration::from_secs(120));
+    assert_eq!(stats.uniq, N, "every order arrives over TLS ({stats:?})");
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    assert_eq!(committed, produced.end_offsets, "committed offsets = end offsets from the delivery reports");
+    let (status, _) = p.terminate(Duration::from_secs(60));
+    assert!(status.success(), "SIGTERM exits 0: {status}");
+    p.assert_no_panic();
+    let stats = assert_all_arrived(Variant::Tls.table(), N);
+    assert_eq!(stats.count, N, "no duplicates ({stats:?})");
 }

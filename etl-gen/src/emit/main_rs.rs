@@ -451,6 +451,9 @@ pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Te
             }
             out.push(("sink.clickhouse.user".into(), c.user.clone(), false));
             out.push(("sink.clickhouse.password".into(), c.password.clone(), true));
+            if let Some(ca_file) = &c.ca_file {
+                out.push(("sink.clickhouse.ca_file".into(), ca_file.clone(), false));
+            }
             for (name, value) in &c.settings {
                 let template =
                     Template::parse(&value.to_text()).map_err(|e| format!("sink.clickhouse.settings.{name}: {e}"))?;
@@ -549,6 +552,10 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             }
             let (database, table) = (&c.database, &c.table);
             let timeout = c.timeout.as_millis();
+            let ca_file = match c.ca_file {
+                Some(_) => quote!(Some(resolved.get("sink.clickhouse.ca_file").into())),
+                None => quote!(None),
+            };
             let columns = inputs.pipeline.plan.output.iter().map(|col| {
                 let (name, ty) = (&col.name, col.ty.clickhouse());
                 quote!((#name.to_owned(), #ty.to_owned()))
@@ -567,6 +574,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                             .collect(),
                         timeout: ::std::time::Duration::from_millis(#timeout),
                         columns: vec![#(#columns),*],
+                        ca_file: #ca_file,
                     }) {
                         Ok(sink) => sink,
                         Err(e) => return rt::startup_error(e),

@@ -112,6 +112,11 @@ const RETRYABLE: &[u32] = &[
 
 /// Classifies an error of the `clickhouse` crate.
 pub(crate) fn classify(error: &Error) -> Class {
+    if untrusted_certificate(error).is_some() {
+        // The server's certificate does not verify against the trusted roots (an unknown CA, a
+        // name mismatch, an expired certificate): a configuration matter that stays wrong.
+        return Class::Fatal;
+    }
     match error {
         Error::BadResponse(reason) => classify_response(reason),
         // Connection refused or reset, TLS failures, an unreachable host, a timeout: the replica
@@ -123,6 +128,51 @@ pub(crate) fn classify(error: &Error) -> Class {
         // A garbled response (decompression, framing) or an I/O error: most likely the connection.
         _ => Class::Retryable,
     }
+}
+
+/// The message for an error: its text and its causes (hyper's own text hides the cause, so a
+/// failed TLS handshake would read `client error (Connect)`), with advice for an untrusted
+/// certificate.
+pub(crate) fn describe(error: &Error) -> String {
+    let mut message = error.to_string();
+    let mut current: &(dyn std::error::Error + 'static) = error;
+    while let Some(next) = cause(current) {
+        let text = next.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        current = next;
+    }
+    if let Some(reason) = untrusted_certificate(error) {
+        message.push_str(&format!(
+            " (the server's TLS certificate is not trusted: {reason}; if a private CA signed it, \
+             set sink.clickhouse.ca_file to that CA's PEM file)"
+        ));
+    }
+    message
+}
+
+/// The next error in the chain. `io::Error::source` skips the error it wraps, so look inside.
+fn cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a (dyn std::error::Error + 'static)> {
+    if let Some(io) = error.downcast_ref::<std::io::Error>()
+        && let Some(inner) = io.get_ref()
+    {
+        return Some(inner);
+    }
+    error.source()
+}
+
+/// The rustls certificate error somewhere in the chain, if the failure was one.
+fn untrusted_certificate(error: &Error) -> Option<String> {
+    let mut current: &(dyn std::error::Error + 'static) = error;
+    while let Some(next) = cause(current) {
+        if let Some(rustls::Error::InvalidCertificate(reason)) = next.downcast_ref::<rustls::Error>() {
+            return Some(format!("{reason:?}"));
+        }
+        current = next;
+    }
+    None
 }
 
 /// Classifies the text of an unsuccessful HTTP response: ClickHouse's `Code: N. DB::Exception:

@@ -6,6 +6,7 @@
 //! classes, refused rows, replicas) is documented on [`ClickhouseSink`], where rustdoc shows it.
 
 mod errors;
+mod http;
 mod schema;
 #[cfg(test)]
 mod wire_tests;
@@ -64,6 +65,8 @@ pub struct ClickhouseSinkConfig {
     pub timeout: Duration,
     /// The columns the pipeline writes, in row order: (name, ClickHouse type).
     pub columns: Vec<(String, String)>,
+    /// `ca_file`: PEM certificates trusted for `https://` replicas besides Mozilla's roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for ClickhouseSinkConfig {
@@ -78,6 +81,7 @@ impl fmt::Debug for ClickhouseSinkConfig {
             .field("settings", &self.settings)
             .field("timeout", &self.timeout)
             .field("columns", &self.columns)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -106,7 +110,8 @@ impl fmt::Debug for ClickhouseSinkConfig {
 ///   appears in a log line, a metric or an error message);
 /// * the per-insert `timeout`, covering the whole request.
 ///
-/// `https://` replica URLs use TLS (rustls with the Mozilla roots of `webpki-roots`).
+/// `https://` replica URLs use TLS (rustls with the Mozilla roots of `webpki-roots`, plus the
+/// certificates of `ca_file` for a server behind a private CA).
 ///
 /// # Idempotent retries
 ///
@@ -255,6 +260,7 @@ impl ClickhouseSink {
             );
         }
         let metrics = sink_metrics();
+        let connector = http::Connector::new(config.ca_file.as_deref())?;
         let mut shards = Vec::with_capacity(config.shards.len());
         for (index, urls) in config.shards.iter().enumerate() {
             if urls.is_empty() {
@@ -269,7 +275,8 @@ impl ClickhouseSink {
                         "sink.clickhouse.shards[{index}].replicas: `{shown}` is not an http:// or https:// URL"
                     )));
                 }
-                let mut client = Client::default()
+                let mut client = connector
+                    .client()
                     .with_url(url.as_str())
                     .with_database(config.database.as_str())
                     .with_compression(Compression::Lz4)
@@ -354,7 +361,7 @@ impl ClickhouseSink {
     }
 
     fn failure(&self, error: &::clickhouse::error::Error) -> Failure {
-        let mut message = error.to_string();
+        let mut message = errors::describe(error);
         if !self.password.is_empty() {
             message = message.replace(&self.password, "********");
         }
@@ -630,6 +637,7 @@ mod tests {
             settings: vec![],
             timeout: Duration::from_secs(1),
             columns: vec![("id".into(), "Int64".into())],
+            ca_file: None,
         }
     }
 

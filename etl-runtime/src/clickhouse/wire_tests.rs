@@ -80,6 +80,7 @@ fn config(shards: Vec<Vec<String>>) -> ClickhouseSinkConfig {
         settings: vec![("max_partitions_per_insert_block".into(), "7".into())],
         timeout: Duration::from_millis(300),
         columns: vec![("id".into(), "Int64".into()), ("name".into(), "String".into())],
+        ca_file: None,
     }
 }
 

@@ -226,7 +226,13 @@ impl ClientContext for SourceContext {
         let code = error.rdkafka_error_code();
         tracing::warn!(%error, reason, "kafka client error");
         if let Some(code) = code {
-            self.startup.lock().expect("startup lock").last_error = Some((code, reason.to_owned()));
+            let mut startup = self.startup.lock().expect("startup lock");
+            // "All broker connections are down" follows the error that brought the last one
+            // down (a refused connection, a failed TLS handshake, a SASL failure): keep the
+            // cause, which is what an operator can act on.
+            if code != RDKafkaErrorCode::AllBrokersDown || startup.last_error.is_none() {
+                startup.last_error = Some((code, reason.to_owned()));
+            }
         }
     }
 }

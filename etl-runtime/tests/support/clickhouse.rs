@@ -29,35 +29,45 @@ pub fn clickhouse_urls() -> (String, String) {
         if let (Ok(a), Ok(b)) = (std::env::var("CLICKHOUSE_URL"), std::env::var("CLICKHOUSE_URL_2")) {
             return (a, b);
         }
-        infra_up()
+        (infra_value("CLICKHOUSE_URL"), infra_value("CLICKHOUSE_URL_2"))
     })
     .clone()
 }
 
-/// Runs `cargo xtask infra up --only-clickhouse` and parses its `KEY=value` lines.
-fn infra_up() -> (String, String) {
+/// The HTTPS front of the first ClickHouse (`CLICKHOUSE_HTTPS_URL`) and the file of the CA that
+/// signed its certificate (`ETL_INFRA_CA_FILE`), from `cargo xtask infra up`.
+pub fn clickhouse_https() -> (String, PathBuf) {
+    (infra_value("CLICKHOUSE_HTTPS_URL"), PathBuf::from(infra_value("ETL_INFRA_CA_FILE")))
+}
+
+/// Runs `cargo xtask infra up --only-clickhouse` (idempotent: it starts only what is stopped);
+/// returns what it printed.
+fn run_infra_up() -> String {
     let output = Command::new(env!("CARGO"))
         .current_dir(workspace_root())
         .args(["xtask", "infra", "up", "--only-clickhouse"])
         .output()
         .expect("running cargo xtask infra up");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "cargo xtask infra up --only-clickhouse failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let value = |key: &str| {
-        stdout
-            .lines()
-            .find_map(|line| line.trim_start_matches("export ").strip_prefix(key)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("no {key}= in the output of infra up:\n{stdout}"))
-            .to_owned()
-    };
-    (value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2"))
+    stdout
 }
 
-/// Tests that only use the servers share them; a test that freezes or restarts one owns them.
+/// One value `cargo xtask infra up --only-clickhouse` printed (run once per test binary).
+fn infra_value(key: &str) -> String {
+    static PRINTED: OnceLock<String> = OnceLock::new();
+    let stdout = PRINTED.get_or_init(run_infra_up);
+    stdout
+        .lines()
+        .find_map(|line| line.trim_start_matches("export ").strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in the output of infra up:\n{stdout}"))
+        .to_owned()
+}
+
 static SERVER_USE: RwLock<()> = RwLock::new(());
 
 /// Held while a test uses the servers.
@@ -119,6 +129,7 @@ pub fn sink_config(shards: &[&str], table: &str, columns: &[(&str, &str)]) -> Cl
         settings: Vec::new(),
         timeout: Duration::from_secs(10),
         columns: columns.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),
+        ca_file: None,
     }
 }
 
@@ -171,7 +182,7 @@ pub fn stop(index: usize) {
 
 /// Starts the stopped servers again (their data is kept).
 pub fn start() {
-    infra_up();
+    run_infra_up();
 }
 
 /// A runtime configuration for these tests: one thread, small chunks and batches, quick retries.

@@ -25,34 +25,72 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-/// `$KAFKA_BROKERS` if set; otherwise starts the local broker with `cargo xtask infra up --only-kafka`
-/// (idempotent: it reuses a running one) and returns the address it prints. Once per test binary.
+static INFRA: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+
+/// What `cargo xtask infra up --only-kafka` prints (`KEY=value` lines), run once per test binary
+/// (idempotent: it reuses running services).
+fn infra() -> &'static BTreeMap<String, String> {
+    INFRA.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo)
+            .args(["xtask", "infra", "up", "--only-kafka"])
+            .current_dir(workspace_root())
+            .output()
+            .expect("running `cargo xtask infra up --only-kafka`");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "`cargo xtask infra up --only-kafka` failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+            .lines()
+            .filter_map(|line| line.trim().trim_start_matches("export ").split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    })
+}
+
+fn infra_value(key: &str) -> String {
+    infra().get(key).unwrap_or_else(|| panic!("`cargo xtask infra up` printed no {key}")).clone()
+}
+
+/// `$KAFKA_BROKERS` if set; otherwise the local broker's address from `cargo xtask infra up`.
 pub fn kafka_brokers() -> String {
-    static BROKERS: OnceLock<String> = OnceLock::new();
-    BROKERS
-        .get_or_init(|| {
-            if let Some(brokers) = std::env::var("KAFKA_BROKERS").ok().filter(|b| !b.trim().is_empty()) {
-                return brokers;
-            }
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let output = Command::new(cargo)
-                .args(["xtask", "infra", "up", "--only-kafka"])
-                .current_dir(workspace_root())
-                .output()
-                .expect("running `cargo xtask infra up --only-kafka`");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success(),
-                "`cargo xtask infra up --only-kafka` failed:\n{stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            stdout
-                .lines()
-                .find_map(|line| line.trim().trim_start_matches("export ").strip_prefix("KAFKA_BROKERS="))
-                .unwrap_or_else(|| panic!("no KAFKA_BROKERS line in:\n{stdout}"))
-                .to_owned()
-        })
-        .clone()
+    match std::env::var("KAFKA_BROKERS").ok().filter(|b| !b.trim().is_empty()) {
+        Some(brokers) => brokers,
+        None => infra_value("KAFKA_BROKERS"),
+    }
+}
+
+/// The local broker reachable only through TLS, and the client properties that reach it.
+pub struct TlsBroker {
+    pub brokers: String,
+    pub properties: Vec<(String, String)>,
+}
+
+/// The TLS broker of `cargo xtask infra up`, with the throwaway CA it prints.
+pub fn kafka_tls() -> TlsBroker {
+    TlsBroker {
+        brokers: infra_value("KAFKA_TLS_BROKERS"),
+        properties: vec![
+            ("security.protocol".into(), "ssl".into()),
+            ("ssl.ca.location".into(), infra_value("ETL_INFRA_CA_FILE")),
+        ],
+    }
+}
+
+/// A client configuration for `brokers`, with the TLS properties when they are the TLS broker's.
+pub fn client_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    // Only a test that asked for the TLS broker can be talking to it.
+    if INFRA.get().and_then(|infra| infra.get("KAFKA_TLS_BROKERS")).is_some_and(|b| b == brokers) {
+        for (k, v) in kafka_tls().properties {
+            config.set(k, v);
+        }
+    }
+    config
 }
 
 /// A name no other test (or earlier run against the same broker) uses.
@@ -76,8 +114,7 @@ pub fn own_broker() -> RwLockWriteGuard<'static, ()> {
 
 /// Creates `topic` with `partitions` partitions through the admin API.
 pub fn create_topic(brokers: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers).create().expect("admin client");
+    let admin: AdminClient<DefaultClientContext> = client_config(brokers).create().expect("admin client");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -146,8 +183,7 @@ impl ProducerContext for Reports {
 
 /// Produces `messages` with rdkafka and waits for every delivery report.
 pub fn produce(brokers: &str, topic: &str, messages: &[Fixture]) -> Delivered {
-    let producer: BaseProducer<Reports> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let producer: BaseProducer<Reports> = client_config(brokers)
         .set("linger.ms", "5")
         .create_with_context(Reports(Mutex::new(Vec::new())))
         .expect("producer");
@@ -196,8 +232,7 @@ pub fn fixtures(start: usize, count: usize, partitions: i32, tombstone_every: us
 
 /// The committed offsets of `group` for `partitions` of `topic`, read by a consumer that does not join.
 pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", brokers).set("group.id", group).create().expect("consumer");
+    let consumer: BaseConsumer = client_config(brokers).set("group.id", group).create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);

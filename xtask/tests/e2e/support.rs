@@ -40,6 +40,9 @@ pub fn serial() -> MutexGuard<'static, ()> {
 pub struct Infra {
     pub brokers: String,
     pub clickhouse: [String; 2],
+    /// The TLS services (`KAFKA_TLS_BROKERS`, `CLICKHOUSE_HTTPS_URL`, `ETL_INFRA_CA_FILE`), as
+    /// `infra up` prints them; empty when the services came from the environment.
+    pub tls: Vec<(String, String)>,
 }
 
 /// `$KAFKA_BROKERS`, `$CLICKHOUSE_URL` and `$CLICKHOUSE_URL_2` if all are set; otherwise what
@@ -49,7 +52,7 @@ pub fn infra() -> &'static Infra {
     INFRA.get_or_init(|| {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let (Some(b), Some(c1), Some(c2)) = (env("KAFKA_BROKERS"), env("CLICKHOUSE_URL"), env("CLICKHOUSE_URL_2")) {
-            return Infra { brokers: b, clickhouse: [c1, c2] };
+            return Infra { brokers: b, clickhouse: [c1, c2], tls: Vec::new() };
         }
         let output = xtask().args(["infra", "up"]).output().expect("running cargo xtask infra up");
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -65,8 +68,52 @@ pub fn infra() -> &'static Infra {
                 .unwrap_or_else(|| panic!("no {key}= in the output of infra up:\n{stdout}"))
                 .to_owned()
         };
-        Infra { brokers: value("KAFKA_BROKERS"), clickhouse: [value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2")] }
+        let tls = ["KAFKA_TLS_BROKERS", "CLICKHOUSE_HTTPS_URL", "ETL_INFRA_CA_FILE"]
+            .into_iter()
+            .map(|key| (key.to_owned(), value(key)))
+            .collect();
+        Infra { brokers: value("KAFKA_BROKERS"), clickhouse: [value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2")], tls }
     })
+}
+
+impl Infra {
+    fn tls_value(&self, key: &str) -> &str {
+        let found = self.tls.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        found.unwrap_or_else(|| panic!("the TLS scenario needs the services of `cargo xtask infra up` ({key})"))
+    }
+}
+
+/// While a scenario holds the guard of [`use_tls_broker`], the helpers' Kafka clients talk to the
+/// broker behind the TLS front. Scenarios run one at a time (`serial`), so one flag suffices.
+static TLS_BROKER: AtomicBool = AtomicBool::new(false);
+
+/// Points the helpers at the TLS broker until the guard is dropped.
+pub fn use_tls_broker() -> TlsBrokerGuard {
+    TLS_BROKER.store(true, Ordering::SeqCst);
+    TlsBrokerGuard
+}
+
+pub struct TlsBrokerGuard;
+
+impl Drop for TlsBrokerGuard {
+    fn drop(&mut self) {
+        TLS_BROKER.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A client configuration for the broker the scenario uses.
+fn kafka_config() -> ClientConfig {
+    let infra = infra();
+    let mut config = ClientConfig::new();
+    if TLS_BROKER.load(Ordering::SeqCst) {
+        config
+            .set("bootstrap.servers", infra.tls_value("KAFKA_TLS_BROKERS"))
+            .set("security.protocol", "ssl")
+            .set("ssl.ca.location", infra.tls_value("ETL_INFRA_CA_FILE"));
+    } else {
+        config.set("bootstrap.servers", &infra.brokers);
+    }
+    config
 }
 
 /// `cargo xtask` as built for this test binary (the same program `cargo xtask` runs, without a
@@ -87,6 +134,8 @@ pub enum Variant {
     Dlq,
     /// `pipeline-fail.yaml`: errors.policy fail, tombstones fail.
     Fail,
+    /// `pipeline-tls.yaml`: `pipeline.yaml` over TLS (the broker and shard 0).
+    Tls,
 }
 
 impl Variant {
@@ -95,6 +144,7 @@ impl Variant {
             Variant::Skip => "pipeline.yaml",
             Variant::Dlq => "pipeline-dlq.yaml",
             Variant::Fail => "pipeline-fail.yaml",
+            Variant::Tls => "pipeline-tls.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -104,6 +154,7 @@ impl Variant {
             Variant::Skip => "e2e_orders",
             Variant::Dlq => "e2e_orders_dlq",
             Variant::Fail => "e2e_orders_fail",
+            Variant::Tls => "e2e_orders_tls",
         }
     }
 
@@ -114,7 +165,7 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static BINARIES: [OnceLock<PathBuf>; 4] = [const { OnceLock::new() }; 4];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
@@ -223,8 +274,7 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub fn create_topic(topic: &str, partitions: i32) {
-    let admin: AdminClient<_> =
-        ClientConfig::new().set("bootstrap.servers", &infra().brokers).create().expect("admin client");
+    let admin: AdminClient<_> = kafka_config().create().expect("admin client");
     let results = block_on(admin.create_topics(
         &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
@@ -268,8 +318,7 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(topic: &str) -> Self {
-        let inner = ClientConfig::new()
-            .set("bootstrap.servers", &infra().brokers)
+        let inner = kafka_config()
             .set("linger.ms", "20")
             .set("batch.num.messages", "10000")
             .set("queue.buffering.max.messages", "1000000")
@@ -367,11 +416,7 @@ pub fn produce_in_background(
 /// The committed offsets of `group` on `topic`, read by a client that does not join the group;
 /// a partition without a commit is absent.
 pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &infra().brokers)
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
+    let consumer: BaseConsumer = kafka_config().set("group.id", group).create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
@@ -415,8 +460,7 @@ pub struct ReadMessage {
 
 /// Reads `topic` from the beginning until `count` messages or `timeout`.
 pub fn read_topic(topic: &str, partitions: i32, count: usize, timeout: Duration) -> Vec<ReadMessage> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &infra().brokers)
+    let consumer: BaseConsumer = kafka_config()
         .set("group.id", unique("e2e-reader"))
         .set("enable.auto.commit", "false")
         .create()
@@ -621,6 +665,7 @@ pub fn spawn(variant: Variant, label: &str, topic: &str, group: &str, extra: &[(
         .env("KAFKA_BROKERS", &infra.brokers)
         .env("CLICKHOUSE_URL", &infra.clickhouse[0])
         .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
+        .envs(infra.tls.iter().map(|(k, v)| (k, v)))
         .env("ORDERS_TOPIC", topic)
         .env("ORDERS_GROUP", group)
         .env("ADMIN_LISTEN", admin.to_string())
