@@ -15,8 +15,13 @@ with the same librdkafka the binary links, so a misspelt name or an ill-typed va
 own message instead of failing in production. A value that uses `${VAR}` is only known \
 at run time: then only the property name is checked. librdkafka's CONFIGURATION.md lists \
 the properties; this rule cannot see producer-only properties, which the consumer ignores \
-with a warning.",
+with a warning. It also knows what this build's librdkafka lacks: the GSSAPI (Kerberos) \
+SASL mechanism needs libsasl2, which is not linked; PLAIN, SCRAM-SHA-256/512 and \
+OAUTHBEARER are built in, as is TLS (OpenSSL).",
 };
+
+/// SASL mechanisms librdkafka only has with libsasl2 (Cyrus), which this build does not link.
+const MISSING_MECHANISMS: &[&str] = &["GSSAPI"];
 
 /// What librdkafka says about one property.
 #[derive(Debug, PartialEq, Eq)]
@@ -61,6 +66,18 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         }
         let path = format!("source.kafka.rdkafka.{name}");
         let templated = value.template().is_some();
+        if matches!(name.as_str(), "sasl.mechanism" | "sasl.mechanisms")
+            && !templated
+            && MISSING_MECHANISMS.iter().any(|m| value.to_text().trim().eq_ignore_ascii_case(m))
+        {
+            out.push(
+                Diagnostic::error(&RULE, &path, format!("this build's librdkafka has no `{}` provider", value.to_text()))
+                    .on_value()
+                    .note("Kerberos (GSSAPI) needs libsasl2, which etl-rs does not link into its static binaries")
+                    .help("use SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (over TLS) or OAUTHBEARER"),
+            );
+            continue;
+        }
         // For a value read from the environment only the name can be checked; a value
         // that every string-typed property accepts is used to ask about the name.
         let probe = if templated { String::new() } else { value.to_text() };
