@@ -76,6 +76,24 @@ pub struct Column {
 }
 
 impl Ty {
+    /// The fewest bytes a value takes in RowBinary (an empty string or array, a null).
+    pub fn min_rowbinary_bytes(&self) -> u64 {
+        match self {
+            Ty::Bool => 1,
+            Ty::Int32 | Ty::Float32 | Ty::Date => 4,
+            Ty::Int64 | Ty::Float64 | Ty::TimestampMillis | Ty::TimestampMicros => 8,
+            Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(_) | Ty::Nullable(_) => 1,
+            Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
+            Ty::Decimal { precision, .. } => match precision {
+                0..=9 => 4,
+                10..=18 => 8,
+                19..=38 => 16,
+                _ => 32,
+            },
+            Ty::Uuid => 16,
+        }
+    }
+
     /// The ClickHouse column type.
     pub fn clickhouse(&self) -> String {
         match self {

@@ -9,10 +9,12 @@
 //! - librdkafka's prefetch, capped per split partition queue by `queued.max.messages.kbytes`
 //!   plus one fetched message set;
 //! - the lz4 frames of inserts in flight;
+//! - under `errors.policy: dlq`, each row's source offset (8 bytes) beside the open buffers and
+//!   the chunk a lane may hold over the budget (sealed chunks' offsets count in the budget);
 //! - the process itself (code, tokio, librdkafka's threads, the allocator's slack).
 
 use crate::load::Validated;
-use crate::model::Source;
+use crate::model::{ErrorPolicy, Source};
 
 /// The etl-runtime default of `queued.max.messages.kbytes` per split partition queue.
 pub const DEFAULT_QUEUED_MAX_KBYTES: u64 = 16 * 1024;
@@ -59,6 +61,18 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
             bytes: shards * flow.inflight.max_per_shard * INSERT_FRAME_BYTES,
         },
     ];
+    if m.errors.policy == ErrorPolicy::Dlq {
+        // Rows are at least this long: the fewest bytes of each column (an NDJSON line of the
+        // file sink is longer than that, braces and names included).
+        let min_row = v.plan.output.iter().map(|c| c.ty.min_rowbinary_bytes()).sum::<u64>().max(1);
+        let rows_per_chunk = chunk / min_row + 1;
+        terms.push(Term {
+            what: format!(
+                "row offsets (errors.policy dlq): {partitions} lanes × ({shards} shards + 1) × (chunk.target_bytes / {min_row}-byte minimal row + 1) × 8"
+            ),
+            bytes: partitions * (shards + 1) * rows_per_chunk * 8,
+        });
+    }
     if let Source::Kafka(k) = &m.source {
         let prop = |name: &str| k.rdkafka.get(name).and_then(|v| v.to_text().parse::<u64>().ok());
         let kbytes = prop("queued.max.messages.kbytes").unwrap_or(DEFAULT_QUEUED_MAX_KBYTES);

@@ -76,6 +76,25 @@ fn memory_bound_lists_its_terms() {
     assert_eq!(missing.status.code(), Some(2), "--memory needs --partitions");
 }
 
+/// Under `errors.policy: dlq` chunks keep each row's source offset (to dead-letter rows the sink
+/// refuses), and the bound has a term for them: 8 bytes per row, rows at least the columns'
+/// fewest RowBinary bytes (the e2e order row: 8 + 8 + 1 + 8 + 1 + 8 = 34).
+#[test]
+fn memory_bound_counts_row_offsets_under_dlq() {
+    let dlq = Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/tests/e2e/pipeline-dlq.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .args(["gen", "--memory", "--partitions", "4"])
+        .arg(&dlq)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().find(|l| l.contains("row offsets")).unwrap_or_else(|| panic!("no row offsets term:\n{text}"));
+    let bytes: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+    // 4 lanes × (2 shards + 1) × (64 KiB / 34 + 1) × 8.
+    assert_eq!(bytes, 4 * 3 * ((64 << 10) / 34 + 1) * 8, "{text}");
+}
+
 /// The installed `etl-gen` works outside this repository: the crate it writes points at
 /// the etl-runtime of the checkout it was built from, and builds into a local target dir.
 #[test]

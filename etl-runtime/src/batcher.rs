@@ -10,7 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::config::{BatchConfig, ErrorPolicy, RetryConfig};
 use crate::handle::Shared;
 use crate::pipeline::Ack;
-use crate::sink::{Batch, Chunk, Sink, SinkError, SinkErrorKind};
+use crate::sink::{Batch, Chunk, DeadLetterAck, Sink, SinkError, SinkErrorKind};
 
 /// Decides where batches are cut. Today batches merge chunks across partitions up to the size
 /// limits; the exactly-once work will swap in a per-partition policy with offset-chosen boundaries.
@@ -87,6 +87,7 @@ impl<K: Sink> ShardWorker<K> {
                     let (batch, _) = open.get_or_insert_with(|| (self.empty_batch(), Instant::now()));
                     batch.rows += u64::from(chunk.rows);
                     batch.bytes += chunk.bytes.len() as u64;
+                    batch.held += chunk.held_bytes();
                     batch.chunks.push(chunk);
                     if urgent || policy.is_full(batch) {
                         let (batch, _) = open.take().expect("just inserted");
@@ -113,7 +114,7 @@ impl<K: Sink> ShardWorker<K> {
     }
 
     fn empty_batch(&self) -> Batch {
-        Batch { shard: self.shard, token: String::new(), chunks: Vec::new(), rows: 0, bytes: 0 }
+        Batch { shard: self.shard, token: String::new(), chunks: Vec::new(), rows: 0, bytes: 0, held: 0 }
     }
 
     /// Waits for a write slot — while it waits it does not receive, so the shard queue fills and the
@@ -130,6 +131,32 @@ impl<K: Sink> ShardWorker<K> {
         self.runtime.spawn(task);
         true
     }
+}
+
+/// Dead-letters the records whose rows the sink refused (each record once, however many of its
+/// rows were refused) and waits until every one is durable; returns how many records went.
+async fn dead_letter_refused(shared: &Shared, batch: &Batch, rows: &[u64], message: &str) -> Result<u64, String> {
+    let dead_letter = shared.dead_letter.as_ref().ok_or("no dead-letter sink")?;
+    let mut records = std::collections::BTreeSet::new();
+    for &row in rows {
+        let source =
+            batch.row_source(row).ok_or_else(|| format!("row {row} of the batch has no known source record"))?;
+        records.insert(source);
+    }
+    let mut pending = Vec::with_capacity(records.len());
+    for &(partition, offset) in &records {
+        let (ack, done) = DeadLetterAck::for_batch();
+        dead_letter.send_refused(partition, offset, format!("Sink error: {message}"), ack);
+        pending.push((partition, offset, done));
+    }
+    for (partition, offset, done) in pending {
+        match done.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(format!("partition {partition} offset {offset}: {error}")),
+            Err(_) => return Err(format!("partition {partition} offset {offset}: the dead-letter sink dropped it")),
+        }
+    }
+    Ok(records.len() as u64)
 }
 
 /// Writes one batch, retrying retryable errors with exponential backoff and full jitter under the
@@ -161,6 +188,29 @@ async fn write_batch<K: Sink>(
                 metrics.dropped_sink_refused.inc_by(rows.len() as u64);
                 rows.len() as u64
             }
+            // Under `dlq` the records behind the refused rows go to the dead-letter sink, and the
+            // batch completes only once they are there: their offsets are stored with the batch's.
+            Err(SinkError { kind: SinkErrorKind::Data { rows }, message })
+                if shared.config.error_policy == ErrorPolicy::DeadLetter && shared.tracks_row_sources() =>
+            {
+                metrics.sink_errors[shard].inc();
+                match dead_letter_refused(&shared, &batch, &rows, &message).await {
+                    Ok(records) => {
+                        tracing::warn!(shard, token = %batch.token, refused = rows.len(), records, error = %message, "the sink refused rows; their records were dead-lettered");
+                        metrics.dropped_dead_letter.inc_by(records);
+                        rows.len() as u64
+                    }
+                    Err(error) => {
+                        shared.fatal.report(format!(
+                            "writing batch {} to shard {shard}: the sink refused {} row(s) ({message}) and dead-lettering \
+                             them failed: {error}",
+                            batch.token,
+                            rows.len()
+                        ));
+                        return;
+                    }
+                }
+            }
             Err(error) => {
                 metrics.sink_errors[shard].inc();
                 if error.is_retryable() && attempt < retry.max_attempts {
@@ -171,14 +221,8 @@ async fn write_batch<K: Sink>(
                     attempt += 1;
                     continue;
                 }
-                let note = match (&error.kind, shared.config.error_policy) {
-                    (SinkErrorKind::Data { .. }, ErrorPolicy::DeadLetter) => {
-                        " (dead-lettering rows the sink refuses is not supported yet: they are encoded rows, not the raw messages)"
-                    }
-                    _ => "",
-                };
                 shared.fatal.report(format!(
-                    "writing batch {} to shard {shard} failed after {attempt} attempt(s): {error}{note}",
+                    "writing batch {} to shard {shard} failed after {attempt} attempt(s): {error}",
                     batch.token
                 ));
                 return;
@@ -188,7 +232,7 @@ async fn write_batch<K: Sink>(
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);
         metrics.records_out.inc_by(batch.rows.saturating_sub(refused));
-        shared.budget.release(batch.bytes);
+        shared.budget.release(batch.held);
         drop(permit);
         let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
         for chunk in &batch.chunks {

@@ -99,4 +99,6 @@ pub(crate) struct OpenBuffer {
     pub(crate) first_offset: i64,
     /// The offset of the record whose row last entered the buffer.
     pub(crate) last_offset: i64,
+    /// Each row's source offset, under `errors.policy: dlq` only (see `Chunk::row_offsets`).
+    pub(crate) row_offsets: Vec<i64>,
 }

@@ -495,6 +495,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether chunks keep each row's source offset: only when refused rows are dead-lettered.
+    #[inline]
+    pub(crate) fn tracks_row_sources(&self) -> bool {
+        self.config.error_policy == crate::ErrorPolicy::DeadLetter && self.dead_letter.is_some()
+    }
+
     pub(crate) fn stats(&self) -> PipelineStats {
         PipelineStats {
             inflight_bytes: self.budget.inflight(),

@@ -50,8 +50,10 @@
 //!   partitions) so the exactly-once work can swap in a per-partition policy.
 //! * A [`SinkErrorKind::Data`] error (rows the sink refused; the others are written) follows
 //!   `errors.policy`: `skip` counts them in `etl_records_dropped_total{reason="sink_refused"}` and
-//!   completes the batch; `fail` and `dlq` stop the pipeline (dead-lettering refused rows is not
-//!   supported yet: the sink has encoded rows, not the raw messages).
+//!   completes the batch; `fail` stops the pipeline; `dlq` sends the records behind the refused
+//!   rows to the dead-letter sink (which reads them again from the source: chunks keep each row's
+//!   source offset under `dlq`, counted in the budget) and completes the batch once they are
+//!   durable there.
 //! * A fatal sink start-up check (`Sink::check`) is a start-up error (exit code 2); a sink that
 //!   is not reachable yet is checked again in the background and /readyz reports it.
 //! * The concurrency of the budget is checked by a deterministic model (a proptest over

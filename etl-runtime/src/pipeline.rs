@@ -379,6 +379,7 @@ impl<C: Chain> PipelineThread<C> {
                 if rows == 0 {
                     counts.filtered += 1;
                 }
+                let track = shared.tracks_row_sources();
                 for (buffer, &(_, rows_before)) in buffers.iter_mut().zip(snapshot.iter()) {
                     if buffer.rows > rows_before {
                         if rows_before == 0 {
@@ -386,6 +387,10 @@ impl<C: Chain> PipelineThread<C> {
                             checkpointer.register(offset);
                         }
                         buffer.last_offset = offset;
+                        if track {
+                            let added = (buffer.rows - rows_before) as usize;
+                            buffer.row_offsets.extend(std::iter::repeat_n(offset, added));
+                        }
                     }
                 }
                 checkpointer.processed(offset);
@@ -416,8 +421,7 @@ impl<C: Chain> PipelineThread<C> {
                         counts.dead_letters += 1;
                         checkpointer.register(offset);
                         checkpointer.processed(offset);
-                        let ack =
-                            DeadLetterAck { ack: ack_tx.clone(), fatal: shared.fatal.clone(), lane_id: *id, offset };
+                        let ack = DeadLetterAck::for_lane(ack_tx.clone(), shared.fatal.clone(), *id, offset);
                         dead_letter.send(DeadRecord::from_record(&record, error.to_string()), ack);
                         Poll::Record
                     }
@@ -463,8 +467,9 @@ impl<C: Chain> PipelineThread<C> {
             shard,
             urgent,
             bytes,
+            row_offsets: std::mem::take(&mut buffer.row_offsets),
         };
-        let above_high = self.shared.budget.acquire(chunk.bytes.len() as u64);
+        let above_high = self.shared.budget.acquire(chunk.held_bytes());
         let mut rejected = false;
         if lane.pending.is_empty() {
             match self.queues[shard].try_send(chunk) {
@@ -475,7 +480,7 @@ impl<C: Chain> PipelineThread<C> {
                     rejected = true;
                 }
                 Err(TrySendError::Disconnected(chunk)) => {
-                    self.shared.budget.release(chunk.bytes.len() as u64);
+                    self.shared.budget.release(chunk.held_bytes());
                     self.shared.fatal.report(format!("the worker of shard {shard} is gone"));
                 }
             }
@@ -511,7 +516,7 @@ impl<C: Chain> PipelineThread<C> {
                     return;
                 }
                 Err(TrySendError::Disconnected(chunk)) => {
-                    self.shared.budget.release(chunk.bytes.len() as u64);
+                    self.shared.budget.release(chunk.held_bytes());
                     self.shared.fatal.report(format!("the worker of shard {shard} is gone"));
                 }
             }
@@ -592,7 +597,7 @@ impl<C: Chain> PipelineThread<C> {
     fn remove_lane(&mut self, i: usize) -> LaneState {
         self.store_offset(i);
         let lane = self.lanes.swap_remove(i);
-        let unsent: u64 = lane.pending.iter().map(|c| c.bytes.len() as u64).sum();
+        let unsent: u64 = lane.pending.iter().map(Chunk::held_bytes).sum();
         self.shared.budget.release(unsent);
         if lane.paused_since.is_some() {
             self.shared.paused_lanes.fetch_sub(1, Ordering::AcqRel);

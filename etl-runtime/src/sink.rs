@@ -13,6 +13,9 @@ pub struct Chunk {
     pub(crate) shard: usize,
     /// Sealed by a drain: the shard worker writes its batch at once instead of lingering.
     pub(crate) urgent: bool,
+    /// The source offset of each row, in row order; kept only under `errors.policy: dlq`, where
+    /// a row the sink refuses must be traced back to the record to dead-letter.
+    pub(crate) row_offsets: Vec<i64>,
 }
 
 /// Where a chunk's acknowledgement goes, and which offsets its rows come from.
@@ -50,6 +53,12 @@ impl Chunk {
     pub fn last_offset(&self) -> i64 {
         self.origin.last_offset
     }
+
+    /// What the chunk holds in memory, as the in-flight budget counts it: the encoded rows and,
+    /// under `errors.policy: dlq`, their source offsets.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        (self.bytes.len() + self.row_offsets.len() * size_of::<i64>()) as u64
+    }
 }
 
 /// What a shard worker hands to [`Sink::write`]: chunks merged up to the batch limits.
@@ -60,6 +69,8 @@ pub struct Batch {
     pub(crate) chunks: Vec<Chunk>,
     pub(crate) rows: u64,
     pub(crate) bytes: u64,
+    /// The chunks' [`Chunk::held_bytes`]: what the budget gets back once the batch is done.
+    pub(crate) held: u64,
 }
 
 impl Batch {
@@ -87,6 +98,21 @@ impl Batch {
     /// The total number of encoded bytes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The source partition and offset of row `index` of the batch (rows counted across the
+    /// chunks in order), when the runtime kept them (`errors.policy: dlq`).
+    pub fn row_source(&self, index: u64) -> Option<(i32, i64)> {
+        let mut first = 0u64;
+        for chunk in &self.chunks {
+            let rows = u64::from(chunk.rows);
+            if index < first + rows {
+                let offset = chunk.row_offsets.get(usize::try_from(index - first).ok()?)?;
+                return Some((chunk.origin.partition, *offset));
+            }
+            first += rows;
+        }
+        None
     }
 }
 
@@ -183,28 +209,69 @@ impl DeadRecord {
 pub trait DeadLetter: Send + Sync + 'static {
     /// Hands off one record; `ack` must be completed exactly once.
     fn send(&self, record: DeadRecord, ack: DeadLetterAck);
+
+    /// Hands off the record at `partition`/`offset` of the source, whose row the sink refused: the
+    /// runtime no longer holds the raw record, so the dead-letter sink reads it again from the
+    /// source (the offset is not committed yet, so it is still there). `ack` as for [`send`].
+    ///
+    /// The default cannot read the source and fails, which stops the pipeline.
+    ///
+    /// [`send`]: DeadLetter::send
+    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
+        let _ = error;
+        ack.complete(Err(SinkError::fatal(format!(
+            "partition {partition} offset {offset}: this dead-letter sink cannot read refused rows' records again"
+        ))));
+    }
 }
 
-/// The completion handle of one dead-letter write; it travels over the same unbounded ack channel
-/// as chunk acks (Invariant 2).
+/// The completion handle of one dead-letter write. For a record that failed in the chain it
+/// travels over the same unbounded ack channel as chunk acks (Invariant 2); for a row the sink
+/// refused, the batch that held it waits for it before it acknowledges its chunks.
 #[derive(Debug)]
-pub struct DeadLetterAck {
-    pub(crate) ack: crossbeam_channel::Sender<crate::pipeline::Ack>,
-    pub(crate) fatal: crate::handle::FatalSlot,
-    pub(crate) lane_id: u64,
-    pub(crate) offset: i64,
+pub struct DeadLetterAck(AckTarget);
+
+#[derive(Debug)]
+enum AckTarget {
+    Lane {
+        ack: crossbeam_channel::Sender<crate::pipeline::Ack>,
+        fatal: crate::handle::FatalSlot,
+        lane_id: u64,
+        offset: i64,
+    },
+    Batch(tokio::sync::oneshot::Sender<Result<(), SinkError>>),
 }
 
 impl DeadLetterAck {
+    pub(crate) fn for_lane(
+        ack: crossbeam_channel::Sender<crate::pipeline::Ack>,
+        fatal: crate::handle::FatalSlot,
+        lane_id: u64,
+        offset: i64,
+    ) -> Self {
+        DeadLetterAck(AckTarget::Lane { ack, fatal, lane_id, offset })
+    }
+
+    pub(crate) fn for_batch() -> (Self, tokio::sync::oneshot::Receiver<Result<(), SinkError>>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (DeadLetterAck(AckTarget::Batch(tx)), rx)
+    }
+
     /// Reports the outcome of the dead-letter write. An error stops the pipeline (exit code 1)
     /// without the record's offset ever being stored.
     pub fn complete(self, result: Result<(), SinkError>) {
-        match result {
-            Ok(()) => {
+        match (self.0, result) {
+            (AckTarget::Lane { ack, lane_id, offset, .. }, Ok(())) => {
                 // A closed channel means the pipeline thread is gone; nothing is left to store.
-                let _ = self.ack.send(crate::pipeline::Ack::DeadLetter { lane_id: self.lane_id, offset: self.offset });
+                let _ = ack.send(crate::pipeline::Ack::DeadLetter { lane_id, offset });
             }
-            Err(error) => self.fatal.report(format!("dead-letter write of offset {} failed: {error}", self.offset)),
+            (AckTarget::Lane { fatal, offset, .. }, Err(error)) => {
+                fatal.report(format!("dead-letter write of offset {offset} failed: {error}"))
+            }
+            // A dropped receiver means the batch was abandoned (the pipeline is stopping).
+            (AckTarget::Batch(tx), result) => {
+                let _ = tx.send(result);
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use etl_runtime::{
     Batch, Chain, ErrorPolicy, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, Pipeline, Record, RecordError,
-    RecordErrorKind, RowOut, RunOutcome, RuntimeConfig, Sink, SinkError, Source, TombstonePolicy,
+    RecordErrorKind, RowOut, RunOutcome, RuntimeConfig, Sink, SinkError, SinkErrorKind, Source, TombstonePolicy,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -508,4 +508,108 @@ fn an_untrusted_broker_certificate_is_a_startup_error_that_says_so() {
         other => panic!("expected a start-up error, got {other:?}"),
     }
     assert_eq!(outcome.exit_code(), 2);
+}
+
+/// A sink that refuses every row whose source offset is ≡ 3 (mod 7), as ClickHouse refuses rows
+/// that break a constraint, and writes the others.
+#[derive(Clone, Default)]
+struct RefusingSink {
+    inner: RecordingSink,
+}
+
+impl Sink for RefusingSink {
+    async fn write(&self, _shard: usize, batch: &Batch) -> Result<(), SinkError> {
+        let rows = common::rows_of(batch);
+        let refused: Vec<u64> = (0..rows.len() as u64).filter(|&i| rows[i as usize].1 % 7 == 3).collect();
+        let mut written = self.inner.rows.lock().unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            if !refused.contains(&(i as u64)) {
+                *written.entry(*row).or_insert(0) += 1;
+            }
+        }
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(SinkError { kind: SinkErrorKind::Data { rows: refused }, message: "CHECK constraint failed".into() })
+    }
+
+    async fn check(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+// Issue "ClickHouse sink", rows ClickHouse refuses under `errors.policy: dlq`: only the refused rows'
+// records go to the dead-letter topic, raw (read again from the source by partition and offset),
+// with `etl.error.kind: sink`; every other row is written once; the batches complete, so the
+// committed offsets still reach the end offsets.
+#[test]
+fn rows_the_sink_refuses_are_dead_lettered_raw() {
+    let _broker = support::share_broker();
+    let brokers = kafka_brokers();
+    let (topic, dlq, group) = (unique("refused-src"), unique("refused-dlq"), unique("refused-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    create_topic(&brokers, &dlq, 1);
+    let delivered = produce(&brokers, &topic, &fixtures(0, 2_000, PARTITIONS, 0));
+    let refused: BTreeSet<(i32, i64)> = delivered.all.iter().copied().filter(|(_, o)| o % 7 == 3).collect();
+    assert!(!refused.is_empty());
+
+    etl_runtime::init_logging();
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
+    let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
+    let sink = RefusingSink::default();
+    let pipeline = Pipeline::start(runtime, || Meta, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
+    let mut source = KafkaSource::new(source_config(&brokers, &topic, &group, &[])).expect("source");
+    source.start(pipeline.handle()).expect("start");
+    let written = delivered.all.len() - refused.len();
+    assert!(common::wait_for(Duration::from_secs(30), || sink.inner.rows.lock().unwrap().len() == written));
+    let end = delivered.end_offsets();
+    assert!(common::wait_for(Duration::from_secs(30), || {
+        pipeline
+            .metrics_text()
+            .contains(&format!("etl_records_dropped_total{{reason=\"dead_letter\"}} {}", refused.len()))
+    }));
+    let report = pipeline.shutdown(Duration::from_secs(10));
+    assert!(report.complete);
+    assert_eq!(report.fatal, None);
+    source.shutdown().expect("source shutdown");
+    let stored: BTreeMap<i32, i64> = report.offsets.into_iter().map(|(p, o)| (p, o.expect("stored"))).collect();
+    assert_eq!(stored, end, "batches with refused rows complete once their records are dead-lettered");
+    assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), end);
+    let rows = sink.inner.rows.lock().unwrap().clone();
+    assert!(rows.values().all(|&n| n == 1), "every other row written once");
+    assert!(rows.keys().all(|row| !refused.contains(row)));
+
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", unique("refused-reader"))
+        .create()
+        .expect("reader");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning).unwrap();
+    reader.assign(&tpl).unwrap();
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.len() < refused.len() && Instant::now() < deadline {
+        let Some(message) = reader.poll(Duration::from_millis(200)) else { continue };
+        let message = message.expect("dlq message");
+        let headers = message.headers().expect("headers");
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_else(|| panic!("header {name}"))
+        };
+        assert_eq!(header("etl.error.kind"), "sink");
+        assert!(header("etl.error").contains("CHECK constraint failed"));
+        assert_eq!(header("etl.source.topic"), topic);
+        let at: (i32, i64) =
+            (header("etl.source.partition").parse().unwrap(), header("etl.source.offset").parse().unwrap());
+        let payload = String::from_utf8_lossy(message.payload().unwrap()).into_owned();
+        let key = String::from_utf8_lossy(message.key().unwrap()).into_owned();
+        assert_eq!(payload.trim_end().strip_prefix('v'), key.strip_prefix('k'), "the raw key and payload");
+        assert!(seen.insert(at), "one dead letter per refused record");
+    }
+    assert_eq!(seen, refused);
 }

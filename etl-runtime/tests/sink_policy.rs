@@ -3,26 +3,31 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{MemLane, PassThrough, Stored, config, metric, wait_for};
 use etl_runtime::{
-    Batch, ErrorPolicy, Pipeline, RunOutcome, Sink, SinkError, SinkErrorKind, Source, SourceError, Wake,
+    Batch, DeadLetter, DeadLetterAck, DeadRecord, ErrorPolicy, Pipeline, RunOutcome, Sink, SinkError, SinkErrorKind,
+    Source, SourceError, Wake,
 };
 
-/// Refuses the first row of every batch, writing the rest; counts the rows it kept.
+/// Refuses the first row of every batch, writing the rest; counts the rows it kept and records
+/// the (partition, offset) each refused row came from.
 #[derive(Clone, Default)]
 struct RefusesFirstRow {
     kept: Arc<AtomicU64>,
     refused: Arc<AtomicU64>,
+    refused_rows: Arc<Mutex<BTreeSet<(i32, i64)>>>,
 }
 
 impl Sink for RefusesFirstRow {
     async fn write(&self, _shard: usize, batch: &Batch) -> Result<(), SinkError> {
         self.kept.fetch_add(batch.rows() - 1, Ordering::SeqCst);
         self.refused.fetch_add(1, Ordering::SeqCst);
+        self.refused_rows.lock().unwrap().insert(common::rows_of(batch)[0]);
         Err(SinkError { kind: SinkErrorKind::Data { rows: vec![0] }, message: "CHECK constraint failed".into() })
     }
 
@@ -64,6 +69,72 @@ fn refused_rows_stop_the_pipeline_under_fail() {
     let wake = pipeline.wait(Duration::from_secs(20));
     pipeline.abort();
     assert!(matches!(wake, Wake::Fatal(ref m) if m.contains("CHECK constraint")), "{wake:?}");
+    assert_eq!(stored.lock().unwrap().get(&0).copied().unwrap_or(0), 0, "no batch completed");
+}
+
+/// A dead-letter sink that records the refused rows' records it is handed, and completes them
+/// (or fails them, with `fail`).
+#[derive(Clone, Default)]
+struct RecordingDeadLetter {
+    refused: Arc<Mutex<BTreeSet<(i32, i64)>>>,
+    fail: bool,
+}
+
+impl DeadLetter for RecordingDeadLetter {
+    fn send(&self, _record: DeadRecord, ack: DeadLetterAck) {
+        ack.complete(Err(SinkError::fatal("no chain error expected here")));
+    }
+
+    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
+        assert!(error.contains("CHECK constraint failed"), "{error}");
+        if self.fail {
+            return ack.complete(Err(SinkError::fatal("the dead-letter topic is gone")));
+        }
+        self.refused.lock().unwrap().insert((partition, offset));
+        ack.complete(Ok(()));
+    }
+}
+
+// Invariants 3 and 7 under `dlq`: each refused row is traced back to its source record (the chunks
+// keep every row's offset), that record goes to the dead-letter sink, and the batch completes only
+// then; the offsets reach the end, and the budget gets back every byte it counted (the rows'
+// offsets included).
+#[test]
+fn refused_rows_go_to_the_dead_letter_sink_under_dlq() {
+    let sink = RefusesFirstRow::default();
+    let dead_letter = RecordingDeadLetter::default();
+    let mut cfg = config(1, 1);
+    cfg.error_policy = ErrorPolicy::DeadLetter;
+    let pipeline = Pipeline::start(cfg, || PassThrough, sink.clone(), Some(Arc::new(dead_letter.clone()))).unwrap();
+    let stored = Stored::default();
+    pipeline.handle().add_lane(Box::new(MemLane::new(0, Some(1_000), &stored)));
+    assert!(wait_for(Duration::from_secs(20), || stored.lock().unwrap().get(&0) == Some(&1_000)));
+    let metrics = pipeline.metrics_text();
+    let stats = pipeline.stats();
+    let report = pipeline.shutdown(Duration::from_secs(5));
+    assert!(report.fatal.is_none(), "{:?}", report.fatal);
+    let refused = sink.refused_rows.lock().unwrap().clone();
+    assert!(!refused.is_empty());
+    assert_eq!(*dead_letter.refused.lock().unwrap(), refused, "exactly the refused rows' records");
+    assert_eq!(sink.kept.load(Ordering::SeqCst) + refused.len() as u64, 1_000);
+    assert_eq!(metric(&metrics, r#"etl_records_dropped_total{reason="dead_letter"}"#), refused.len() as f64);
+    assert_eq!(stats.inflight_bytes, 0, "every counted byte was given back");
+}
+
+// Invariant 3: when dead-lettering a refused row fails, the pipeline stops and the batch's offsets
+// are never stored.
+#[test]
+fn a_failed_dead_letter_of_a_refused_row_stops_the_pipeline() {
+    let dead_letter = RecordingDeadLetter { fail: true, ..RecordingDeadLetter::default() };
+    let mut cfg = config(1, 1);
+    cfg.error_policy = ErrorPolicy::DeadLetter;
+    let pipeline =
+        Pipeline::start(cfg, || PassThrough, RefusesFirstRow::default(), Some(Arc::new(dead_letter))).unwrap();
+    let stored = Stored::default();
+    pipeline.handle().add_lane(Box::new(MemLane::new(0, Some(1_000), &stored)));
+    let wake = pipeline.wait(Duration::from_secs(20));
+    pipeline.abort();
+    assert!(matches!(wake, Wake::Fatal(ref m) if m.contains("the dead-letter topic is gone")), "{wake:?}");
     assert_eq!(stored.lock().unwrap().get(&0).copied().unwrap_or(0), 0, "no batch completed");
 }
 

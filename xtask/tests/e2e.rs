@@ -347,7 +347,12 @@ enum Poison {
     WrongSchema,
     Oversize,
     Tombstone,
+    /// A good order ClickHouse refuses: the dlq scenario adds a CHECK constraint against it.
+    Refused,
 }
+
+/// The order id of [`Poison::Refused`].
+const REFUSED_ORDER: i64 = 999_998;
 
 const POISONS: [Poison; 6] = [
     Poison::BadMagic,
@@ -381,6 +386,7 @@ impl Poison {
             }
             Poison::Oversize => order(999_999, max_message_bytes as usize + 100),
             Poison::Tombstone => return None,
+            Poison::Refused => order(REFUSED_ORDER, 0),
         })
     }
 
@@ -388,6 +394,7 @@ impl Poison {
     fn kind(self) -> &'static str {
         match self {
             Poison::Oversize => "oversize",
+            Poison::Refused => "sink",
             _ => "decode",
         }
     }
@@ -444,12 +451,24 @@ fn poison_skip() {
 fn poison_dead_letter() {
     let _serial = serial();
     prepare(Variant::Dlq);
+    // A row ClickHouse itself refuses goes to the dead-letter topic too, raw, alone.
+    for url in &infra().clickhouse {
+        ch_exec(
+            url,
+            &format!(
+                "ALTER TABLE default.{} ADD CONSTRAINT IF NOT EXISTS refuse_poison CHECK order_id != {REFUSED_ORDER}",
+                Variant::Dlq.table()
+            ),
+        );
+    }
     let _t = Timer::start("poison dlq");
     let config = Config::of(Variant::Dlq);
     let (topic, group, dlq) = (unique("e2e-poison-dlq"), unique("e2e-poison-dlq"), unique("e2e-dlq"));
     create_topic(&dlq, 1);
-    let produced = produce_poisoned(&topic, &POISONS, 200, config.max_message_bytes);
-    let good = 200 * (POISONS.len() as i64 + 1);
+    let poisons: Vec<Poison> = POISONS.iter().copied().chain([Poison::Refused]).collect();
+    let produced = produce_poisoned(&topic, &poisons, 200, config.max_message_bytes);
+    let good = 200 * (poisons.len() as i64 + 1);
+    let letters_expected = poisons.len() - 1;
     let registry = stub_registry();
     let mut p = spawn(
         Variant::Dlq,
@@ -466,11 +485,11 @@ fn poison_dead_letter() {
     p.assert_no_panic();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
     assert_eq!(committed, produced.end_offsets, "committed past every poison");
-    assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), 5.0);
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), letters_expected as f64);
     assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0);
-    let letters = read_topic(&dlq, 1, 5, Duration::from_secs(30));
-    assert_eq!(letters.len(), 5, "one dead letter per poison except the tombstone: {letters:?}");
-    for (index, poison) in POISONS.iter().enumerate().filter(|(_, p)| **p != Poison::Tombstone) {
+    let letters = read_topic(&dlq, 1, letters_expected, Duration::from_secs(30));
+    assert_eq!(letters.len(), letters_expected, "one dead letter per poison except the tombstone: {letters:?}");
+    for (index, poison) in poisons.iter().enumerate().filter(|(_, p)| **p != Poison::Tombstone) {
         let (partition, offset) = produced.offsets[&(1_000_000 + index)];
         let letter = letters
             .iter()

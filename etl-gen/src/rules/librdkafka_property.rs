@@ -71,10 +71,14 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             && MISSING_MECHANISMS.iter().any(|m| value.to_text().trim().eq_ignore_ascii_case(m))
         {
             out.push(
-                Diagnostic::error(&RULE, &path, format!("this build's librdkafka has no `{}` provider", value.to_text()))
-                    .on_value()
-                    .note("Kerberos (GSSAPI) needs libsasl2, which etl-rs does not link into its static binaries")
-                    .help("use SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (over TLS) or OAUTHBEARER"),
+                Diagnostic::error(
+                    &RULE,
+                    &path,
+                    format!("this build's librdkafka has no `{}` provider", value.to_text()),
+                )
+                .on_value()
+                .note("Kerberos (GSSAPI) needs libsasl2, which etl-rs does not link into its static binaries")
+                .help("use SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (over TLS) or OAUTHBEARER"),
             );
             continue;
         }

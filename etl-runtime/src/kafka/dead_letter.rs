@@ -3,16 +3,18 @@
 
 use std::fmt;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::config::{FromClientConfigAndContext, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
+use rdkafka::message::{DeliveryResult, Header, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::context::log_to_tracing;
 use super::properties;
@@ -27,8 +29,12 @@ const IDLE_POLL: Duration = Duration::from_millis(20);
 
 /// `errors.policy: dlq` on Kafka: each failed record is written to `errors.dlq_topic` with its raw key
 /// and payload and these headers: `etl.error` (the error text), `etl.error.kind` (`decode`,
-/// `operator`, `oversize`, `encode`), `etl.source.topic` (when set with
-/// [`KafkaDeadLetter::with_source_topic`]), `etl.source.partition`, `etl.source.offset`.
+/// `operator`, `oversize`, `encode`, or `sink` for a row the sink refused), `etl.source.topic` (when
+/// set with [`KafkaDeadLetter::with_source_topic`]), `etl.source.partition`, `etl.source.offset`.
+///
+/// A row the sink refused ([`DeadLetter::send_refused`]) no longer has its raw record in memory:
+/// the producer thread reads it again from the source topic by partition and offset (with a
+/// consumer of its own that joins no group and commits nothing), then writes it like any other.
 ///
 /// [`DeadLetter::send`] only hands the record to a dedicated producer thread over an unbounded channel,
 /// so the pipeline thread never blocks; that thread produces it (waiting while librdkafka's queue is
@@ -46,7 +52,12 @@ struct Job {
     record: DeadRecord,
     ack: DeadLetterAck,
     source_topic: Option<String>,
+    /// The record's key, payload and timestamp must first be read again from the source topic.
+    refetch: bool,
 }
+
+/// How long re-reading a refused row's record from the source may take before the pipeline stops.
+const REFETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl fmt::Debug for KafkaDeadLetter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -69,9 +80,21 @@ impl KafkaDeadLetter {
         let producer = create_producer(&config)?;
         let (tx, rx) = crossbeam_channel::unbounded();
         let dlq_topic = topic.to_owned();
+        // The consumer that re-reads refused rows' records: the same client properties (security
+        // settings), no group, nothing committed. Created when first needed.
+        let mut reader = all.clone();
+        reader.extend([
+            ("group.id".to_owned(), format!("etl-dlq-reader-{}", std::process::id())),
+            ("enable.auto.commit".to_owned(), "false".to_owned()),
+            ("enable.auto.offset.store".to_owned(), "false".to_owned()),
+            ("enable.partition.eof".to_owned(), "false".to_owned()),
+            // Answers come as soon as data is there; the reader waits for nothing else.
+            ("fetch.wait.max.ms".to_owned(), "10".to_owned()),
+        ]);
+        let reader = properties::client_config(&reader, "dead-letter reader")?;
         let thread = std::thread::Builder::new()
             .name("etl-dlq".into())
-            .spawn(move || produce_loop(producer, dlq_topic, rx))
+            .spawn(move || produce_loop(producer, reader, dlq_topic, rx))
             .map_err(|e| SourceError::fatal(format!("spawning the dead-letter thread: {e}")))?;
         Ok(KafkaDeadLetter { topic: topic.to_owned(), source_topic: None, jobs: Some(tx), thread: Some(thread) })
     }
@@ -83,15 +106,30 @@ impl KafkaDeadLetter {
     }
 }
 
-impl DeadLetter for KafkaDeadLetter {
-    fn send(&self, record: DeadRecord, ack: DeadLetterAck) {
-        let job = Job { record, ack, source_topic: self.source_topic.clone() };
+impl KafkaDeadLetter {
+    fn submit(&self, job: Job) {
         let Some(jobs) = self.jobs.as_ref() else {
             return job.ack.complete(Err(SinkError::fatal("the dead-letter producer is closed")));
         };
         if let Err(crossbeam_channel::SendError(job)) = jobs.send(job) {
             job.ack.complete(Err(SinkError::fatal("the dead-letter producer thread is gone")));
         }
+    }
+}
+
+impl DeadLetter for KafkaDeadLetter {
+    fn send(&self, record: DeadRecord, ack: DeadLetterAck) {
+        self.submit(Job { record, ack, source_topic: self.source_topic.clone(), refetch: false });
+    }
+
+    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
+        if self.source_topic.is_none() {
+            return ack.complete(Err(SinkError::fatal(
+                "re-reading a refused row's record needs the source topic (KafkaDeadLetter::with_source_topic)",
+            )));
+        }
+        let record = DeadRecord { payload: None, key: None, partition, offset, timestamp_ms: None, error };
+        self.submit(Job { record, ack, source_topic: self.source_topic.clone(), refetch: true });
     }
 }
 
@@ -119,6 +157,9 @@ impl ClientContext for DeliveryContext {
     }
 }
 
+// The reader of refused rows' records shares the context for its logs; it never rebalances.
+impl ConsumerContext for DeliveryContext {}
+
 impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = Box<DeadLetterAck>;
 
@@ -135,9 +176,20 @@ fn create_producer(config: &ClientConfig) -> Result<BaseProducer<DeliveryContext
         .map_err(|e| SourceError::fatal(format!("creating the dead-letter producer: {e}")))
 }
 
-fn produce_loop(producer: BaseProducer<DeliveryContext>, topic: String, jobs: Receiver<Job>) {
+fn produce_loop(producer: BaseProducer<DeliveryContext>, reader: ClientConfig, topic: String, jobs: Receiver<Job>) {
+    let mut reader_state: Option<Reader> = None;
     loop {
         match jobs.recv_timeout(IDLE_POLL) {
+            Ok(mut job) if job.refetch => {
+                let source = job.source_topic.clone().unwrap_or_default();
+                match refetch(&mut reader_state, &reader, &source, &mut job.record) {
+                    Ok(()) => produce(&producer, &topic, job),
+                    Err(error) => job.ack.complete(Err(SinkError::fatal(format!(
+                        "reading partition {} offset {} of `{source}` again: {error}",
+                        job.record.partition, job.record.offset
+                    )))),
+                }
+            }
             Ok(job) => produce(&producer, &topic, job),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -150,7 +202,7 @@ fn produce_loop(producer: BaseProducer<DeliveryContext>, topic: String, jobs: Re
 }
 
 fn produce(producer: &BaseProducer<DeliveryContext>, topic: &str, job: Job) {
-    let Job { record, ack, source_topic } = job;
+    let Job { record, ack, source_topic, .. } = job;
     let kind = error_kind(&record.error);
     let partition = record.partition.to_string();
     let offset = record.offset.to_string();
@@ -190,11 +242,70 @@ fn produce(producer: &BaseProducer<DeliveryContext>, topic: &str, job: Job) {
     }
 }
 
+/// The consumer that reads refused rows' records again, and where it stands.
+struct Reader {
+    consumer: BaseConsumer<DeliveryContext>,
+    /// The partition assigned and the offset the next message read from it will have at the
+    /// earliest: the records of one batch come sorted, so most reads continue forward without
+    /// a new assignment (each costs a fetch round trip).
+    position: Option<(i32, i64)>,
+}
+
+/// Fills `record`'s key, payload and timestamp from the source topic at its partition and offset.
+fn refetch(
+    reader: &mut Option<Reader>,
+    config: &ClientConfig,
+    topic: &str,
+    record: &mut DeadRecord,
+) -> Result<(), String> {
+    if reader.is_none() {
+        let consumer = BaseConsumer::from_config_and_context(config, DeliveryContext)
+            .map_err(|e| format!("creating the dead-letter reader: {e}"))?;
+        *reader = Some(Reader { consumer, position: None });
+    }
+    let reader = reader.as_mut().expect("created above");
+    let (partition, offset) = (record.partition, record.offset);
+    let reuse = matches!(reader.position, Some((p, next)) if p == partition && next <= offset);
+    if !reuse {
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(|e| e.to_string())?;
+        reader.consumer.assign(&assignment).map_err(|e| format!("assigning the partition: {e}"))?;
+        reader.position = Some((partition, offset));
+    }
+    let deadline = Instant::now() + REFETCH_TIMEOUT;
+    let mut last_error = None;
+    while Instant::now() < deadline {
+        match reader.consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) if message.partition() == partition => {
+                reader.position = Some((partition, message.offset() + 1));
+                if message.offset() == offset {
+                    record.key = message.key().map(<[u8]>::to_vec);
+                    record.payload = message.payload().map(<[u8]>::to_vec);
+                    record.timestamp_ms = message.timestamp().to_millis();
+                    return Ok(());
+                }
+                if message.offset() > offset {
+                    return Err(format!("the topic no longer has it (the next offset read is {})", message.offset()));
+                }
+            }
+            Some(Ok(_)) | None => {}
+            Some(Err(error)) => last_error = Some(error.to_string()),
+        }
+    }
+    reader.position = None;
+    Err(match last_error {
+        Some(error) => format!("not read within {REFETCH_TIMEOUT:?}: {error}"),
+        None => format!("not read within {REFETCH_TIMEOUT:?}"),
+    })
+}
+
 /// The stage of a [`crate::RecordError`] from its text (`"Decode error: ..."`): the dead-letter
 /// record only carries the text.
 fn error_kind(error: &str) -> String {
     match error.split_once(" error: ") {
-        Some((kind, _)) if ["Decode", "Operator", "Oversize", "Encode"].contains(&kind) => kind.to_ascii_lowercase(),
+        Some((kind, _)) if ["Decode", "Operator", "Oversize", "Encode", "Sink"].contains(&kind) => {
+            kind.to_ascii_lowercase()
+        }
         _ => "unknown".to_owned(),
     }
 }
