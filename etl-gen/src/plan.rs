@@ -4,6 +4,7 @@
 //! Everything a user can get wrong in `transform:` is reported here, pointing at the YAML
 //! line, so that generated code always compiles.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::diag::Diagnostic;
@@ -126,6 +127,55 @@ pub const FUNCTIONS: &[(&str, &str, &str)] = &[
     ("concat", "concat(text, ...) -> string", "the texts one after another (null counts as empty)"),
     ("abs", "abs(number) -> number", "the absolute value"),
 ];
+
+impl Plan {
+    /// The input fields the chain needs: those that reach an output column or that an
+    /// operator reads (every expression of a `filter` or `map`, whatever its result feeds,
+    /// so that a record error an expression raises is never skipped; every field a `rust`
+    /// function sees). The decoder reads past the others without building their values.
+    pub fn live_inputs(&self) -> BTreeSet<String> {
+        let mut live: BTreeSet<String> = self.output.iter().map(|c| c.name.clone()).collect();
+        for step in self.steps.iter().rev() {
+            match step {
+                Step::Filter { cond } => cond.fields(&mut live),
+                Step::Map { assigns } => {
+                    for (name, _) in assigns {
+                        live.remove(name);
+                    }
+                    for (_, expr) in assigns {
+                        expr.fields(&mut live);
+                    }
+                }
+                Step::FlatMap { field, .. } => {
+                    live.insert(field.clone());
+                }
+                Step::Rust { row, .. } => live.extend(row.iter().map(|c| c.name.clone())),
+                Step::Reshape { fields } => {
+                    live = fields.iter().filter(|(new, _)| live.contains(new)).map(|(_, old)| old.clone()).collect();
+                }
+            }
+        }
+        live
+    }
+}
+
+impl TExpr {
+    /// Adds the fields the expression reads to `out`.
+    pub fn fields(&self, out: &mut BTreeSet<String>) {
+        match &self.kind {
+            TKind::Field(name) => {
+                out.insert(name.clone());
+            }
+            TKind::Call(_, args) => args.iter().for_each(|a| a.fields(out)),
+            TKind::Unary(_, e) | TKind::Convert(e) => e.fields(out),
+            TKind::Binary(_, l, r) => {
+                l.fields(out);
+                r.fields(out);
+            }
+            TKind::Lit(_) | TKind::Symbol(_) | TKind::False => {}
+        }
+    }
+}
 
 /// Plans the chain of a validated model; diagnostics name `transform[i]...` paths.
 pub fn plan(model: &PipelineFile, schema: &RecordType, base_dir: &Path) -> Result<Plan, Vec<Diagnostic>> {
@@ -769,5 +819,42 @@ impl Typer<'_> {
             }
         };
         Some(TExpr { kind: TKind::Call(func, typed), ty })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn live_of(file: &str) -> BTreeSet<String> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file);
+        let outcome = crate::validate_file(&path, &crate::Options::default()).unwrap();
+        outcome.pipeline.expect("valid").plan.live_inputs()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    // The flagship reads `total_cents` and `region` in its filter, computes `total` from
+    // `total_cents` and selects the rest: `coupon` is never read, so it is skipped, not decoded.
+    #[test]
+    fn the_flagship_never_reads_coupon() {
+        let live = live_of("examples/kafka_avro_to_clickhouse/pipeline.yaml");
+        assert_eq!(live, set(&["created_at", "customer_id", "order_id", "region", "total_cents"]));
+    }
+
+    // A renamed field is live under its old name; a dropped one is not; every field a `map`
+    // expression reads is live even when the result is dropped later (its errors still count).
+    #[test]
+    fn renames_drops_and_maps_are_followed_backwards() {
+        let live = live_of("etl-gen/tests/pipelines/kitchen_sink/pipeline.yaml");
+        assert!(live.contains("nested_a"), "renamed to na and kept: {live:?}");
+        assert!(!live.contains("blob"), "dropped: {live:?}");
+        for read_by_map in ["id", "small", "ratio", "name", "tags", "maybe", "maybe_n", "price", "ts", "flag"] {
+            assert!(live.contains(read_by_map), "{read_by_map} is read by a map: {live:?}");
+        }
     }
 }

@@ -89,7 +89,8 @@ fn memory_bound_counts_row_offsets_under_dlq() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    let line = text.lines().find(|l| l.contains("row offsets")).unwrap_or_else(|| panic!("no row offsets term:\n{text}"));
+    let line =
+        text.lines().find(|l| l.contains("row offsets")).unwrap_or_else(|| panic!("no row offsets term:\n{text}"));
     let bytes: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
     // 4 lanes × (2 shards + 1) × (64 KiB / 34 + 1) × 8.
     assert_eq!(bytes, 4 * 3 * ((64 << 10) / 34 + 1) * 8, "{text}");

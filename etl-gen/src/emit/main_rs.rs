@@ -1,11 +1,13 @@
 //! The generated crate's `src/main.rs`: record types, the chain as one inlined function,
 //! and `main`, which reaches the runtime only through `etl_runtime::__private`.
 
+use std::collections::BTreeSet;
+
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::expr::{Scope, condition, value};
-use super::types::{decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty};
+use super::types::{decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
 use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
 use crate::load::Validated;
 use crate::model::{ErrorPolicy, FileFormat, Sink, Source, TombstonePolicy, Wire};
@@ -42,8 +44,8 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
 
     // Decoding: one local per input field, in schema order.
     let mut decode_stmts = Vec::new();
-    decode_nodes(&plan.decode, &plan.input, &mut decode_stmts, &mut scope, &mut fresh);
-    let scope_input = scope.clone();
+    let live = plan.live_inputs();
+    decode_nodes(&plan.decode, &plan.input, &live, &mut decode_stmts, &mut scope, &mut fresh);
     let mut meta_stmts = Vec::new();
     for c in metadata_columns() {
         let id = fresh(&c.name);
@@ -146,12 +148,16 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     });
     let rows_mod = rows_module(&plan.steps);
     let bench_decode = if inputs.bench {
-        let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| scope_input[&c.name].clone()).collect();
+        // Every field built, as apache-avro's generic path (its comparison) does.
+        let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
+        let (mut stmts, mut bench_scope) = (Vec::new(), Scope::new());
+        decode_nodes(&plan.decode, &plan.input, &all, &mut stmts, &mut bench_scope, &mut fresh);
+        let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
         quote!(
-            /// The decoder alone (framing, every field, the end check), for benchmarks.
+            /// The decoder alone (framing, every field built, the end check), for benchmarks.
             pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
                 #bench_framing
-                #(#decode_stmts)*
+                #(#stmts)*
                 rt::avro::end(buf)?;
                 #(::std::hint::black_box(&#locals);)*
                 Ok(())
@@ -202,15 +208,19 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     })
 }
 
+/// The decoder's statements. A field the chain never reads (not in `live`) is read past, not
+/// built: no UTF-8 check of its strings, no allocation for its containers.
 fn decode_nodes(
     nodes: &[DecodeNode],
     input: &[Column],
+    live: &BTreeSet<String>,
     out: &mut Vec<TokenStream>,
     scope: &mut Scope,
     fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
 ) {
     for node in nodes {
         match node {
+            DecodeNode::Leaf { column, avro } if !live.contains(column) => out.push(skip(avro)),
             DecodeNode::Leaf { column, avro } => {
                 let id = fresh(column);
                 let ty = input.iter().find(|c| &c.name == column).map(|c| local_ty(&c.ty)).expect("input column");
@@ -218,7 +228,7 @@ fn decode_nodes(
                 out.push(quote!(let #id: #ty = #d;));
                 scope.insert(column.clone(), id);
             }
-            DecodeNode::Nested(children) => decode_nodes(children, input, out, scope, fresh),
+            DecodeNode::Nested(children) => decode_nodes(children, input, live, out, scope, fresh),
         }
     }
 }
@@ -302,7 +312,10 @@ fn steps(
             for (new, from) in fields {
                 let ty = old_row.iter().find(|c| &c.name == from).map(|c| c.ty.clone()).expect("planned");
                 row.push(Column { name: new.clone(), ty });
-                scope.insert(new.clone(), old_scope[from].clone());
+                // A field nothing reads later was never decoded (see `Plan::live_inputs`).
+                if let Some(id) = old_scope.get(from) {
+                    scope.insert(new.clone(), id.clone());
+                }
             }
             // Names no longer in the row must not be readable by later steps.
             let keep: Vec<String> = row.iter().map(|c| c.name.clone()).collect();

@@ -160,6 +160,64 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
     }
 }
 
+/// A statement that reads past one value of `avro` in `buf` without building it: the framing
+/// (lengths, union and enum indexes, varints) is still checked, strings are not checked for
+/// UTF-8 and nothing is allocated. For fields the chain never reads.
+pub(super) fn skip(avro: &AvroType) -> TokenStream {
+    match avro {
+        AvroType::Boolean => quote!(rt::avro::boolean(&mut buf)?;),
+        AvroType::Int | AvroType::Date => quote!(rt::avro::int(&mut buf)?;),
+        AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros => quote!(rt::avro::long(&mut buf)?;),
+        AvroType::Float => quote!(rt::avro::fixed(&mut buf, 4)?;),
+        AvroType::Double => quote!(rt::avro::fixed(&mut buf, 8)?;),
+        AvroType::String | AvroType::Bytes | AvroType::Uuid | AvroType::Decimal { fixed_size: None, .. } => {
+            quote!(rt::avro::bytes(&mut buf)?;)
+        }
+        AvroType::Decimal { fixed_size: Some(n), .. } => {
+            let n = Literal::usize_unsuffixed(*n);
+            quote!(rt::avro::fixed(&mut buf, #n)?;)
+        }
+        AvroType::Enum { symbols, .. } => {
+            let n = Literal::u32_unsuffixed(symbols.len() as u32);
+            quote!(rt::avro::enum_index(&mut buf, #n)?;)
+        }
+        AvroType::Nullable { inner, null_index } => {
+            let inner = skip(inner);
+            let null_index = Literal::u32_unsuffixed(u32::from(*null_index));
+            quote!(if rt::avro::union_index(&mut buf, 2)? != #null_index { #inner })
+        }
+        AvroType::Array(item) => {
+            let item = skip(item);
+            quote!(loop {
+                let n = rt::avro::block_count(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                for _ in 0..n {
+                    #item
+                }
+            })
+        }
+        AvroType::Map(value) => {
+            let value = skip(value);
+            quote!(loop {
+                let n = rt::avro::block_count(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                for _ in 0..n {
+                    rt::avro::bytes(&mut buf)?;
+                    #value
+                }
+            })
+        }
+        AvroType::Record(r) => {
+            let fields = r.fields.iter().map(|f| skip(&f.ty));
+            quote!(#(#fields)*)
+        }
+    }
+}
+
 /// The flattened fields of a record, in schema order, with their Avro types.
 fn record_fields(fields: &[crate::schema::Field], prefix: &str, out: &mut Vec<(String, AvroType)>) {
     for f in fields {
