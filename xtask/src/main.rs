@@ -3,6 +3,7 @@
 //! Generator commands are `etl_gen::cli`; what only makes sense inside the repository
 //! (regenerating docs, local infrastructure) lives in its own module here.
 
+mod bench;
 mod bench_chain;
 mod codegen;
 mod infra;
@@ -30,6 +31,11 @@ enum Command {
     Gen(etl_gen::cli::Command),
     /// Regenerate the checked-in files derived from code (docs/configuration.md, ...).
     Codegen(codegen::CodegenArgs),
+    /// Benchmark the flagship end to end against the raw Kafka and ClickHouse limits (local servers).
+    Bench(bench::BenchArgs),
+    /// A raw limit of `bench`, as its own process.
+    #[command(subcommand, hide = true)]
+    BenchRaw(bench::raw::RawCommand),
     /// Benchmark a generated chain: decoder vs apache-avro's generic path, chain per record.
     BenchChain(bench_chain::BenchChainArgs),
     /// Produce synthesized records of a pipeline's schema to its topic.
@@ -50,6 +56,8 @@ fn main() -> ExitCode {
         Command::Test(args) => report(test::run(&args)),
         Command::Quickstart => report(quickstart::run()),
         Command::Produce(args) => report(produce::run(&args)),
+        Command::Bench(args) => report(bench::run(&args)),
+        Command::BenchRaw(command) => report(bench::raw::run(command)),
         Command::BenchChain(args) => report(bench_chain::run(&args)),
         Command::Infra(command) => report(infra::run(command)),
     }
