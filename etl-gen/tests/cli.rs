@@ -54,13 +54,7 @@ fn usage_error_exits_2() {
 #[test]
 fn memory_bound_lists_its_terms() {
     let flagship = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse/pipeline.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-        .args(["gen", "--memory", "--partitions", "4"])
-        .arg(&flagship)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = memory_bound(&flagship);
     let terms: u64 = text
         .lines()
         .filter(|l| l.contains(" bytes  "))
@@ -81,19 +75,23 @@ fn memory_bound_lists_its_terms() {
 /// fewest RowBinary bytes (the e2e order row: 8 + 8 + 1 + 8 + 1 + 8 = 34).
 #[test]
 fn memory_bound_counts_row_offsets_under_dlq() {
-    let dlq = Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/tests/e2e/pipeline-dlq.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-        .args(["gen", "--memory", "--partitions", "4"])
-        .arg(&dlq)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = memory_bound(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/tests/e2e/pipeline-dlq.yaml"));
     let line =
         text.lines().find(|l| l.contains("row offsets")).unwrap_or_else(|| panic!("no row offsets term:\n{text}"));
     let bytes: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
     // 4 lanes × (2 shards + 1) × (64 KiB / 34 + 1) × 8.
     assert_eq!(bytes, 4 * 3 * ((64 << 10) / 34 + 1) * 8, "{text}");
+}
+
+/// What `gen --memory --partitions 4` prints for `pipeline`.
+fn memory_bound(pipeline: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .args(["gen", "--memory", "--partitions", "4"])
+        .arg(pipeline)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The installed `etl-gen` works outside this repository: the crate it writes points at

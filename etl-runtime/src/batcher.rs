@@ -190,9 +190,7 @@ async fn write_batch<K: Sink>(
             }
             // Under `dlq` the records behind the refused rows go to the dead-letter sink, and the
             // batch completes only once they are there: their offsets are stored with the batch's.
-            Err(SinkError { kind: SinkErrorKind::Data { rows }, message })
-                if shared.config.error_policy == ErrorPolicy::DeadLetter && shared.tracks_row_sources() =>
-            {
+            Err(SinkError { kind: SinkErrorKind::Data { rows }, message }) if shared.track_row_sources => {
                 metrics.sink_errors[shard].inc();
                 match dead_letter_refused(&shared, &batch, &rows, &message).await {
                     Ok(records) => {

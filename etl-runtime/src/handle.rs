@@ -121,6 +121,7 @@ impl Pipeline {
         let (stop_tx, stop_rx) = crossbeam_channel::unbounded();
         let (fatal_tx, fatal_rx) = crossbeam_channel::unbounded();
 
+        let track_row_sources = config.error_policy == crate::ErrorPolicy::DeadLetter && dead_letter.is_some();
         let shared = Arc::new(Shared {
             budget: Budget::new(&config.backpressure),
             lane_counts: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -133,6 +134,7 @@ impl Pipeline {
             })),
             paused_lanes: AtomicUsize::new(0),
             max_loop_gap_ns: AtomicU64::new(0),
+            track_row_sources,
             dead_letter,
             queue_rx: queue_rx.clone(),
             source_ready: AtomicBool::new(false),
@@ -485,6 +487,8 @@ pub(crate) struct Shared {
     pub(crate) lane_counts: Vec<AtomicUsize>,
     pub(crate) max_loop_gap_ns: AtomicU64,
     pub(crate) dead_letter: Option<Arc<dyn DeadLetter>>,
+    /// Chunks keep each row's source offset: only when refused rows are dead-lettered.
+    pub(crate) track_row_sources: bool,
     /// Receiver clones, only to read the queue depths for the gauge.
     pub(crate) queue_rx: Vec<Receiver<Chunk>>,
     pub(crate) source_ready: AtomicBool,
@@ -495,12 +499,6 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Whether chunks keep each row's source offset: only when refused rows are dead-lettered.
-    #[inline]
-    pub(crate) fn tracks_row_sources(&self) -> bool {
-        self.config.error_policy == crate::ErrorPolicy::DeadLetter && self.dead_letter.is_some()
-    }
-
     pub(crate) fn stats(&self) -> PipelineStats {
         PipelineStats {
             inflight_bytes: self.budget.inflight(),

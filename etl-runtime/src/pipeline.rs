@@ -379,7 +379,7 @@ impl<C: Chain> PipelineThread<C> {
                 if rows == 0 {
                     counts.filtered += 1;
                 }
-                let track = shared.tracks_row_sources();
+                let track = shared.track_row_sources;
                 for (buffer, &(_, rows_before)) in buffers.iter_mut().zip(snapshot.iter()) {
                     if buffer.rows > rows_before {
                         if rows_before == 0 {

@@ -420,37 +420,13 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     let good: BTreeSet<(i32, i64)> = sink.rows.lock().unwrap().keys().copied().collect();
     let bad: BTreeSet<(i32, i64)> = delivered.all.difference(&good).copied().collect();
     assert_eq!(bad.len(), 200);
-    // `assign` needs a group id even though the reader never joins the group.
-    let reader: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("group.id", unique("dlq-reader"))
-        .create()
-        .expect("reader");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning).unwrap();
-    reader.assign(&tpl).unwrap();
     let mut seen = BTreeSet::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.len() < bad.len() && Instant::now() < deadline {
-        let Some(message) = reader.poll(Duration::from_millis(200)) else { continue };
-        let message = message.expect("dlq message");
-        let headers = message.headers().expect("headers");
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_else(|| panic!("header {name}"))
-        };
-        assert_eq!(header("etl.error.kind"), "decode");
-        assert!(header("etl.error").contains("not a datum"));
-        assert_eq!(header("etl.source.topic"), topic);
-        let source_at = (header("etl.source.partition").parse().unwrap(), header("etl.source.offset").parse().unwrap());
-        let payload = String::from_utf8_lossy(message.payload().unwrap()).into_owned();
-        let key = String::from_utf8_lossy(message.key().unwrap()).into_owned();
-        assert_eq!(payload.strip_prefix("bad"), key.strip_prefix('k'), "raw key and payload");
-        assert!(seen.insert(source_at), "one dead letter per record");
+    for letter in read_dead_letters(&brokers, &dlq, bad.len()) {
+        assert_eq!(letter.header("etl.error.kind"), "decode");
+        assert!(letter.header("etl.error").contains("not a datum"));
+        assert_eq!(letter.header("etl.source.topic"), topic);
+        assert_eq!(letter.payload.strip_prefix("bad"), letter.key.strip_prefix('k'), "raw key and payload");
+        assert!(seen.insert(letter.source()), "one dead letter per record");
     }
     assert_eq!(seen, bad);
 }
@@ -579,37 +555,62 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
     assert!(rows.values().all(|&n| n == 1), "every other row written once");
     assert!(rows.keys().all(|row| !refused.contains(row)));
 
+    let mut seen = BTreeSet::new();
+    for letter in read_dead_letters(&brokers, &dlq, refused.len()) {
+        assert_eq!(letter.header("etl.error.kind"), "sink");
+        assert!(letter.header("etl.error").contains("CHECK constraint failed"));
+        assert_eq!(letter.header("etl.source.topic"), topic);
+        assert_eq!(
+            letter.payload.trim_end().strip_prefix('v'),
+            letter.key.strip_prefix('k'),
+            "the raw key and payload"
+        );
+        assert!(seen.insert(letter.source()), "one dead letter per refused record");
+    }
+    assert_eq!(seen, refused);
+}
+
+/// A record read back from a dead-letter topic.
+struct DeadLetterRead {
+    headers: BTreeMap<String, String>,
+    key: String,
+    payload: String,
+}
+
+impl DeadLetterRead {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).unwrap_or_else(|| panic!("header {name}: {:?}", self.headers))
+    }
+
+    /// `(etl.source.partition, etl.source.offset)`.
+    fn source(&self) -> (i32, i64) {
+        (self.header("etl.source.partition").parse().unwrap(), self.header("etl.source.offset").parse().unwrap())
+    }
+}
+
+/// Reads up to `count` records of the one-partition topic `dlq` from its beginning (20 s at most).
+fn read_dead_letters(brokers: &str, dlq: &str, count: usize) -> Vec<DeadLetterRead> {
+    // `assign` needs a group id even though the reader never joins the group.
     let reader: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("group.id", unique("refused-reader"))
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("dlq-reader"))
         .create()
         .expect("reader");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&dlq, 0, rdkafka::Offset::Beginning).unwrap();
+    tpl.add_partition_offset(dlq, 0, rdkafka::Offset::Beginning).unwrap();
     reader.assign(&tpl).unwrap();
-    let mut seen = BTreeSet::new();
+    let mut letters = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.len() < refused.len() && Instant::now() < deadline {
+    while letters.len() < count && Instant::now() < deadline {
         let Some(message) = reader.poll(Duration::from_millis(200)) else { continue };
         let message = message.expect("dlq message");
+        let text = |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.expect("present")).into_owned();
         let headers = message.headers().expect("headers");
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_else(|| panic!("header {name}"))
-        };
-        assert_eq!(header("etl.error.kind"), "sink");
-        assert!(header("etl.error").contains("CHECK constraint failed"));
-        assert_eq!(header("etl.source.topic"), topic);
-        let at: (i32, i64) =
-            (header("etl.source.partition").parse().unwrap(), header("etl.source.offset").parse().unwrap());
-        let payload = String::from_utf8_lossy(message.payload().unwrap()).into_owned();
-        let key = String::from_utf8_lossy(message.key().unwrap()).into_owned();
-        assert_eq!(payload.trim_end().strip_prefix('v'), key.strip_prefix('k'), "the raw key and payload");
-        assert!(seen.insert(at), "one dead letter per refused record");
+        letters.push(DeadLetterRead {
+            headers: headers.iter().map(|h| (h.key.to_owned(), text(h.value))).collect(),
+            key: text(message.key()),
+            payload: text(message.payload()),
+        });
     }
-    assert_eq!(seen, refused);
+    letters
 }

@@ -124,7 +124,7 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         let yaml = work.join(format!("{name}.yaml"));
         fs::write(&yaml, variant_text(&text, &name, &table, budget.as_deref())?)?;
         let validated = validate(&yaml, unsafe_sizing)?;
-        let passes = sizing(&validated).evaluate().passes(validated.model.backpressure.low_ratio);
+        let passes = Sizing::of(&validated.model).evaluate().passes(validated.model.backpressure.low_ratio);
         if unsafe_sizing && passes {
             bail!("--unsafe-budget {} satisfies the sizing rule; pick a smaller one", budget.unwrap_or_default());
         }
@@ -399,23 +399,9 @@ fn validate(path: &Path, allow_unsafe_sizing: bool) -> anyhow::Result<Validated>
     outcome.pipeline.with_context(|| outcome.report.render())
 }
 
-fn sizing(v: &Validated) -> Sizing {
-    let m = &v.model;
-    let flow = m.sink.flow();
-    Sizing {
-        max_inflight_bytes: m.backpressure.max_inflight_bytes.bytes(),
-        low_ratio: m.backpressure.low_ratio,
-        shards: m.sink.shard_count(),
-        max_per_shard: flow.inflight.max_per_shard,
-        batch_max_bytes: flow.batch.max_bytes.bytes(),
-        queue_capacity: flow.queue.capacity,
-        chunk_target_bytes: flow.chunk.target_bytes.bytes(),
-    }
-}
-
 /// The smallest budget the sizing rule allows for `v`'s sink, in whole MiB (rounded up).
 fn min_budget_mib(v: &Validated) -> u64 {
-    let bytes = sizing(v).evaluate().min_inflight_bytes;
+    let bytes = Sizing::of(&v.model).evaluate().min_inflight_bytes;
     u64::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u64::MAX)
 }
 

@@ -73,9 +73,7 @@ fn happy_path_one_million() {
     );
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     assert_eq!(committed, produced.end_offsets, "committed offsets = end offsets from the delivery reports");
-    let (status, _) = p.terminate(Duration::from_secs(60));
-    assert!(status.success(), "SIGTERM exits 0: {status}");
-    p.assert_no_panic();
+    p.stop_cleanly();
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     assert_eq!(stats.count, N, "no duplicates on the happy path ({stats:?})");
 }
@@ -187,9 +185,7 @@ fn sink_outage_twenty_seconds() {
     assert_eq!(p.log_lines("partitions assigned").len(), 1, "one assignment, no rebalance");
     assert!(peak <= bound, "peak RSS {:.1} MiB exceeds the bound {:.1} MiB", mib(peak), mib(bound));
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
-    let (status, _) = p.terminate(Duration::from_secs(60));
-    assert!(status.success(), "SIGTERM exits 0: {status}");
-    p.assert_no_panic();
+    p.stop_cleanly();
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     eprintln!("outage: {} duplicates", stats.duplicates());
 }
@@ -284,9 +280,7 @@ fn slow_sink_thirty_seconds() {
         end.insert(*partition, *offset);
     }
     await_committed(&group, &topic, &end, Duration::from_secs(30));
-    let (status, _) = p.terminate(Duration::from_secs(60));
-    assert!(status.success(), "SIGTERM exits 0: {status}");
-    p.assert_no_panic();
+    p.stop_cleanly();
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     eprintln!("slow sink: {} duplicates", stats.duplicates());
 }
@@ -435,9 +429,7 @@ fn poison_skip() {
     let stats = await_rows(Variant::Skip.table(), good, Duration::from_secs(60));
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
-    let (status, _) = p.terminate(Duration::from_secs(60));
-    assert!(status.success(), "SIGTERM exits 0: {status}");
-    p.assert_no_panic();
+    p.stop_cleanly();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
     assert_eq!(ch_checksum(Variant::Skip.table(), "1"), checksum(0..good));
     assert_eq!(committed, produced.end_offsets, "committed past every poison");
@@ -480,9 +472,7 @@ fn poison_dead_letter() {
     let stats = await_rows(Variant::Dlq.table(), good, Duration::from_secs(60));
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
-    let (status, _) = p.terminate(Duration::from_secs(60));
-    assert!(status.success(), "SIGTERM exits 0: {status}");
-    p.assert_no_panic();
+    p.stop_cleanly();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
     assert_eq!(committed, produced.end_offsets, "committed past every poison");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), letters_expected as f64);
@@ -652,9 +642,7 @@ fn tls_to_broker_and_clickhouse() {
     assert_eq!(stats.uniq, N, "every order arrives over TLS ({stats:?})");
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     assert_eq!(committed, produced.end_offsets, "committed offsets = end offsets from the delivery reports");
-    let (status, _) = p.terminate(Duration::from_secs(60));
-    assert!(status.success(), "SIGTERM exits 0: {status}");
-    p.assert_no_panic();
+    p.stop_cleanly();
     let stats = assert_all_arrived(Variant::Tls.table(), N);
     assert_eq!(stats.count, N, "no duplicates ({stats:?})");
 }

@@ -186,36 +186,29 @@ pub(super) fn skip(avro: &AvroType) -> TokenStream {
             let null_index = Literal::u32_unsuffixed(u32::from(*null_index));
             quote!(if rt::avro::union_index(&mut buf, 2)? != #null_index { #inner })
         }
-        AvroType::Array(item) => {
-            let item = skip(item);
-            quote!(loop {
-                let n = rt::avro::block_count(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                for _ in 0..n {
-                    #item
-                }
-            })
-        }
+        AvroType::Array(item) => skip_blocks(skip(item)),
         AvroType::Map(value) => {
             let value = skip(value);
-            quote!(loop {
-                let n = rt::avro::block_count(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                for _ in 0..n {
-                    rt::avro::bytes(&mut buf)?;
-                    #value
-                }
-            })
+            skip_blocks(quote!(rt::avro::bytes(&mut buf)?; #value))
         }
         AvroType::Record(r) => {
             let fields = r.fields.iter().map(|f| skip(&f.ty));
             quote!(#(#fields)*)
         }
     }
+}
+
+/// Reads past the blocks of an array or map, `item` once per element.
+fn skip_blocks(item: TokenStream) -> TokenStream {
+    quote!(loop {
+        let n = rt::avro::block_count(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        for _ in 0..n {
+            #item
+        }
+    })
 }
 
 /// The flattened fields of a record, in schema order, with their Avro types.

@@ -73,6 +73,20 @@ impl Verdict {
 }
 
 impl Sizing {
+    /// The rule's inputs, read from a configuration.
+    pub fn of(m: &crate::model::PipelineFile) -> Sizing {
+        let flow = m.sink.flow();
+        Sizing {
+            max_inflight_bytes: m.backpressure.max_inflight_bytes.bytes(),
+            low_ratio: m.backpressure.low_ratio,
+            shards: m.sink.shard_count(),
+            max_per_shard: flow.inflight.max_per_shard,
+            batch_max_bytes: flow.batch.max_bytes.bytes(),
+            queue_capacity: flow.queue.capacity,
+            chunk_target_bytes: flow.chunk.target_bytes.bytes(),
+        }
+    }
+
     /// Evaluates the rule exactly.
     pub fn evaluate(&self) -> Verdict {
         let num = u128::from(self.low_ratio.numerator());
@@ -107,16 +121,7 @@ pub fn mib(n: u128, round_up: bool) -> String {
 
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let m = cx.model;
-    let flow = m.sink.flow();
-    let sizing = Sizing {
-        max_inflight_bytes: m.backpressure.max_inflight_bytes.bytes(),
-        low_ratio: m.backpressure.low_ratio,
-        shards: m.sink.shard_count(),
-        max_per_shard: flow.inflight.max_per_shard,
-        batch_max_bytes: flow.batch.max_bytes.bytes(),
-        queue_capacity: flow.queue.capacity,
-        chunk_target_bytes: flow.chunk.target_bytes.bytes(),
-    };
+    let sizing = Sizing::of(m);
     // Zero counts and sizes are value-range errors; the rule says nothing useful about them.
     if sizing.shards == 0 || sizing.low_ratio.numerator() == 0 || sizing.max_per_shard == 0 {
         return;

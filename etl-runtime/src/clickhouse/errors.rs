@@ -135,14 +135,12 @@ pub(crate) fn classify(error: &Error) -> Class {
 /// certificate.
 pub(crate) fn describe(error: &Error) -> String {
     let mut message = error.to_string();
-    let mut current: &(dyn std::error::Error + 'static) = error;
-    while let Some(next) = cause(current) {
-        let text = next.to_string();
+    for cause in causes(error) {
+        let text = cause.to_string();
         if !message.contains(&text) {
             message.push_str(": ");
             message.push_str(&text);
         }
-        current = next;
     }
     if let Some(reason) = untrusted_certificate(error) {
         message.push_str(&format!(
@@ -153,26 +151,28 @@ pub(crate) fn describe(error: &Error) -> String {
     message
 }
 
-/// The next error in the chain. `io::Error::source` skips the error it wraps, so look inside.
-fn cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a (dyn std::error::Error + 'static)> {
-    if let Some(io) = error.downcast_ref::<std::io::Error>()
-        && let Some(inner) = io.get_ref()
-    {
-        return Some(inner);
+type DynError = dyn std::error::Error + 'static;
+
+/// The errors behind `error`, nearest first. `io::Error::source` skips the error it wraps, so
+/// an `io::Error` is looked inside.
+fn causes(error: &Error) -> impl Iterator<Item = &DynError> {
+    let first: &DynError = error;
+    std::iter::successors(cause(first), |&e| cause(e))
+}
+
+fn cause(error: &DynError) -> Option<&DynError> {
+    match error.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+        Some(inner) => Some(inner),
+        None => error.source(),
     }
-    error.source()
 }
 
 /// The rustls certificate error somewhere in the chain, if the failure was one.
 fn untrusted_certificate(error: &Error) -> Option<String> {
-    let mut current: &(dyn std::error::Error + 'static) = error;
-    while let Some(next) = cause(current) {
-        if let Some(rustls::Error::InvalidCertificate(reason)) = next.downcast_ref::<rustls::Error>() {
-            return Some(format!("{reason:?}"));
-        }
-        current = next;
-    }
-    None
+    causes(error).find_map(|e| match e.downcast_ref::<rustls::Error>() {
+        Some(rustls::Error::InvalidCertificate(reason)) => Some(format!("{reason:?}")),
+        _ => None,
+    })
 }
 
 /// Classifies the text of an unsuccessful HTTP response: ClickHouse's `Code: N. DB::Exception:

@@ -50,16 +50,25 @@ pub fn long(buf: &mut &[u8]) -> Result<i64, DecodeError> {
     // With eight bytes readable, a value of up to eight bytes (56 bits: every millisecond
     // timestamp, every id below 2^55) is decoded without a loop: find the first byte whose
     // continuation bit is clear, keep the bytes up to it, and pack their 7-bit groups.
-    if let Some(word) = bytes.first_chunk::<8>() {
-        let word = u64::from_le_bytes(*word);
-        let stops = !word & 0x8080_8080_8080_8080;
-        if stops != 0 {
-            let len = (stops.trailing_zeros() as usize + 1) / 8;
-            *buf = &bytes[len..];
-            return Ok(unzigzag(pack_groups(word & (stops ^ (stops - 1)))));
-        }
+    if let Some(word) = bytes.first_chunk::<8>()
+        && let Some((len, value)) = packed(u64::from_le_bytes(*word), u64::MAX)
+    {
+        *buf = &bytes[len..];
+        return Ok(value);
     }
     long_slow(buf)
+}
+
+/// The varint at the start of `word` (eight little-endian bytes), if it ends within the bytes
+/// `real` covers: its length and value.
+#[inline(always)]
+fn packed(word: u64, real: u64) -> Option<(usize, i64)> {
+    let stops = !word & 0x8080_8080_8080_8080 & real;
+    if stops == 0 {
+        return None;
+    }
+    let len = (stops.trailing_zeros() as usize + 1) / 8;
+    Some((len, unzigzag(pack_groups(word & (stops ^ (stops - 1))))))
 }
 
 /// Packs the 7-bit groups of up to eight little-endian varint bytes into one number.
@@ -84,14 +93,10 @@ fn long_slow(buf: &mut &[u8]) -> Result<i64, DecodeError> {
         }
         let mut padded = [0u8; 8];
         padded[..bytes.len()].copy_from_slice(bytes);
-        let word = u64::from_le_bytes(padded);
-        let stops = !word & 0x8080_8080_8080_8080 & (u64::MAX >> (64 - 8 * bytes.len()));
-        if stops == 0 {
-            return Err(truncated());
-        }
-        let len = (stops.trailing_zeros() as usize + 1) / 8;
+        let real = u64::MAX >> (64 - 8 * bytes.len());
+        let (len, value) = packed(u64::from_le_bytes(padded), real).ok_or_else(truncated)?;
         *buf = &bytes[len..];
-        return Ok(unzigzag(pack_groups(word & (stops ^ (stops - 1)))));
+        return Ok(value);
     }
     // Nine or ten bytes. `i < n <= len` lets the compiler drop the bounds checks.
     let n = bytes.len().min(10);

@@ -782,6 +782,13 @@ impl Process {
     }
 
     /// The pipeline never panics, whatever happened to it.
+    /// SIGTERM, then: it exits 0 within 60 s and never panicked.
+    pub fn stop_cleanly(&mut self) {
+        let (status, _) = self.terminate(Duration::from_secs(60));
+        assert!(status.success(), "[{}] SIGTERM exits 0: {status}", self.label);
+        self.assert_no_panic();
+    }
+
     pub fn assert_no_panic(&self) {
         let panics = self.log_lines("panicked");
         assert!(panics.is_empty(), "[{}] panicked:\n{}", self.label, panics.join("\n"));
