@@ -8,12 +8,13 @@ use rand::Rng;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{BatchConfig, ErrorPolicy, RetryConfig};
+use crate::exactly_once::{FaultPoint, Span, fault};
 use crate::handle::Shared;
 use crate::pipeline::Ack;
 use crate::sink::{Batch, Chunk, DeadLetterAck, Sink, SinkError, SinkErrorKind};
 
-/// Decides where batches are cut. Today batches merge chunks across partitions up to the size
-/// limits; the exactly-once work will swap in a per-partition policy with offset-chosen boundaries.
+/// Decides where batches are cut: across partitions up to the size limits, or, under exactly-once,
+/// one chunk per batch (the lane cut it at the batch limits or at a recorded span).
 pub(crate) trait BatchPolicy: Send {
     /// Whether `chunk` may join the open batch; false writes the open batch first.
     fn fits(&self, open: &Batch, chunk: &Chunk) -> bool;
@@ -41,6 +42,24 @@ impl BatchPolicy for SizePolicy {
     }
 }
 
+/// Exactly-once: every chunk is a batch of its own. The lane already cut it where a batch ends
+/// (the batch limits, the linger, or a span an earlier owner recorded), so its span is the batch's.
+pub(crate) struct ChunkPolicy;
+
+impl BatchPolicy for ChunkPolicy {
+    fn fits(&self, open: &Batch, _chunk: &Chunk) -> bool {
+        open.chunks.is_empty()
+    }
+
+    fn is_full(&self, _open: &Batch) -> bool {
+        true
+    }
+
+    fn linger(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
 /// One shard's worker thread.
 pub(crate) struct ShardWorker<K> {
     pub(crate) shard: usize,
@@ -57,7 +76,11 @@ impl<K: Sink> ShardWorker<K> {
     /// Receives chunks until every pipeline thread has dropped its sender, writing a batch when it is
     /// full, when its linger expires, or when a drain sealed one of its chunks.
     pub(crate) fn run(self) {
-        let policy = SizePolicy(self.shared.config.batch);
+        let policy: Box<dyn BatchPolicy> = if self.shared.config.exactly_once {
+            Box::new(ChunkPolicy)
+        } else {
+            Box::new(SizePolicy(self.shared.config.batch))
+        };
         let mut open: Option<(Batch, Instant)> = None;
         let mut sequence = 0u64;
         loop {
@@ -114,15 +137,25 @@ impl<K: Sink> ShardWorker<K> {
     }
 
     fn empty_batch(&self) -> Batch {
-        Batch { shard: self.shard, token: String::new(), chunks: Vec::new(), rows: 0, bytes: 0, held: 0 }
+        Batch { shard: self.shard, token: String::new(), chunks: Vec::new(), rows: 0, bytes: 0, held: 0, span: None }
     }
 
     /// Waits for a write slot — while it waits it does not receive, so the shard queue fills and the
     /// pipeline threads see rejections: that is the backpressure — then spawns the write. Returns
     /// false when the pipeline is closing and the worker must end.
     fn write(&self, mut batch: Batch, sequence: &mut u64) -> bool {
-        *sequence += 1;
-        batch.token = format!("{}-{}-{}", self.token_prefix, self.shard, sequence);
+        match (&self.shared.ledger, batch.chunks.as_slice()) {
+            (Some(ledger), [chunk]) => {
+                let (first, last) = chunk.recorded.unwrap_or((chunk.origin.first_offset, chunk.origin.last_offset));
+                let span = Span { partition: chunk.origin.partition, shard: self.shard, first, last };
+                batch.token = ledger.token(&span);
+                batch.span = Some(span);
+            }
+            _ => {
+                *sequence += 1;
+                batch.token = format!("{}-{}-{}", self.token_prefix, self.shard, sequence);
+            }
+        }
         let permit = match self.runtime.block_on(self.permits.clone().acquire_owned()) {
             Ok(permit) => permit,
             Err(_) => return false,
@@ -172,6 +205,11 @@ async fn write_batch<K: Sink>(
     let retry = shared.config.retry;
     let shard = batch.shard;
     let metrics = &shared.metrics;
+    if let Some(span) = batch.span
+        && !record_span(&shared, &batch, &span).await
+    {
+        return;
+    }
     let mut attempt = 1u32;
     loop {
         let started = Instant::now();
@@ -230,6 +268,7 @@ async fn write_batch<K: Sink>(
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);
         metrics.records_out.inc_by(batch.rows.saturating_sub(refused));
+        fault(FaultPoint::InsertAcked);
         shared.budget.release(batch.held);
         drop(permit);
         let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
@@ -245,6 +284,51 @@ async fn write_batch<K: Sink>(
         tracing::trace!(shard, token = %batch.token, rows = batch.rows, bytes = batch.bytes, "batch written");
         return;
     }
+}
+
+/// Exactly-once: makes the batch's span durable in the ledger before its insert, retrying like an
+/// insert. Returns false when the batch must not be written: the lane was handed over (its fence
+/// is closed; the next owner replays the rows), or recording failed for good (fatal).
+async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
+    let Some(ledger) = shared.ledger.as_ref() else { return true };
+    let fence = batch.chunks.first().and_then(|c| c.fence.clone());
+    if let Some(fence) = &fence
+        && !fence.enter()
+    {
+        tracing::info!(?span, "the partition was handed over before its batch was recorded; the next owner replays it");
+        shared.budget.release(batch.held);
+        return false;
+    }
+    let retry = shared.config.retry;
+    let mut attempt = 1u32;
+    let recorded = loop {
+        match ledger.record(span).await {
+            Ok(()) => break true,
+            Err(error) if error.is_retryable() && attempt < retry.max_attempts => {
+                let backoff = backoff(&retry, attempt);
+                tracing::warn!(?span, attempt, ?backoff, %error, "recording the batch span failed; retrying");
+                shared.metrics.sink_retries[span.shard].inc();
+                tokio::time::sleep(backoff).await;
+                attempt += 1;
+            }
+            Err(error) => {
+                shared.fatal.report(format!(
+                    "recording the span of batch {} (partition {}, offsets {}..={}) on shard {} failed after {attempt} \
+                     attempt(s): {error}",
+                    batch.token, span.partition, span.first, span.last, span.shard
+                ));
+                break false;
+            }
+        }
+    };
+    if let Some(fence) = &fence {
+        fence.leave();
+    }
+    if recorded {
+        tracing::trace!(?span, token = %batch.token, "batch span recorded");
+        fault(FaultPoint::SpanRecorded);
+    }
+    recorded
 }
 
 /// Full jitter: a uniform wait in `[0, min(max_backoff, initial_backoff × 2^(attempt-1))]`.

@@ -101,4 +101,8 @@ pub(crate) struct OpenBuffer {
     pub(crate) last_offset: i64,
     /// Each row's source offset, under `errors.policy: dlq` only (see `Chunk::row_offsets`).
     pub(crate) row_offsets: Vec<i64>,
+    /// Exactly-once: the recorded span whose rows the buffer holds (`None`: a new batch).
+    pub(crate) recorded: Option<(i64, i64)>,
+    /// Exactly-once: when the buffer's first row came, for `batch.linger`.
+    pub(crate) opened_at: Option<std::time::Instant>,
 }

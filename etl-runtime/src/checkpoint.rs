@@ -20,6 +20,9 @@ pub(crate) struct Checkpointer {
     pending: BTreeMap<i64, u32>,
     /// The last `next_offset` handed to the lane's `store_offset`.
     stored: Option<i64>,
+    /// The watermark never passes this: set when an exactly-once lane gives up a partly replayed
+    /// batch at a drain (its rows are replayed by the next owner, from its first offset).
+    cap: Option<i64>,
 }
 
 impl Checkpointer {
@@ -44,22 +47,33 @@ impl Checkpointer {
         }
     }
 
+    /// Gives up the open buffer registered at `first_offset` without writing it: the registration
+    /// goes, and the watermark stays below `first_offset` for good.
+    pub(crate) fn abandon(&mut self, first_offset: i64) {
+        self.ack(first_offset);
+        let below = first_offset - 1;
+        self.cap = Some(self.cap.map_or(below, |c| c.min(below)));
+    }
+
     /// Every row of the record at `offset` has been placed (or the record was dropped).
     pub(crate) fn processed(&mut self, offset: i64) {
         debug_assert!(self.processed_through.is_none_or(|p| p < offset));
         self.processed_through = Some(offset);
     }
 
+    /// The last offset whose record is fully processed, if any.
+    pub(crate) fn processed_through(&self) -> Option<i64> {
+        self.processed_through
+    }
+
     /// The last offset below which everything is done, if any.
     pub(crate) fn watermark(&self) -> Option<i64> {
         let processed = self.processed_through?;
-        match self.pending.keys().next() {
-            Some(&first) => {
-                let below = first - 1;
-                if below < processed { Some(below) } else { Some(processed) }
-            }
-            None => Some(processed),
-        }
+        let watermark = match self.pending.keys().next() {
+            Some(&first) => (first - 1).min(processed),
+            None => processed,
+        };
+        Some(self.cap.map_or(watermark, |cap| cap.min(watermark)))
     }
 
     /// The next offset to store when the watermark moved past the last stored one. The caller stores
@@ -223,6 +237,22 @@ mod tests {
             prop_assert!(model.cp.is_settled());
             prop_assert_eq!(model.last_stored, Some(last + 1));
         }
+    }
+
+    // Invariant 8: an abandoned (partly replayed) batch holds the watermark below its first
+    // offset although nothing is pending any more.
+    #[test]
+    fn an_abandoned_batch_caps_the_watermark() {
+        let mut cp = Checkpointer::default();
+        cp.register(10);
+        cp.register(12);
+        cp.processed(15);
+        assert!(cp.ack(10));
+        cp.abandon(12);
+        assert!(cp.is_settled());
+        assert_eq!(cp.watermark(), Some(11));
+        cp.processed(20);
+        assert_eq!(cp.offset_to_store(), Some(12));
     }
 
     // Invariant 3: an unknown ack is refused instead of silently moving the watermark.

@@ -40,6 +40,9 @@ pub struct RuntimeConfig {
     pub tombstones: TombstonePolicy,
     /// `admin.listen`; `None` runs without the admin server (tests).
     pub admin_listen: Option<SocketAddr>,
+    /// `sink.clickhouse.exactly_once`: batches per (partition, shard), spans recorded in the
+    /// sink's ledger before each insert, replays re-cut at the recorded spans.
+    pub exactly_once: bool,
 }
 
 /// `backpressure.*`: the in-flight byte budget and the pause controller.
@@ -115,6 +118,7 @@ impl Default for RuntimeConfig {
             error_policy: ErrorPolicy::Skip,
             tombstones: TombstonePolicy::Skip,
             admin_listen: None,
+            exactly_once: false,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::batcher::ShardWorker;
 use crate::budget::Budget;
 use crate::chain::Chain;
 use crate::config::RuntimeConfig;
+use crate::exactly_once::{Ledger, Replay};
 use crate::metrics::Metrics;
 use crate::pipeline::{Ack, Control, PipelineThread};
 use crate::sink::{Chunk, DeadLetter, Sink, SinkErrorKind};
@@ -122,6 +123,13 @@ impl Pipeline {
         let (fatal_tx, fatal_rx) = crossbeam_channel::unbounded();
 
         let track_row_sources = config.error_policy == crate::ErrorPolicy::DeadLetter && dead_letter.is_some();
+        let ledger = if config.exactly_once {
+            Some(sink.ledger().ok_or_else(|| {
+                StartError::Config("exactly_once is set but the sink keeps no ledger of batch spans".into())
+            })?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             budget: Budget::new(&config.backpressure),
             lane_counts: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -136,6 +144,7 @@ impl Pipeline {
             max_loop_gap_ns: AtomicU64::new(0),
             track_row_sources,
             dead_letter,
+            ledger,
             queue_rx: queue_rx.clone(),
             source_ready: AtomicBool::new(false),
             sink_ready: AtomicBool::new(false),
@@ -186,6 +195,7 @@ impl Pipeline {
                 placement: Mutex::new(HashMap::new()),
                 next_lane_id: AtomicU64::new(1),
                 stop: stop_tx,
+                runtime: runtime.handle().clone(),
             }),
         };
         tracing::info!(threads = threads.len(), shards = workers.len(), "pipeline started");
@@ -340,6 +350,8 @@ struct HandleInner {
     placement: Mutex<HashMap<i32, usize>>,
     next_lane_id: AtomicU64,
     stop: Sender<()>,
+    /// The sink's runtime, on which [`PipelineHandle::recover`] reads the ledger.
+    runtime: tokio::runtime::Handle,
 }
 
 impl PipelineHandle {
@@ -348,6 +360,13 @@ impl PipelineHandle {
     /// assigned partition at once, splits its queue, and resumes it when it hands the lane over
     /// (Invariant 5). From then on only the runtime pauses and resumes the lane.
     pub fn add_lane(&self, lane: Box<dyn Lane>) {
+        self.add_lane_replaying(lane, None);
+    }
+
+    /// [`PipelineHandle::add_lane`] for a lane that replays its partition under exactly-once: the
+    /// source positioned it at [`Replay::start`] (from [`PipelineHandle::recover`]), and the lane's
+    /// batches are cut at the recorded spans.
+    pub fn add_lane_replaying(&self, lane: Box<dyn Lane>, replay: Option<Replay>) {
         let inner = &self.inner;
         if inner.shared.stopping.load(Ordering::Acquire) {
             tracing::warn!(partition = lane.partition(), "lane added during shutdown; ignored");
@@ -358,7 +377,7 @@ impl PipelineHandle {
         inner.shared.lane_counts[thread].fetch_add(1, Ordering::AcqRel);
         inner.placement.lock().expect("placement lock").insert(lane.partition(), thread);
         let lane_id = inner.next_lane_id.fetch_add(1, Ordering::Relaxed);
-        if inner.control[thread].send(Control::AddLane { lane_id, lane }).is_err() {
+        if inner.control[thread].send(Control::AddLane { lane_id, lane, replay }).is_err() {
             inner.shared.lane_counts[thread].fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -371,6 +390,54 @@ impl PipelineHandle {
     /// small slack.
     pub fn drain_partitions(&self, partitions: &[i32], timeout: Duration) -> Vec<(i32, Option<i64>)> {
         self.drain_until(partitions, Instant::now() + timeout)
+    }
+
+    /// True when the pipeline runs exactly-once: a source must then position each new lane with
+    /// [`PipelineHandle::recover`] and add it with [`PipelineHandle::add_lane_replaying`].
+    pub fn exactly_once(&self) -> bool {
+        self.inner.shared.ledger.is_some()
+    }
+
+    /// Exactly-once: reads the spans recorded for each `(partition, watermark)` (the watermark is
+    /// the committed offset minus one, `None` when nothing is committed) and returns each
+    /// partition's replay plan, in the same order. Blocks the caller (for Kafka: the assignment
+    /// callback) while the ledger is read, retrying a sink that is unreachable for up to
+    /// `checkpoint.drain_timeout`; then, or on a fatal error, it fails and the caller must stop.
+    pub fn recover(&self, partitions: &[(i32, Option<i64>)]) -> Result<Vec<Replay>, String> {
+        let shared = &self.inner.shared;
+        let Some(ledger) = shared.ledger.as_ref() else {
+            return Ok(partitions.iter().map(|_| Replay::default()).collect());
+        };
+        let deadline = Instant::now() + shared.config.drain_timeout;
+        let mut plans = Vec::with_capacity(partitions.len());
+        for &(partition, watermark) in partitions {
+            let mut backoff = Duration::from_millis(100);
+            let recorded = loop {
+                match self.inner.runtime.block_on(ledger.recorded(partition, watermark)) {
+                    Ok(recorded) => break recorded,
+                    Err(error) if error.kind == SinkErrorKind::Retryable && Instant::now() + backoff < deadline => {
+                        tracing::warn!(partition, %error, retry_in = ?backoff, "reading the exactly-once ledger failed");
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                    Err(error) => {
+                        return Err(format!("reading the exactly-once ledger for partition {partition}: {error}"));
+                    }
+                }
+            };
+            if recorded.other_config > 0 {
+                tracing::warn!(
+                    partition,
+                    batches = recorded.other_config,
+                    "batches above the committed offset were written under another config hash; their records are \
+                     inserted again (at-least-once for them)"
+                );
+            }
+            let plan = Replay::new(shared.config.shards, watermark, &recorded.spans);
+            tracing::info!(partition, ?watermark, start = ?plan.start(), replayed_batches = plan.pending(), "exactly-once replay plan");
+            plans.push(plan);
+        }
+        Ok(plans)
     }
 
     /// Asks the run loop for a graceful shutdown, as SIGTERM does.
@@ -487,6 +554,8 @@ pub(crate) struct Shared {
     pub(crate) lane_counts: Vec<AtomicUsize>,
     pub(crate) max_loop_gap_ns: AtomicU64,
     pub(crate) dead_letter: Option<Arc<dyn DeadLetter>>,
+    /// Exactly-once: where batch spans are recorded (`None` at least-once).
+    pub(crate) ledger: Option<Arc<dyn Ledger>>,
     /// Chunks keep each row's source offset: only when refused rows are dead-lettered.
     pub(crate) track_row_sources: bool,
     /// Receiver clones, only to read the queue depths for the gauge.

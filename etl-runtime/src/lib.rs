@@ -75,6 +75,7 @@ mod codec;
 mod config;
 mod datagen;
 mod entry;
+mod exactly_once;
 mod file_sink;
 mod handle;
 #[cfg(feature = "kafka")]
@@ -90,10 +91,11 @@ mod source;
 mod testing;
 
 #[cfg(feature = "clickhouse")]
-pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
+pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, ledger_table};
 pub use chain::{Chain, RecordError, RecordErrorKind, RowOut};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
+pub use exactly_once::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use file_sink::FileSink;
 pub use handle::{Pipeline, PipelineHandle, PipelineStats, ShutdownReport, StartError, Wake};
 #[cfg(feature = "kafka")]
@@ -109,7 +111,7 @@ pub mod __private {
     pub use crate::bench::{ChainHarness, sample_payloads};
     pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
     #[cfg(feature = "clickhouse")]
-    pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig};
+    pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
     pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crate::chain::{Chain, OpenBuffer, RecordErrorKind, RowOut};
 use crate::checkpoint::Checkpointer;
 use crate::config::{ErrorPolicy, TombstonePolicy};
+use crate::exactly_once::{Cut, Fence, Replay};
 use crate::handle::Shared;
 use crate::sink::{Chunk, ChunkOrigin, DeadLetterAck, DeadRecord};
 use crate::source::{Lane, SourceErrorKind};
@@ -39,6 +40,7 @@ pub(crate) enum Control {
     AddLane {
         lane_id: u64,
         lane: Box<dyn Lane>,
+        replay: Option<Replay>,
     },
     /// Drain and drop the lanes of these partitions; reply with their final stored offsets.
     RemoveLanes {
@@ -69,6 +71,57 @@ struct LaneState {
     failed: bool,
     newest_timestamp_ms: Option<i64>,
     lag_seconds: prometheus::Gauge,
+    /// Exactly-once state; `None` at least-once.
+    exact: Option<Exact>,
+}
+
+/// A lane's exactly-once state: where its replayed batches end, its fence, and the work the last
+/// record left for `step_lane` (which, unlike `poll_one`, may seal).
+struct Exact {
+    replay: Replay,
+    fence: Arc<Fence>,
+    /// Rows of the last record that belong to another batch than the open buffer of their shard:
+    /// the buffer is sealed first, then they start the next one.
+    carry: Vec<Carry>,
+}
+
+impl Exact {
+    /// Where the rows the record at `offset` added to `shard`'s buffer (which held `rows_before`
+    /// rows) belong; starts the buffer's batch when it was empty.
+    fn place(&mut self, shard: usize, buffer: &mut OpenBuffer, rows_before: u32, offset: i64) -> Place {
+        let target = match self.replay.cut(shard, offset) {
+            Cut::Durable => return Place::Drop,
+            Cut::Recorded(first, last) => Some((first, last)),
+            Cut::New => None,
+        };
+        if rows_before == 0 {
+            buffer.recorded = target;
+            buffer.opened_at = Some(Instant::now());
+            Place::Keep
+        } else if buffer.recorded == target {
+            Place::Keep
+        } else {
+            Place::Carry(target)
+        }
+    }
+}
+
+struct Carry {
+    shard: usize,
+    bytes: Vec<u8>,
+    rows: u32,
+    offset: i64,
+    recorded: Option<(i64, i64)>,
+}
+
+/// Where the rows a record just added to one shard's buffer go, under exactly-once.
+enum Place {
+    /// They stay in the buffer (the batch they belong to is the open one).
+    Keep,
+    /// They are durable already: removed.
+    Drop,
+    /// They belong to the next batch (`recorded` or a new one): moved out, the buffer is sealed.
+    Carry(Option<(i64, i64)>),
 }
 
 struct DrainRequest {
@@ -188,9 +241,14 @@ impl<C: Chain> PipelineThread<C> {
     /// Returns true when the thread must exit.
     fn handle_control(&mut self, msg: Control) -> bool {
         match msg {
-            Control::AddLane { lane_id, lane } => {
+            Control::AddLane { lane_id, lane, replay } => {
                 let partition = lane.partition();
                 tracing::info!(thread = self.index, partition, lane_id, "lane added");
+                let exact = self.shared.config.exactly_once.then(|| Exact {
+                    replay: replay.unwrap_or_else(|| Replay::new(self.queues.len(), None, &[])),
+                    fence: Arc::new(Fence::default()),
+                    carry: Vec::new(),
+                });
                 let lag_seconds = self.shared.metrics.lag_seconds.with_label_values(&[partition.to_string().as_str()]);
                 self.lanes.push(LaneState {
                     id: lane_id,
@@ -206,6 +264,7 @@ impl<C: Chain> PipelineThread<C> {
                     failed: false,
                     newest_timestamp_ms: None,
                     lag_seconds,
+                    exact,
                 });
                 false
             }
@@ -262,10 +321,15 @@ impl<C: Chain> PipelineThread<C> {
         }
         if self.lanes[i].drain.is_some() {
             if !self.lanes[i].drain_flushed {
-                // Once per drain: seal every open buffer as urgent, or send an empty urgent marker,
-                // so every shard worker writes what it holds of this lane without lingering.
-                for shard in 0..self.queues.len() {
-                    self.seal(i, shard, true);
+                if self.lanes[i].exact.is_some() {
+                    self.flush_exact(i);
+                } else {
+                    // Once per drain: seal every open buffer as urgent, or send an empty urgent
+                    // marker, so every shard worker writes what it holds of this lane without
+                    // lingering.
+                    for shard in 0..self.queues.len() {
+                        self.seal(i, shard, true);
+                    }
                 }
                 self.lanes[i].drain_flushed = true;
             }
@@ -290,8 +354,18 @@ impl<C: Chain> PipelineThread<C> {
             return false;
         }
         let target = self.shared.config.chunk_target_bytes;
+        let exact = self.lanes[i].exact.is_some();
+        if exact {
+            self.seal_lingering(i);
+        }
         for _ in 0..BURST {
             match self.poll_one(i) {
+                Poll::Record if exact => {
+                    self.cut_exact(i);
+                    if self.lanes[i].paused_since.is_some() || self.lanes[i].failed {
+                        return false;
+                    }
+                }
                 Poll::Record => {
                     for shard in 0..self.queues.len() {
                         if self.lanes[i].buffers[shard].bytes.len() >= target {
@@ -315,7 +389,9 @@ impl<C: Chain> PipelineThread<C> {
                         self.update_lag(i);
                         return false;
                     }
-                    for shard in 0..self.queues.len() {
+                    // Exactly-once batches end at the batch limits or the linger, not whenever
+                    // the source has nothing at hand: every cut costs a ledger row and an insert.
+                    for shard in 0..if exact { 0 } else { self.queues.len() } {
                         if self.lanes[i].paused_since.is_some() {
                             break;
                         }
@@ -334,8 +410,18 @@ impl<C: Chain> PipelineThread<C> {
     /// Takes one record from the lane and runs it through the chain.
     fn poll_one(&mut self, i: usize) -> Poll {
         let PipelineThread { lanes, chain, shared, snapshot, counts, ack_tx, .. } = self;
-        let LaneState { id, lane, buffers, round_robin, checkpointer, failed, newest_timestamp_ms, partition, .. } =
-            &mut lanes[i];
+        let LaneState {
+            id,
+            lane,
+            buffers,
+            round_robin,
+            checkpointer,
+            failed,
+            newest_timestamp_ms,
+            partition,
+            exact,
+            ..
+        } = &mut lanes[i];
         let record = match lane.next() {
             None => return Poll::Idle,
             Some(Err(error)) if error.kind == SourceErrorKind::Transient => {
@@ -371,6 +457,9 @@ impl<C: Chain> PipelineThread<C> {
 
         snapshot.clear();
         snapshot.extend(buffers.iter().map(|b| (b.bytes.len(), b.rows)));
+        // Round-robin follows the offset, not a per-lane counter, so a replay puts every row on
+        // the shard it went to before (exactly-once re-cuts batches per shard).
+        *round_robin = offset as usize;
         let mut out = RowOut { buffers, round_robin, rows: 0 };
         let result = chain.process(&record, &mut out);
         let rows = out.rows;
@@ -380,8 +469,25 @@ impl<C: Chain> PipelineThread<C> {
                     counts.filtered += 1;
                 }
                 let track = shared.track_row_sources;
-                for (buffer, &(_, rows_before)) in buffers.iter_mut().zip(snapshot.iter()) {
+                for (shard, (buffer, &(len, rows_before))) in buffers.iter_mut().zip(snapshot.iter()).enumerate() {
                     if buffer.rows > rows_before {
+                        if let Some(exact) = exact.as_mut() {
+                            match exact.place(shard, buffer, rows_before, offset) {
+                                Place::Keep => {}
+                                Place::Drop => {
+                                    buffer.bytes.truncate(len);
+                                    buffer.rows = rows_before;
+                                    continue;
+                                }
+                                Place::Carry(recorded) => {
+                                    let bytes = buffer.bytes.split_off(len);
+                                    let rows = buffer.rows - rows_before;
+                                    buffer.rows = rows_before;
+                                    exact.carry.push(Carry { shard, bytes, rows, offset, recorded });
+                                    continue;
+                                }
+                            }
+                        }
                         if rows_before == 0 {
                             buffer.first_offset = offset;
                             checkpointer.register(offset);
@@ -468,7 +574,10 @@ impl<C: Chain> PipelineThread<C> {
             urgent,
             bytes,
             row_offsets: std::mem::take(&mut buffer.row_offsets),
+            recorded: buffer.recorded.take(),
+            fence: lane.exact.as_ref().map(|e| e.fence.clone()),
         };
+        buffer.opened_at = None;
         let above_high = self.shared.budget.acquire(chunk.held_bytes());
         let mut rejected = false;
         if lane.pending.is_empty() {
@@ -501,6 +610,103 @@ impl<C: Chain> PipelineThread<C> {
         }
         if above_high {
             self.pause_lane(i);
+        }
+    }
+
+    /// Exactly-once, after each record: starts the next batch with the rows the record carried
+    /// over (sealing the buffer they follow), then seals every buffer whose batch is complete: a
+    /// recorded span whose last record was processed, or a new batch that reached the batch limits
+    /// or that a recorded span starts right after.
+    fn cut_exact(&mut self, i: usize) {
+        let carried = match self.lanes[i].exact.as_mut() {
+            Some(exact) => std::mem::take(&mut exact.carry),
+            None => return,
+        };
+        for carry in carried {
+            self.seal(i, carry.shard, false);
+            let lane = &mut self.lanes[i];
+            let buffer = &mut lane.buffers[carry.shard];
+            buffer.bytes.extend_from_slice(&carry.bytes);
+            buffer.rows = carry.rows;
+            buffer.first_offset = carry.offset;
+            buffer.last_offset = carry.offset;
+            buffer.recorded = carry.recorded;
+            buffer.opened_at = Some(Instant::now());
+            if self.shared.track_row_sources {
+                buffer.row_offsets.extend(std::iter::repeat_n(carry.offset, carry.rows as usize));
+            }
+            lane.checkpointer.register(carry.offset);
+        }
+        let Some(offset) = self.lanes[i].checkpointer.processed_through() else { return };
+        let limits = self.shared.config.batch;
+        for shard in 0..self.queues.len() {
+            let lane = &self.lanes[i];
+            let buffer = &lane.buffers[shard];
+            if buffer.rows == 0 {
+                continue;
+            }
+            let complete = match buffer.recorded {
+                Some((_, last)) => offset >= last,
+                None => {
+                    buffer.bytes.len() as u64 >= limits.max_bytes
+                        || u64::from(buffer.rows) >= limits.max_rows
+                        || lane
+                            .exact
+                            .as_ref()
+                            .and_then(|e| e.replay.next_first(shard, offset + 1))
+                            .is_some_and(|first| first <= offset + 1)
+                }
+            };
+            if complete {
+                self.seal(i, shard, false);
+            }
+        }
+    }
+
+    /// Exactly-once: seals the new batches whose first row waited `batch.linger`. (Recorded
+    /// batches end at their recorded last offset only.)
+    fn seal_lingering(&mut self, i: usize) {
+        let linger = self.shared.config.batch.linger;
+        let now = Instant::now();
+        for shard in 0..self.queues.len() {
+            let buffer = &self.lanes[i].buffers[shard];
+            if buffer.rows > 0
+                && buffer.recorded.is_none()
+                && buffer.opened_at.is_some_and(|t| now.duration_since(t) >= linger)
+            {
+                self.seal(i, shard, false);
+            }
+        }
+    }
+
+    /// Exactly-once, at a drain: seals the new batches, and leaves a partly replayed recorded
+    /// batch to the next owner. Sealing it short would insert its rows under another span (and
+    /// token) than the one an earlier owner may have inserted them under; instead the watermark
+    /// stays below its first offset, and the next owner replays it whole.
+    fn flush_exact(&mut self, i: usize) {
+        for shard in 0..self.queues.len() {
+            let lane = &mut self.lanes[i];
+            let buffer = &mut lane.buffers[shard];
+            if buffer.rows == 0 {
+                continue;
+            }
+            match buffer.recorded.take() {
+                Some((first, last)) => {
+                    tracing::info!(
+                        partition = lane.partition,
+                        shard,
+                        first,
+                        last,
+                        "drain: a partly replayed batch is left to the next owner"
+                    );
+                    buffer.bytes.clear();
+                    buffer.rows = 0;
+                    buffer.row_offsets.clear();
+                    buffer.opened_at = None;
+                    lane.checkpointer.abandon(buffer.first_offset);
+                }
+                None => self.seal(i, shard, true),
+            }
         }
     }
 
@@ -597,6 +803,18 @@ impl<C: Chain> PipelineThread<C> {
     fn remove_lane(&mut self, i: usize) -> LaneState {
         self.store_offset(i);
         let lane = self.lanes.swap_remove(i);
+        if let Some(exact) = &lane.exact {
+            // From here on no write task records a span of this lane (see `Fence`).
+            let recording = exact.fence.close();
+            if recording > 0 {
+                tracing::error!(
+                    partition = lane.partition,
+                    recording,
+                    "the partition is handed over while batch spans are being recorded: if the next owner reads \
+                     the ledger before they land, those batches can be inserted twice"
+                );
+            }
+        }
         let unsent: u64 = lane.pending.iter().map(Chunk::held_bytes).sum();
         self.shared.budget.release(unsent);
         if lane.paused_since.is_some() {

@@ -16,6 +16,11 @@ pub struct Chunk {
     /// The source offset of each row, in row order; kept only under `errors.policy: dlq`, where
     /// a row the sink refuses must be traced back to the record to dead-letter.
     pub(crate) row_offsets: Vec<i64>,
+    /// Under exactly-once: the span this chunk's batch was recorded with by an earlier owner, so
+    /// its token is the recorded one (`None`: a new batch, spanning the chunk's offsets).
+    pub(crate) recorded: Option<(i64, i64)>,
+    /// Under exactly-once: the lane's fence, closed when the lane is handed over.
+    pub(crate) fence: Option<std::sync::Arc<crate::exactly_once::Fence>>,
 }
 
 /// Where a chunk's acknowledgement goes, and which offsets its rows come from.
@@ -71,6 +76,8 @@ pub struct Batch {
     pub(crate) bytes: u64,
     /// The chunks' [`Chunk::held_bytes`]: what the budget gets back once the batch is done.
     pub(crate) held: u64,
+    /// Under exactly-once, the batch's span (its token is derived from it).
+    pub(crate) span: Option<crate::exactly_once::Span>,
 }
 
 impl Batch {
@@ -127,6 +134,12 @@ pub trait Sink: Send + Sync + 'static {
 
     /// Checks that the sink is reachable; `/readyz` answers 200 only once this succeeded.
     fn check(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// The ledger that makes batch spans durable for exactly-once; `None` (the default) when the
+    /// sink cannot, which makes `exactly_once` a start-up error.
+    fn ledger(&self) -> Option<std::sync::Arc<dyn crate::exactly_once::Ledger>> {
+        None
+    }
 }
 
 /// An error from a sink write or check.

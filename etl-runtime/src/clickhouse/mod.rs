@@ -7,6 +7,7 @@
 
 mod errors;
 mod http;
+mod ledger;
 mod schema;
 #[cfg(test)]
 mod wire_tests;
@@ -19,10 +20,12 @@ use std::time::{Duration, Instant};
 use ::clickhouse::{Client, Compression};
 use prometheus::{IntCounter, IntGauge};
 
+use crate::exactly_once::Ledger;
 use crate::metrics::sink_metrics;
 use crate::sink::{Batch, Sink, SinkError, SinkErrorKind};
 
 use errors::Class;
+pub use ledger::{ExactlyOnceConfig, ledger_table};
 use schema::{LiveColumn, RowLayout};
 
 /// The most sub-inserts spent isolating the refused rows of one batch (about `2 × log2(rows)` per
@@ -67,6 +70,8 @@ pub struct ClickhouseSinkConfig {
     pub columns: Vec<(String, String)>,
     /// `ca_file`: PEM certificates trusted for `https://` replicas besides Mozilla's roots.
     pub ca_file: Option<std::path::PathBuf>,
+    /// `exactly_once: true`: the ledger's identity (`None`: at-least-once).
+    pub exactly_once: Option<ExactlyOnceConfig>,
 }
 
 impl fmt::Debug for ClickhouseSinkConfig {
@@ -82,6 +87,7 @@ impl fmt::Debug for ClickhouseSinkConfig {
             .field("timeout", &self.timeout)
             .field("columns", &self.columns)
             .field("ca_file", &self.ca_file)
+            .field("exactly_once", &self.exactly_once)
             .finish()
     }
 }
@@ -177,6 +183,8 @@ pub struct ClickhouseSink {
     timeout: Duration,
     /// Kept only to scrub it from error texts that might echo a request.
     password: String,
+    /// Exactly-once: the ledger of batch spans.
+    ledger: Option<std::sync::Arc<ledger::ClickhouseLedger>>,
 }
 
 impl fmt::Debug for ClickhouseSink {
@@ -292,7 +300,21 @@ impl ClickhouseSink {
                 .map(|class| metrics.errors_by_class.with_label_values(&[label.as_str(), class.label()]));
             shards.push(Shard { replicas, current: AtomicUsize::new(0), errors });
         }
+        let ledger = config.exactly_once.map(|eo| {
+            std::sync::Arc::new(ledger::ClickhouseLedger {
+                shards: shards
+                    .iter()
+                    .map(|s| s.replicas.iter().map(|r| (r.client.clone(), r.shown.clone())).collect())
+                    .collect(),
+                database: config.database.clone(),
+                table: config.table.clone(),
+                config: eo,
+                timeout: config.timeout,
+                password: config.password.clone(),
+            })
+        });
         Ok(ClickhouseSink {
+            ledger,
             shards,
             insert_sql: schema::insert_sql(&config.database, &config.table, &config.columns),
             database: config.database,
@@ -472,8 +494,69 @@ impl ClickhouseSink {
         })
     }
 
+    /// Exactly-once: on one replica of every shard, the target table must deduplicate inserts and
+    /// the ledger table must exist with its columns. Either problem is fatal: replays would keep
+    /// duplicates, or no span could be recorded.
+    async fn check_exactly_once(&self) -> Result<(), SinkError> {
+        let ledger_name = ledger_table(&self.table);
+        let expected: Vec<(String, String)> =
+            ledger::LEDGER_COLUMNS.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
+        let mut problems = Vec::new();
+        for (index, shard) in self.shards.iter().enumerate() {
+            let replica = &shard.replicas[shard.pick()];
+            let at = format!("shard {index} ({})", replica.shown);
+            let query = replica
+                .client
+                .query_raw(
+                    "SELECT engine, create_table_query FROM system.tables \
+                     WHERE database = {db:String} AND name = {table:String}",
+                )
+                .param("db", self.database.as_str())
+                .param("table", self.table.as_str());
+            let definition = async { query.fetch_bytes("JSONEachRow")?.collect().await };
+            let definition = match tokio::time::timeout(self.timeout, definition).await {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(error)) => return Err(self.failure(&error).into_sink_error()),
+                Err(_) => return Err(SinkError::retryable(format!("{at}: reading system.tables timed out"))),
+            };
+            if let Ok(row) = serde_json::from_slice::<serde_json::Value>(&definition) {
+                let engine = row["engine"].as_str().unwrap_or_default();
+                let create = row["create_table_query"].as_str().unwrap_or_default();
+                if let Some(problem) = ledger::deduplication_problem(engine, create) {
+                    problems.push(format!(
+                        "{at}: exactly_once needs table {}.{} to deduplicate inserts: {problem}",
+                        self.database, self.table
+                    ));
+                }
+            }
+            let live =
+                self.columns_of(replica, &ledger_name).await.map_err(|error| self.failure(&error).into_sink_error())?;
+            if live.is_empty() {
+                problems.push(format!(
+                    "{at}: the exactly-once ledger table {}.{ledger_name} does not exist; create it with the CREATE \
+                     TABLE that `cargo xtask gen pipeline.yaml --ddl` prints",
+                    self.database
+                ));
+            } else {
+                let found = schema::compare(&expected, &live);
+                problems.extend(found.into_iter().map(|d| format!("{at}: ledger table {ledger_name}: {d}")));
+            }
+        }
+        if problems.is_empty() {
+            tracing::info!(ledger = %ledger_name, "exactly-once: the table deduplicates inserts and the ledger is in place");
+            Ok(())
+        } else {
+            Err(SinkError::fatal(problems.join("\n  ")))
+        }
+    }
+
     /// The live columns of the table on one replica; empty when the table does not exist.
     async fn live_columns(&self, replica: &Replica) -> Result<Vec<LiveColumn>, ::clickhouse::error::Error> {
+        self.columns_of(replica, &self.table).await
+    }
+
+    /// The live columns of `table` on one replica; empty when it does not exist.
+    async fn columns_of(&self, replica: &Replica, table: &str) -> Result<Vec<LiveColumn>, ::clickhouse::error::Error> {
         let query = replica
             .client
             .query_raw(
@@ -481,7 +564,7 @@ impl ClickhouseSink {
                  WHERE database = {db:String} AND table = {table:String} ORDER BY position",
             )
             .param("db", self.database.as_str())
-            .param("table", self.table.as_str());
+            .param("table", table);
         let bytes = query.fetch_bytes("JSONEachRow")?.collect().await?;
         let mut columns = Vec::new();
         for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -555,6 +638,10 @@ impl Sink for ClickhouseSink {
     /// Reaches every shard (at least one replica each) and compares the live table on each reached
     /// replica with the pipeline's columns. A difference or a missing table is fatal and lists
     /// every difference; a shard with no reachable replica is retryable.
+    fn ledger(&self) -> Option<std::sync::Arc<dyn Ledger>> {
+        self.ledger.clone().map(|l| l as std::sync::Arc<dyn Ledger>)
+    }
+
     async fn check(&self) -> Result<(), SinkError> {
         let table = format!("{}.{}", self.database, self.table);
         let mut differences = Vec::new();
@@ -608,6 +695,9 @@ impl Sink for ClickhouseSink {
         if !unreachable.is_empty() {
             return Err(SinkError::retryable(unreachable.join("; ")));
         }
+        if self.ledger.is_some() {
+            self.check_exactly_once().await?;
+        }
         tracing::info!(table = %table, shards = self.shards.len(), "ClickHouse table matches the pipeline's columns");
         Ok(())
     }
@@ -638,6 +728,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             columns: vec![("id".into(), "Int64".into())],
             ca_file: None,
+            exactly_once: None,
         }
     }
 

@@ -81,6 +81,7 @@ fn config(shards: Vec<Vec<String>>) -> ClickhouseSinkConfig {
         timeout: Duration::from_millis(300),
         columns: vec![("id".into(), "Int64".into()), ("name".into(), "String".into())],
         ca_file: None,
+        exactly_once: None,
     }
 }
 
@@ -93,8 +94,17 @@ fn batch(token: &str, rows: i64) -> Batch {
     }
     let origin = ChunkOrigin { thread: 0, lane_id: 1, partition: 0, first_offset: 0, last_offset: rows - 1 };
     let len = bytes.len() as u64;
-    let chunk = Chunk { bytes, rows: rows as u32, origin, shard: 0, urgent: false, row_offsets: Vec::new() };
-    Batch { shard: 0, token: token.into(), chunks: vec![chunk], rows: rows as u64, bytes: len, held: len }
+    let chunk = Chunk {
+        bytes,
+        rows: rows as u32,
+        origin,
+        shard: 0,
+        urgent: false,
+        row_offsets: Vec::new(),
+        recorded: None,
+        fence: None,
+    };
+    Batch { shard: 0, token: token.into(), chunks: vec![chunk], rows: rows as u64, bytes: len, held: len, span: None }
 }
 
 /// The request line and headers, lower-cased, and the body after the head.

@@ -14,7 +14,11 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::lane::{KafkaLane, LaneProgress};
+use crate::exactly_once::Replay;
 use crate::handle::PipelineHandle;
+
+/// The bound on reading the committed offsets of a new assignment (exactly-once).
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The consumer type of the source.
 pub(crate) type Consumer = BaseConsumer<SourceContext>;
@@ -89,6 +93,18 @@ impl SourceContext {
     /// hand each partition over as a lane, which resumes it on its first poll.
     fn on_assign(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
         let partitions = self.partitions_of(tpl);
+        let (assignment, mut replays) = if self.pipeline.exactly_once() && !partitions.is_empty() {
+            match self.replay_plans(consumer, tpl, &partitions) {
+                Ok(planned) => planned,
+                Err(error) => {
+                    self.pipeline.report_fatal(error);
+                    return;
+                }
+            }
+        } else {
+            (tpl.clone(), HashMap::new())
+        };
+        let tpl = &assignment;
         let Some(shared) = self.consumer.get().and_then(Weak::upgrade) else {
             // Only while the consumer is being dropped; nothing will poll the lanes anyway.
             if let Err(error) = consumer.assign(tpl) {
@@ -125,7 +141,7 @@ impl SourceContext {
                 let lane_progress = Arc::new(LaneProgress::new());
                 progress.insert(partition, lane_progress.clone());
                 let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), partition, lane_progress);
-                self.pipeline.add_lane(Box::new(lane));
+                self.pipeline.add_lane_replaying(Box::new(lane), replays.remove(&partition));
             }
         }
         self.counters.assignments.fetch_add(1, Ordering::Relaxed);
@@ -136,6 +152,45 @@ impl SourceContext {
         startup.owned = partitions.len();
         startup.first_assignment.get_or_insert(partitions.len());
         self.startup_changed.notify_all();
+    }
+
+    /// Exactly-once: reads the committed offsets of the new partitions and the spans recorded
+    /// above them, and returns the assignment positioned at each partition's replay start
+    /// (Invariant 8) with the plans the lanes re-cut their batches with.
+    fn replay_plans(
+        &self,
+        consumer: &Consumer,
+        tpl: &TopicPartitionList,
+        partitions: &[i32],
+    ) -> Result<(TopicPartitionList, HashMap<i32, Replay>), String> {
+        let committed = consumer
+            .committed_offsets(self.one_topic_list(partitions), COMMITTED_TIMEOUT)
+            .map_err(|e| format!("exactly-once: reading the committed offsets of partitions {partitions:?}: {e}"))?;
+        let watermarks: Vec<(i32, Option<i64>)> = partitions
+            .iter()
+            .map(|&p| {
+                let offset = committed.find_partition(&self.topic, p).map(|e| e.offset());
+                (
+                    p,
+                    match offset {
+                        Some(Offset::Offset(next)) => Some(next - 1),
+                        _ => None,
+                    },
+                )
+            })
+            .collect();
+        let plans = self.pipeline.recover(&watermarks)?;
+        let mut assignment = tpl.clone();
+        let mut replays = HashMap::new();
+        for ((partition, _), plan) in watermarks.into_iter().zip(plans) {
+            if let Some(start) = plan.start() {
+                assignment
+                    .set_partition_offset(&self.topic, partition, Offset::Offset(start))
+                    .map_err(|e| format!("exactly-once: positioning partition {partition} at {start}: {e}"))?;
+            }
+            replays.insert(partition, plan);
+        }
+        Ok((assignment, replays))
     }
 
     /// Invariant 4: drain the revoked lanes (bounded by the drain timeout; the lanes store their final

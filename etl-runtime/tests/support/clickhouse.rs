@@ -130,6 +130,7 @@ pub fn sink_config(shards: &[&str], table: &str, columns: &[(&str, &str)]) -> Cl
         timeout: Duration::from_secs(10),
         columns: columns.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),
         ca_file: None,
+        exactly_once: None,
     }
 }
 

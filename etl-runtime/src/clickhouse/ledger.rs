@@ -1,0 +1,236 @@
+//! The exactly-once ledger in ClickHouse: one row per batch span in `<table>_etl_batches` on the
+//! batch's shard, written before the batch's insert and read by the next owner of a partition;
+//! and the start-up checks that the target table deduplicates inserts.
+
+use ::clickhouse::Client;
+
+use super::errors;
+use crate::exactly_once::{Ledger, LedgerFuture, Recorded, Span};
+use crate::sink::SinkError;
+
+/// The ledger table of `table`.
+pub fn ledger_table(table: &str) -> String {
+    format!("{table}_etl_batches")
+}
+
+/// The ledger's columns as the sink writes them; `recorded_at` (with a default, for the TTL) is
+/// not written. `cargo xtask gen --ddl` prints the CREATE TABLE.
+pub(super) const LEDGER_COLUMNS: [(&str, &str); 7] = [
+    ("pipeline", "String"),
+    ("topic", "String"),
+    ("partition", "Int32"),
+    ("shard", "UInt32"),
+    ("first_offset", "Int64"),
+    ("last_offset", "Int64"),
+    ("config_hash", "String"),
+];
+
+/// What `sink.clickhouse.exactly_once` needs to know besides the sink's own configuration.
+#[derive(Debug, Clone)]
+pub struct ExactlyOnceConfig {
+    /// `pipeline.name`: the ledger is shared by the pipelines that write one table.
+    pub pipeline: String,
+    /// The source topic.
+    pub topic: String,
+    /// The config hash: tokens and spans of another configuration are never reused.
+    pub config_hash: String,
+}
+
+/// The ledger: a client per replica of each shard (clones of the sink's).
+pub(super) struct ClickhouseLedger {
+    pub(super) shards: Vec<Vec<(Client, String)>>,
+    pub(super) database: String,
+    pub(super) table: String,
+    pub(super) config: ExactlyOnceConfig,
+    pub(super) timeout: std::time::Duration,
+    pub(super) password: String,
+}
+
+impl ClickhouseLedger {
+    fn error(&self, error: &::clickhouse::error::Error) -> SinkError {
+        let mut message = errors::describe(error);
+        if !self.password.is_empty() {
+            message = message.replace(&self.password, "********");
+        }
+        match errors::classify(error) {
+            errors::Class::Retryable => SinkError::retryable(message),
+            _ => SinkError::fatal(message),
+        }
+    }
+
+    /// Runs `request` on the replicas of `shard` in turn until one answers; a fatal error stops
+    /// at once, otherwise the last retryable error is returned.
+    async fn on_shard<T, F, Fut>(&self, shard: usize, request: F) -> Result<T, SinkError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ::clickhouse::error::Error>>,
+    {
+        let replicas =
+            self.shards.get(shard).ok_or_else(|| SinkError::fatal(format!("no shard {shard} in the ledger")))?;
+        let mut last = SinkError::retryable(format!("shard {shard} has no replica"));
+        for (client, shown) in replicas {
+            let result = match tokio::time::timeout(self.timeout, request(client.clone())).await {
+                Ok(result) => result,
+                Err(_) => Err(::clickhouse::error::Error::TimedOut),
+            };
+            match result {
+                Ok(value) => return Ok(value),
+                Err(error) => {
+                    let error = self.error(&error);
+                    if !error.is_retryable() {
+                        return Err(error);
+                    }
+                    tracing::warn!(shard, replica = %shown, %error, "exactly-once ledger request failed");
+                    last = error;
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+impl Ledger for ClickhouseLedger {
+    fn record<'a>(&'a self, span: &'a Span) -> LedgerFuture<'a, ()> {
+        Box::pin(async move {
+            let sql = format!(
+                "INSERT INTO `{}`.`{}` ({}) SELECT {{pipeline:String}}, {{topic:String}}, {{partition:Int32}}, \
+                 {{shard:UInt32}}, {{first:Int64}}, {{last:Int64}}, {{hash:String}}",
+                self.database,
+                ledger_table(&self.table),
+                LEDGER_COLUMNS.map(|(name, _)| format!("`{name}`")).join(", ")
+            );
+            let token = self.token(span);
+            self.on_shard(span.shard, |client| {
+                client
+                    .query_raw(&sql)
+                    .param("pipeline", self.config.pipeline.as_str())
+                    .param("topic", self.config.topic.as_str())
+                    .param("partition", span.partition)
+                    .param("shard", span.shard as u32)
+                    .param("first", span.first)
+                    .param("last", span.last)
+                    .param("hash", self.config.config_hash.as_str())
+                    .with_setting("wait_end_of_query", "1")
+                    // A retried span whose first attempt landed is not written twice.
+                    .with_setting("insert_deduplication_token", format!("{token}:span"))
+                    .execute()
+            })
+            .await
+        })
+    }
+
+    fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT shard, first_offset, last_offset, config_hash = {{hash:String}} AS current \
+                 FROM `{}`.`{}` \
+                 WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
+                 AND partition = {{partition:Int32}} AND last_offset > {{above:Int64}} \
+                 GROUP BY shard, first_offset, last_offset, current",
+                self.database,
+                ledger_table(&self.table)
+            );
+            let mut recorded = Recorded::default();
+            for shard in 0..self.shards.len() {
+                let text = self
+                    .on_shard(shard, |client| {
+                        let query = client
+                            .query_raw(&sql)
+                            .param("hash", self.config.config_hash.as_str())
+                            .param("pipeline", self.config.pipeline.as_str())
+                            .param("topic", self.config.topic.as_str())
+                            .param("partition", partition)
+                            .param("above", watermark.unwrap_or(-1));
+                        async move { query.fetch_bytes("TSV")?.collect().await }
+                    })
+                    .await?;
+                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    let line = String::from_utf8_lossy(line);
+                    let fields: Vec<&str> = line.split('\t').collect();
+                    let parsed = match fields.as_slice() {
+                        [shard, first, last, current] => shard
+                            .parse::<usize>()
+                            .ok()
+                            .zip(first.parse::<i64>().ok())
+                            .zip(last.parse::<i64>().ok())
+                            .map(|((shard, first), last)| (Span { partition, shard, first, last }, *current == "1")),
+                        _ => None,
+                    };
+                    match parsed {
+                        Some((span, true)) => recorded.spans.push(span),
+                        Some((_, false)) => recorded.other_config += 1,
+                        None => {
+                            return Err(SinkError::fatal(format!(
+                                "unreadable row of the exactly-once ledger: `{line}`"
+                            )));
+                        }
+                    }
+                }
+            }
+            Ok(recorded)
+        })
+    }
+
+    fn token(&self, span: &Span) -> String {
+        format!(
+            "etl-eo:{}:{}:{}:{}:{}:{}-{}",
+            self.config.pipeline,
+            self.config.config_hash,
+            self.config.topic,
+            span.partition,
+            span.shard,
+            span.first,
+            span.last
+        )
+    }
+}
+
+/// Why a table does not deduplicate inserts, from its engine and `create_table_query`; `None` when
+/// it does (a replicated MergeTree with a non-zero `replicated_deduplication_window`, or a
+/// MergeTree with a non-zero `non_replicated_deduplication_window`).
+pub(super) fn deduplication_problem(engine: &str, create: &str) -> Option<String> {
+    let window = |setting: &str| -> Option<u64> {
+        let at = create.find(&format!("{setting} = "))?;
+        let digits: String = create[at + setting.len() + 3..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    if engine.starts_with("Replicated") {
+        return (window("replicated_deduplication_window") == Some(0)).then(|| {
+            "its replicated_deduplication_window is 0; set it above the number of batches inserted while one \
+             is retried or replayed (ALTER TABLE … MODIFY SETTING replicated_deduplication_window = 1000)"
+                .to_owned()
+        });
+    }
+    if engine.ends_with("MergeTree") {
+        return match window("non_replicated_deduplication_window") {
+            Some(n) if n > 0 => None,
+            _ => Some(format!(
+                "a {engine} table deduplicates inserts only with non_replicated_deduplication_window > 0 (ALTER \
+                 TABLE … MODIFY SETTING non_replicated_deduplication_window = 1000, or recreate it from `cargo \
+                 xtask gen --ddl`)"
+            )),
+        };
+    }
+    Some(format!("its engine {engine} does not deduplicate inserts; use a MergeTree family engine"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Invariant 8: the start-up check refuses a table that would keep replayed batches twice.
+    #[test]
+    fn deduplication_is_read_from_the_table_definition() {
+        let with = "CREATE TABLE default.t (`id` Int64) ENGINE = MergeTree ORDER BY id SETTINGS \
+                    non_replicated_deduplication_window = 1000, index_granularity = 8192";
+        assert_eq!(deduplication_problem("MergeTree", with), None);
+        let without =
+            "CREATE TABLE default.t (`id` Int64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192";
+        assert!(deduplication_problem("MergeTree", without).unwrap().contains("non_replicated_deduplication_window"));
+        let zero = with.replace("= 1000", "= 0");
+        assert!(deduplication_problem("MergeTree", &zero).is_some());
+        assert_eq!(deduplication_problem("ReplicatedMergeTree", without), None);
+        assert!(deduplication_problem("ReplicatedMergeTree", "SETTINGS replicated_deduplication_window = 0").is_some());
+        assert!(deduplication_problem("Memory", "").unwrap().contains("engine Memory"));
+    }
+}

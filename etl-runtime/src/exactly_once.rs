@@ -1,0 +1,259 @@
+//! Exactly-once (`sink.clickhouse.exactly_once`): batch spans, the ledger that makes them durable
+//! before their insert, the replay plan a new owner of a partition re-cuts batches with, the fence
+//! that keeps a former owner from recording after a hand-over, and the test-only fault points.
+//!
+//! docs/adr/0001-exactly-once.md explains the design; in short: every batch holds the rows of one
+//! partition for one shard, its span `(partition, shard, first offset, last offset)` is written to
+//! the ledger before the batch is inserted, and its deduplication token is derived from the span
+//! and the config hash. After a crash or a rebalance the new owner starts reading at
+//! `min(committed, first offset of any recorded span above the committed offset)` and cuts the
+//! replayed records at the recorded spans again, so each replayed batch carries the token it had:
+//! ClickHouse drops the repeat.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sink::SinkError;
+
+/// The identity of one exactly-once batch: the rows of `partition`'s records `first..=last` that
+/// go to `shard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Span {
+    /// The source partition.
+    pub partition: i32,
+    /// The sink shard.
+    pub shard: usize,
+    /// The offset of the batch's first record.
+    pub first: i64,
+    /// The offset of the batch's last record.
+    pub last: i64,
+}
+
+/// The spans recorded for one partition above its committed offset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Spans recorded under the running configuration.
+    pub spans: Vec<Span>,
+    /// Spans recorded under another config hash: their rows cannot be re-cut under the same
+    /// tokens, so they are inserted again (at-least-once for them).
+    pub other_config: usize,
+}
+
+/// A boxed future, so that [`Ledger`] stays object safe.
+pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SinkError>> + Send + 'a>>;
+
+/// Where batch spans are made durable before their insert (for ClickHouse: a small table on each
+/// shard). Implemented by sinks that support exactly-once.
+pub trait Ledger: Send + Sync + 'static {
+    /// Makes `span` durable. Called before every attempt to insert the batch until it succeeded
+    /// once; must be idempotent.
+    fn record<'a>(&'a self, span: &'a Span) -> LedgerFuture<'a, ()>;
+
+    /// The spans of `partition` whose last offset is above `watermark` (all of them when `None`).
+    fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded>;
+
+    /// The deduplication token of the batch with `span`: the same in every process that runs the
+    /// same configuration, different under another config hash.
+    fn token(&self, span: &Span) -> String;
+}
+
+/// How the new owner of a partition replays it: where to start, which offsets are durable
+/// already, and where each shard's recorded batches begin and end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// The committed offset minus one: every row of a record at or below it is durable.
+    pub watermark: Option<i64>,
+    /// Per shard, the recorded spans above the watermark as `(first, last)`, in offset order.
+    pub spans: Vec<VecDeque<(i64, i64)>>,
+}
+
+/// What the new owner does with a row of the record at some offset, for one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// The row belongs to the recorded batch `(first, last)`.
+    Recorded(i64, i64),
+    /// The row is durable already (its record is at or below the watermark, outside any recorded
+    /// batch of this shard): drop it.
+    Durable,
+    /// A row no batch has held yet.
+    New,
+}
+
+impl Replay {
+    /// The plan for a partition with `shards` shards, from the committed offset's `watermark` and
+    /// the spans recorded above it.
+    pub fn new(shards: usize, watermark: Option<i64>, recorded: &[Span]) -> Replay {
+        let mut spans = vec![Vec::new(); shards];
+        for span in recorded {
+            if span.shard < shards && watermark.is_none_or(|w| span.last > w) {
+                spans[span.shard].push((span.first, span.last));
+            }
+        }
+        let spans = spans
+            .into_iter()
+            .map(|mut s| {
+                s.sort_unstable();
+                s.dedup();
+                VecDeque::from(s)
+            })
+            .collect();
+        Replay { watermark, spans }
+    }
+
+    /// The offset to start reading at: `min(watermark + 1, first offset of every recorded span)`,
+    /// or `None` (nothing committed, nothing recorded: the source's reset policy decides).
+    pub fn start(&self) -> Option<i64> {
+        let first = self.spans.iter().filter_map(|s| s.front().map(|&(first, _)| first)).min();
+        match (self.watermark.map(|w| w + 1), first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The number of recorded spans still to replay.
+    pub fn pending(&self) -> usize {
+        self.spans.iter().map(VecDeque::len).sum()
+    }
+
+    /// Where a row of the record at `offset` goes on `shard`. Spans that end before `offset`
+    /// are passed (records arrive in offset order).
+    pub(crate) fn cut(&mut self, shard: usize, offset: i64) -> Cut {
+        let spans = &mut self.spans[shard];
+        while spans.front().is_some_and(|&(_, last)| last < offset) {
+            spans.pop_front();
+        }
+        match spans.front() {
+            Some(&(first, last)) if first <= offset => Cut::Recorded(first, last),
+            _ if self.watermark.is_some_and(|w| offset <= w) => Cut::Durable,
+            _ => Cut::New,
+        }
+    }
+
+    /// The first offset of the next recorded span of `shard` that ends at or after `offset`.
+    pub(crate) fn next_first(&self, shard: usize, offset: i64) -> Option<i64> {
+        self.spans[shard].iter().find(|&&(_, last)| last >= offset).map(|&(first, _)| first)
+    }
+}
+
+/// Keeps a lane's former owner from recording spans once the lane was handed over.
+///
+/// A write task calls [`Fence::enter`] before it records a span and [`Fence::leave`] after; the
+/// pipeline thread calls [`Fence::close`] when it removes the lane. Both sides update one atomic
+/// word (sequentially consistent), so either the task sees the fence closed and does not record,
+/// or `close` sees the recording in progress and reports it. Without this, a batch sealed before a
+/// revocation whose drain timed out could record its span after the next owner read the ledger,
+/// and insert rows the next owner cuts differently.
+#[derive(Debug, Default)]
+pub(crate) struct Fence(AtomicU64);
+
+const CLOSED: u64 = 1 << 63;
+
+impl Fence {
+    /// True when the span may be recorded; then [`Fence::leave`] must follow.
+    pub(crate) fn enter(&self) -> bool {
+        let before = self.0.fetch_add(1, Ordering::SeqCst);
+        if before & CLOSED != 0 {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn leave(&self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Closes the fence; returns how many recordings are in progress.
+    pub(crate) fn close(&self) -> u64 {
+        self.0.fetch_or(CLOSED, Ordering::SeqCst) & !CLOSED
+    }
+}
+
+/// A place in the exactly-once write path where the tests kill the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FaultPoint {
+    /// The span is in the ledger; the insert was not sent.
+    SpanRecorded,
+    /// The insert was acknowledged; the chunks' acks (and so the offsets) were not.
+    InsertAcked,
+}
+
+/// SIGKILLs the process at the `n`-th passage through `point` when `ETL_FAULT=<point>:<n>` is set
+/// (`span_recorded` or `insert_acked`). For the fault-injection tests; without the variable this
+/// is one relaxed load.
+pub(crate) fn fault(point: FaultPoint) {
+    static PLAN: OnceLock<Option<(FaultPoint, u64)>> = OnceLock::new();
+    static PASSED: AtomicU64 = AtomicU64::new(0);
+    let plan = PLAN.get_or_init(|| {
+        let value = std::env::var("ETL_FAULT").ok()?;
+        let (name, n) = value.split_once(':')?;
+        let point = match name {
+            "span_recorded" => FaultPoint::SpanRecorded,
+            "insert_acked" => FaultPoint::InsertAcked,
+            _ => return None,
+        };
+        Some((point, n.parse().ok()?))
+    });
+    if let Some((at, n)) = *plan
+        && at == point
+        && PASSED.fetch_add(1, Ordering::SeqCst) + 1 == n
+    {
+        tracing::warn!(?point, n, "ETL_FAULT: killing the process");
+        // kill(1) rather than kill(2): the workspace forbids unsafe code, and this is a test hook.
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(std::process::id().to_string()).status();
+        // Nothing may happen after the fault point: wait for the signal.
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(shard: usize, first: i64, last: i64) -> Span {
+        Span { partition: 0, shard, first, last }
+    }
+
+    // Invariant 8: the replay starts at the lowest unfinished batch, whole, and never below it.
+    #[test]
+    fn replay_starts_at_the_first_recorded_span_above_the_watermark() {
+        let recorded = [span(0, 100, 200), span(1, 150, 260), span(0, 201, 300), span(1, 10, 90)];
+        let replay = Replay::new(2, Some(160), &recorded);
+        // (10, 90) ends below the watermark: durable, not replayed.
+        assert_eq!(replay.pending(), 3);
+        assert_eq!(replay.start(), Some(100));
+        assert_eq!(Replay::new(2, Some(400), &recorded).start(), Some(401));
+        assert_eq!(Replay::new(2, None, &recorded).start(), Some(10));
+        assert_eq!(Replay::new(2, None, &[]).start(), None);
+    }
+
+    // Invariant 8: rows of recorded spans keep their span; rows at or below the watermark outside
+    // any span of their shard are durable; the rest are new.
+    #[test]
+    fn rows_are_cut_at_the_recorded_spans() {
+        let mut replay = Replay::new(2, Some(160), &[span(0, 100, 200), span(1, 150, 260)]);
+        assert_eq!(replay.cut(0, 100), Cut::Recorded(100, 200));
+        assert_eq!(replay.cut(1, 120), Cut::Durable);
+        assert_eq!(replay.cut(1, 155), Cut::Recorded(150, 260));
+        assert_eq!(replay.next_first(1, 155), Some(150));
+        assert_eq!(replay.cut(0, 201), Cut::New);
+        assert_eq!(replay.cut(1, 261), Cut::New);
+        assert_eq!(replay.pending(), 0);
+    }
+
+    // Invariant 8: a closed fence admits no recording, and closing reports one in progress.
+    #[test]
+    fn the_fence_orders_recordings_and_the_hand_over() {
+        let fence = Fence::default();
+        assert!(fence.enter());
+        assert_eq!(fence.close(), 1, "a recording in progress is reported");
+        fence.leave();
+        assert!(!fence.enter(), "no recording after the close");
+        assert_eq!(fence.close(), 0);
+    }
+}
