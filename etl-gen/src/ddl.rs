@@ -34,7 +34,30 @@ pub fn create_table(v: &Validated) -> Result<String, String> {
         })
         .map(|name| quote_ident(&name))
         .unwrap_or_else(|| "tuple()".into());
-    sql.push_str(&format!("ORDER BY {order};\n"));
+    if c.exactly_once {
+        // Replayed batches are dropped only by a table that remembers insert tokens.
+        sql.push_str(&format!("ORDER BY {order}\nSETTINGS non_replicated_deduplication_window = 1000;\n"));
+        sql.push_str(&format!(
+            "\n-- The exactly-once ledger: one row per batch span, written before the batch's insert.\n\
+             CREATE TABLE IF NOT EXISTS {}.{}\n(\n    \
+             `pipeline`     String,\n    \
+             `topic`        String,\n    \
+             `partition`    Int32,\n    \
+             `shard`        UInt32,\n    \
+             `first_offset` Int64,\n    \
+             `last_offset`  Int64,\n    \
+             `config_hash`  String,\n    \
+             `recorded_at`  DateTime DEFAULT now()\n)\n\
+             ENGINE = MergeTree\n\
+             ORDER BY (`pipeline`, `topic`, `partition`, `last_offset`)\n\
+             TTL `recorded_at` + INTERVAL 7 DAY\n\
+             SETTINGS non_replicated_deduplication_window = 1000;\n",
+            quote_ident(&c.database),
+            quote_ident(&format!("{}_etl_batches", c.table))
+        ));
+    } else {
+        sql.push_str(&format!("ORDER BY {order};\n"));
+    }
     Ok(sql)
 }
 

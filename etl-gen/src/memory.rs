@@ -40,17 +40,23 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
     let m = &v.model;
     let flow = m.sink.flow();
     let shards = m.sink.shard_count();
-    let chunk = flow.chunk.target_bytes.bytes();
+    // Under exactly-once a lane's open buffer is a whole batch.
+    let exactly_once = matches!(&m.sink, crate::model::Sink::Clickhouse(c) if c.exactly_once);
+    let (chunk, unit) = if exactly_once {
+        (flow.batch.max_bytes.bytes(), "batch.max_bytes (exactly_once)")
+    } else {
+        (flow.chunk.target_bytes.bytes(), "chunk.target_bytes")
+    };
     let budget = m.backpressure.max_inflight_bytes.bytes();
     let mut terms = vec![
         Term { what: "baseline: code, threads, allocator slack".into(), bytes: BASELINE_BYTES },
         Term { what: format!("in-flight budget: backpressure.max_inflight_bytes ({budget})"), bytes: budget },
         Term {
-            what: format!("one chunk over the budget per lane: {partitions} × chunk.target_bytes ({chunk})"),
+            what: format!("one chunk over the budget per lane: {partitions} × {unit} ({chunk})"),
             bytes: partitions * chunk,
         },
         Term {
-            what: format!("open buffers: {partitions} lanes × {shards} shards × chunk.target_bytes ({chunk})"),
+            what: format!("open buffers: {partitions} lanes × {shards} shards × {unit} ({chunk})"),
             bytes: partitions * shards * chunk,
         },
         Term {

@@ -326,7 +326,10 @@ pub struct ClickhouseSink {
     /// Retries of a failed insert.
     #[serde(default)]
     pub retry: Retry,
-    /// Exactly-once inserts. Not implemented yet: `gen` rejects `true` (rule E0901).
+    /// Exactly-once inserts: batches per partition and shard, their spans recorded in the ledger
+    /// table `<table>_etl_batches` before each insert, replays re-cut at the recorded spans so
+    /// ClickHouse drops the repeats (docs/adr/0001-exactly-once.md). Needs a Kafka source and a
+    /// table that deduplicates inserts (`gen --ddl` prints both tables).
     #[serde(default)]
     pub exactly_once: bool,
     /// One entry per shard; `len(shards)` is `shards` in the sizing rule.

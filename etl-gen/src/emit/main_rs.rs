@@ -569,6 +569,16 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 Some(_) => quote!(Some(resolved.get("sink.clickhouse.ca_file").into())),
                 None => quote!(None),
             };
+            // The ledger's identity; E0901 made sure the source is Kafka.
+            let exactly_once = if c.exactly_once {
+                quote!(Some(rt::ExactlyOnceConfig {
+                    pipeline: BUILD.pipeline.to_owned(),
+                    topic: resolved.get("source.kafka.topic").to_owned(),
+                    config_hash: BUILD.config_hash.to_owned(),
+                }))
+            } else {
+                quote!(None)
+            };
             let columns = inputs.pipeline.plan.output.iter().map(|col| {
                 let (name, ty) = (&col.name, col.ty.clickhouse());
                 quote!((#name.to_owned(), #ty.to_owned()))
@@ -588,6 +598,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                         timeout: ::std::time::Duration::from_millis(#timeout),
                         columns: vec![#(#columns),*],
                         ca_file: #ca_file,
+                        exactly_once: #exactly_once,
                     }) {
                         Ok(sink) => sink,
                         Err(e) => return rt::startup_error(e),
@@ -661,6 +672,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         Sink::File(_) => (10, 100, 10_000),
     };
     let (attempts, initial, max_backoff) = retry;
+    let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);
     let policy = match m.errors.policy {
         ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),
         ErrorPolicy::Fail => quote!(rt::ErrorPolicy::Fail),
@@ -724,6 +736,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 error_policy: #policy,
                 tombstones: #tombstones,
                 admin_listen: Some(admin_listen),
+                exactly_once: #exactly_once_runtime,
             };
             #source
             #sink

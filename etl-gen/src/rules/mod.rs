@@ -16,11 +16,11 @@ pub mod avro_schema;
 pub mod chunk_size;
 pub mod cooperative_assignment;
 pub mod dlq_topic;
+pub mod exactly_once;
 pub mod invalid_value;
 pub mod librdkafka_property;
 pub mod literal_required;
 pub mod missing_key;
-pub mod not_implemented;
 pub mod owned_property;
 pub mod pipeline_name;
 pub mod replica_url;
@@ -60,7 +60,7 @@ pub static CATALOGUE: &[&Rule] = &[
     &transform::RUST_OPERATOR,
     &transform::SHARD_KEY,
     &transform::NO_COLUMNS,
-    &not_implemented::RULE,
+    &exactly_once::RULE,
 ];
 
 /// Choices that change what the rules report.
@@ -96,7 +96,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     watermarks::check(cx, out);
     chunk_size::check(cx, out);
     dlq_topic::check(cx, out);
-    not_implemented::check(cx, out);
+    exactly_once::check(cx, out);
 }
 
 /// The key path of a sink sub-key, e.g. `sink.clickhouse.batch.max_bytes`.

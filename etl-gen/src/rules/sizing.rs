@@ -28,7 +28,9 @@ throughput collapses although nothing is wrong (a 24× collapse was measured on 
 this rule comes from). The message prints both sides with their terms and the two exact \
 fixes: the smallest `backpressure.max_inflight_bytes` that passes (rounded up to a whole \
 byte) and the largest `batch.max_bytes` that passes with the current budget (rounded down). \
-`shards` is the number of entries in `sink.clickhouse.shards` (1 for `sink.file`). The \
+`shards` is the number of entries in `sink.clickhouse.shards` (1 for `sink.file`). Under \
+`sink.clickhouse.exactly_once` a lane seals whole batches, so `chunk.target_bytes` counts as \
+`batch.max_bytes`. The \
 defaults pass for 1 to 3 shards. Keep the rule as a comment next to the knobs in your \
 pipeline.yaml.",
 };
@@ -50,6 +52,9 @@ pub struct Sizing {
     pub queue_capacity: u64,
     /// `chunk.target_bytes`
     pub chunk_target_bytes: u64,
+    /// Under `exactly_once` a lane seals whole batches: the queued term grows with
+    /// `batch.max_bytes` too.
+    pub queued_are_batches: bool,
 }
 
 /// The rule's verdict.
@@ -76,6 +81,8 @@ impl Sizing {
     /// The rule's inputs, read from a configuration.
     pub fn of(m: &crate::model::PipelineFile) -> Sizing {
         let flow = m.sink.flow();
+        // Under exactly-once a lane cuts whole batches, so a queued chunk is a batch.
+        let exactly_once = matches!(&m.sink, crate::model::Sink::Clickhouse(c) if c.exactly_once);
         Sizing {
             max_inflight_bytes: m.backpressure.max_inflight_bytes.bytes(),
             low_ratio: m.backpressure.low_ratio,
@@ -84,7 +91,13 @@ impl Sizing {
             batch_max_bytes: flow.batch.max_bytes.bytes(),
             queue_capacity: flow.queue.capacity,
             chunk_target_bytes: flow.chunk.target_bytes.bytes(),
+            queued_are_batches: exactly_once,
         }
+    }
+
+    /// The size of one queued chunk in the rule: a whole batch under exactly-once.
+    pub fn queued_bytes(&self) -> u64 {
+        if self.queued_are_batches { self.batch_max_bytes } else { self.chunk_target_bytes }
     }
 
     /// Evaluates the rule exactly.
@@ -92,15 +105,21 @@ impl Sizing {
         let num = u128::from(self.low_ratio.numerator());
         let den = u128::from(self.low_ratio.denominator());
         let pending = u128::from(self.shards) * u128::from(self.max_per_shard) * u128::from(self.batch_max_bytes);
-        let queued = u128::from(self.shards) * u128::from(self.queue_capacity) * u128::from(self.chunk_target_bytes);
+        let queued = u128::from(self.shards) * u128::from(self.queue_capacity) * u128::from(self.queued_bytes());
         let right = 2 * (pending + queued);
         let left_scaled = u128::from(self.max_inflight_bytes) * num;
         // budget × num / den ≥ right  ⟺  budget ≥ right × den / num, rounded up.
         let min_inflight_bytes = if num == 0 { u128::MAX } else { (right * den).div_ceil(num) };
         // 2 × shards × per_shard × B ≤ budget × num / den − 2 × queued
         // ⟺ B ≤ (budget × num − 2 × queued × den) / (2 × shards × per_shard × den), rounded down.
-        let divisor = 2 * u128::from(self.shards) * u128::from(self.max_per_shard) * den;
-        let room = left_scaled.checked_sub(2 * queued * den);
+        // Under exactly-once the queued chunks are batches: B appears in both terms.
+        let (per_shard_batches, fixed_queued) = if self.queued_are_batches {
+            (u128::from(self.max_per_shard) + u128::from(self.queue_capacity), 0)
+        } else {
+            (u128::from(self.max_per_shard), queued)
+        };
+        let divisor = 2 * u128::from(self.shards) * per_shard_batches * den;
+        let room = left_scaled.checked_sub(2 * fixed_queued * den);
         let max_batch_bytes = match room {
             Some(room) if divisor > 0 && room / divisor > 0 => Some(room / divisor),
             _ => None,
@@ -155,9 +174,14 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             "the backpressure budget is too small for the sink's batching (sizing rule)",
         )
     };
+    let queued_unit = if s.queued_are_batches {
+        "batch.max_bytes (exactly_once: a lane seals whole batches)"
+    } else {
+        "chunk.target_bytes"
+    };
     let mut d = diag(&RULE, path, message)
         .on_value()
-        .note("rule: max_inflight_bytes × low_ratio ≥ 2 × (shards × inflight.max_per_shard × batch.max_bytes + shards × queue.capacity × chunk.target_bytes)")
+        .note(format!("rule: max_inflight_bytes × low_ratio ≥ 2 × (shards × inflight.max_per_shard × batch.max_bytes + shards × queue.capacity × {queued_unit})"))
         .note(format!(
             "left:  {} × {} = {left_exact} bytes ({})",
             s.max_inflight_bytes,
@@ -171,7 +195,7 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             s.batch_max_bytes,
             s.shards,
             s.queue_capacity,
-            s.chunk_target_bytes,
+            s.queued_bytes(),
             v.right,
             mib(v.right, true)
         ))
@@ -213,6 +237,7 @@ mod tests {
             shards,
             max_per_shard: 2,
             batch_max_bytes: 16 << 20,
+            queued_are_batches: false,
             queue_capacity: 8,
             chunk_target_bytes: 256 << 10,
         }
@@ -241,6 +266,18 @@ mod tests {
         let short = Sizing { max_inflight_bytes: v.min_inflight_bytes as u64 - 1, ..s };
         assert!(!short.evaluate().passes(s.low_ratio));
         // The largest passing batch passes and one byte more does not.
+        let b = v.max_batch_bytes.unwrap() as u64;
+        assert!(Sizing { batch_max_bytes: b, ..s }.evaluate().passes(s.low_ratio));
+        assert!(!Sizing { batch_max_bytes: b + 1, ..s }.evaluate().passes(s.low_ratio));
+    }
+
+    // Under exactly-once the queued chunks are batches: the fixes stay exact to the byte.
+    #[test]
+    fn exactly_once_counts_queued_chunks_as_batches() {
+        let s = Sizing { queued_are_batches: true, ..defaults(1) };
+        let v = s.evaluate();
+        assert_eq!(v.right, 2 * (2 + 8) * (16 << 20));
+        assert!(!v.passes(s.low_ratio), "the defaults need smaller batches under exactly_once");
         let b = v.max_batch_bytes.unwrap() as u64;
         assert!(Sizing { batch_max_bytes: b, ..s }.evaluate().passes(s.low_ratio));
         assert!(!Sizing { batch_max_bytes: b + 1, ..s }.evaluate().passes(s.low_ratio));
