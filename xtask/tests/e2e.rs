@@ -646,3 +646,149 @@ fn tls_to_broker_and_clickhouse() {
     let stats = assert_all_arrived(Variant::Tls.table(), N);
     assert_eq!(stats.count, N, "no duplicates ({stats:?})");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Exactly-once (issue 10): `pipeline-eo.yaml`, `sink.clickhouse.exactly_once: true`.
+
+/// Exactly once: every order of `0..n` is in the table once, with the right content
+/// (count = uniqExact(key) = N, and the per-key checksum), and the ledger recorded batches.
+fn assert_exactly_once(n: i64) -> ChStats {
+    let table = Variant::Exactly.table();
+    let stats = assert_all_arrived(table, n);
+    assert_eq!(stats.count, n, "exactly once: count = uniqExact(order_id) = N ({stats:?})");
+    let spans: i64 = infra()
+        .clickhouse
+        .iter()
+        .map(|url| ch_query(url, &format!("SELECT count() FROM default.{table}_etl_batches")).trim().parse::<i64>().unwrap())
+        .sum();
+    assert!(spans > 0, "the ledger holds the recorded batch spans");
+    stats
+}
+
+/// The process ended by SIGKILL (a fault point, or the test's own kill).
+fn assert_killed(status: std::process::ExitStatus, label: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "[{label}] died of SIGKILL: {status}");
+}
+
+/// Scenario 10: SIGKILL at six moments while orders stream in: right after a batch span became
+/// durable in the ledger (its insert not sent), right after an insert was acknowledged (its
+/// offsets not stored), both again later in the stream, and three times at random. After the
+/// final run ClickHouse holds every order exactly once.
+#[test]
+fn exactly_once_survives_kills_at_every_step() {
+    let _serial = serial();
+    prepare(Variant::Exactly);
+    let _t = Timer::start("exactly-once kills");
+    const N: i64 = 300_000;
+    let (topic, group) = (unique("e2e-eo-kill"), unique("e2e-eo-kill"));
+    create_topic(&topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 6_000);
+    let mut processes = Vec::new();
+    // The fault points: the process kills itself at the n-th passage.
+    for (round, fault) in ["span_recorded:3", "insert_acked:4", "span_recorded:40", "insert_acked:60"].iter().enumerate() {
+        let label = format!("eo-fault-{round}");
+        let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[("ETL_FAULT", fault)]);
+        let status = p.wait_exit(Duration::from_secs(120)).unwrap_or_else(|| {
+            panic!("[{label}] never reached ETL_FAULT={fault}:\n{}", p.log_tail())
+        });
+        assert_killed(status, &label);
+        assert!(!p.log_lines("ETL_FAULT: killing the process").is_empty(), "[{label}] died at the fault point");
+        eprintln!("{label}: killed at {fault}; committed {}", committed_total(&group, &topic, PARTITIONS));
+        processes.push(p);
+    }
+    let mut rng = Rng::from_time();
+    for round in 0..3 {
+        let label = format!("eo-kill-{round}");
+        let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[]);
+        p.await_metrics("records", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+        std::thread::sleep(Duration::from_secs_f64(rng.between(0.3, 3.0)));
+        p.kill();
+        assert_killed(p.exit.unwrap(), &label);
+        eprintln!("{label}: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
+        processes.push(p);
+    }
+    let mut last = spawn(Variant::Exactly, "eo-kill-final", &topic, &group, &[]);
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    last.stop_cleanly();
+    processes.push(last);
+    for p in &processes {
+        p.assert_no_panic();
+    }
+    let replayed: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
+    assert!(replayed > 0, "restarts read replay plans");
+    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
+    let stats = assert_exactly_once(N);
+    eprintln!("exactly-once kills: {stats:?} after 7 kills");
+}
+
+/// Scenario 11: a second instance joins mid-stream (partitions move while batches are in
+/// flight), then the first leaves; later the second is killed and a third takes over. Exactly
+/// once.
+#[test]
+fn exactly_once_across_rebalances() {
+    let _serial = serial();
+    prepare(Variant::Exactly);
+    let _t = Timer::start("exactly-once rebalance");
+    const N: i64 = 200_000;
+    let (topic, group) = (unique("e2e-eo-rebalance"), unique("e2e-eo-rebalance"));
+    create_topic(&topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 8_000);
+    let mut a = spawn(Variant::Exactly, "eo-rebalance-a", &topic, &group, &[]);
+    a.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut b = spawn(Variant::Exactly, "eo-rebalance-b", &topic, &group, &[]);
+    b.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    std::thread::sleep(Duration::from_secs(1));
+    a.stop_cleanly();
+    std::thread::sleep(Duration::from_secs(2));
+    b.kill();
+    let mut c = spawn(Variant::Exactly, "eo-rebalance-c", &topic, &group, &[]);
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    c.stop_cleanly();
+    b.assert_no_panic();
+    assert!(!a.log_lines("partitions revoked").is_empty(), "a handed partitions over");
+    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
+    let stats = assert_exactly_once(N);
+    eprintln!("exactly-once rebalance: {stats:?}");
+}
+
+/// Scenario 12: both ClickHouse servers frozen for 8 s while the pipeline runs (it retries and
+/// survives), then frozen again and the process killed during the freeze, with inserts in flight
+/// that the servers may still complete after they thaw; the restart replays them. Exactly once.
+#[test]
+fn exactly_once_through_clickhouse_outages() {
+    let _serial = serial();
+    prepare(Variant::Exactly);
+    let _t = Timer::start("exactly-once outage");
+    const N: i64 = 200_000;
+    let (topic, group) = (unique("e2e-eo-outage"), unique("e2e-eo-outage"));
+    create_topic(&topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 8_000);
+    let mut p = spawn(Variant::Exactly, "eo-outage-1", &topic, &group, &[]);
+    p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    {
+        let _frozen = freeze_clickhouse();
+        std::thread::sleep(Duration::from_secs(8));
+        assert!(p.try_exit().is_none(), "the pipeline survives the outage:\n{}", p.log_tail());
+    }
+    p.await_metrics("rows after the thaw", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 50_000.0);
+    {
+        let _frozen = freeze_clickhouse();
+        std::thread::sleep(Duration::from_secs(3));
+        p.kill();
+    }
+    let mut last = spawn(Variant::Exactly, "eo-outage-2", &topic, &group, &[]);
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
+    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    last.stop_cleanly();
+    p.assert_no_panic();
+    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
+    let stats = assert_exactly_once(N);
+    eprintln!("exactly-once outage: {stats:?}");
+}

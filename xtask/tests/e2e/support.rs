@@ -136,6 +136,8 @@ pub enum Variant {
     Fail,
     /// `pipeline-tls.yaml`: `pipeline.yaml` over TLS (the broker and shard 0).
     Tls,
+    /// `pipeline-eo.yaml`: `pipeline.yaml` with `exactly_once: true`.
+    Exactly,
 }
 
 impl Variant {
@@ -145,6 +147,7 @@ impl Variant {
             Variant::Dlq => "pipeline-dlq.yaml",
             Variant::Fail => "pipeline-fail.yaml",
             Variant::Tls => "pipeline-tls.yaml",
+            Variant::Exactly => "pipeline-eo.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -155,6 +158,7 @@ impl Variant {
             Variant::Dlq => "e2e_orders_dlq",
             Variant::Fail => "e2e_orders_fail",
             Variant::Tls => "e2e_orders_tls",
+            Variant::Exactly => "e2e_orders_eo",
         }
     }
 
@@ -165,7 +169,7 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 4] = [const { OnceLock::new() }; 4];
+        static BINARIES: [OnceLock<PathBuf>; 5] = [const { OnceLock::new() }; 5];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
@@ -186,7 +190,11 @@ impl Variant {
                 let ddl = String::from_utf8(ddl.stdout).unwrap();
                 for url in &infra().clickhouse {
                     ch_exec(url, &format!("DROP TABLE IF EXISTS default.{} SYNC", self.table()));
-                    ch_exec(url, &ddl);
+                    // The exactly-once variant's DDL also creates its ledger table.
+                    ch_exec(url, &format!("DROP TABLE IF EXISTS default.{}_etl_batches SYNC", self.table()));
+                    for statement in ddl.split(";\n").filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.starts_with("--"))) {
+                        ch_exec(url, statement);
+                    }
                 }
                 binary
             })
