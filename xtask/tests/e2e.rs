@@ -671,9 +671,9 @@ fn assert_killed(status: std::process::ExitStatus, label: &str) {
     assert_eq!(status.signal(), Some(9), "[{label}] died of SIGKILL: {status}");
 }
 
-/// Scenario 10: SIGKILL at six moments while orders stream in: right after a batch span became
-/// durable in the ledger (its insert not sent), right after an insert was acknowledged (its
-/// offsets not stored), both again later in the stream, and three times at random. After the
+/// Scenario 10: SIGKILL at seven moments while orders stream in: three times at random, then
+/// right after a batch span became durable in the ledger (its insert not sent), right after an
+/// insert was acknowledged (its offsets not stored), and both again later in the stream. After the
 /// final run ClickHouse holds every order exactly once.
 #[test]
 fn exactly_once_survives_kills_at_every_step() {
@@ -683,10 +683,23 @@ fn exactly_once_survives_kills_at_every_step() {
     const N: i64 = 300_000;
     let (topic, group) = (unique("e2e-eo-kill"), unique("e2e-eo-kill"));
     create_topic(&topic, PARTITIONS);
-    let (_, producer) = produce_in_background(&topic, 0..N, 0, 6_000);
+    // About 120 s of input: every round below (each restart waits several seconds to join the
+    // group) starts while orders still stream in.
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 2_500);
     let mut processes = Vec::new();
+    let mut rng = Rng::from_time();
+    for round in 0..3 {
+        let label = format!("eo-kill-{round}");
+        let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[]);
+        p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+        std::thread::sleep(Duration::from_secs_f64(rng.between(0.3, 3.0)));
+        p.kill();
+        assert_killed(p.exit.unwrap(), &label);
+        eprintln!("{label}: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
+        processes.push(p);
+    }
     // The fault points: the process kills itself at the n-th passage.
-    for (round, fault) in ["span_recorded:3", "insert_acked:4", "span_recorded:40", "insert_acked:60"].iter().enumerate() {
+    for (round, fault) in ["span_recorded:3", "insert_acked:4", "span_recorded:30", "insert_acked:40"].iter().enumerate() {
         let label = format!("eo-fault-{round}");
         let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[("ETL_FAULT", fault)]);
         let status = p.wait_exit(Duration::from_secs(120)).unwrap_or_else(|| {
@@ -695,17 +708,6 @@ fn exactly_once_survives_kills_at_every_step() {
         assert_killed(status, &label);
         assert!(!p.log_lines("ETL_FAULT: killing the process").is_empty(), "[{label}] died at the fault point");
         eprintln!("{label}: killed at {fault}; committed {}", committed_total(&group, &topic, PARTITIONS));
-        processes.push(p);
-    }
-    let mut rng = Rng::from_time();
-    for round in 0..3 {
-        let label = format!("eo-kill-{round}");
-        let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[]);
-        p.await_metrics("records", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
-        std::thread::sleep(Duration::from_secs_f64(rng.between(0.3, 3.0)));
-        p.kill();
-        assert_killed(p.exit.unwrap(), &label);
-        eprintln!("{label}: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
         processes.push(p);
     }
     let mut last = spawn(Variant::Exactly, "eo-kill-final", &topic, &group, &[]);
