@@ -321,8 +321,13 @@ async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
             }
         }
     };
-    if let Some(fence) = &fence {
-        fence.leave();
+    if let Some(fence) = &fence
+        && !fence.leave()
+        && recorded
+    {
+        tracing::info!(?span, "the partition was handed over while its batch span was recorded; the next owner replays it");
+        shared.budget.release(batch.held);
+        return false;
     }
     if recorded {
         tracing::trace!(?span, token = %batch.token, "batch span recorded");

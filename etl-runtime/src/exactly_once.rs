@@ -138,14 +138,17 @@ impl Replay {
     }
 }
 
-/// Keeps a lane's former owner from recording spans once the lane was handed over.
+/// Keeps a lane's former owner from inserting a batch whose span the next owner may not have
+/// seen.
 ///
 /// A write task calls [`Fence::enter`] before it records a span and [`Fence::leave`] after; the
-/// pipeline thread calls [`Fence::close`] when it removes the lane. Both sides update one atomic
-/// word (sequentially consistent), so either the task sees the fence closed and does not record,
-/// or `close` sees the recording in progress and reports it. Without this, a batch sealed before a
-/// revocation whose drain timed out could record its span after the next owner read the ledger,
-/// and insert rows the next owner cuts differently.
+/// pipeline thread calls [`Fence::close`] when it removes the lane, before the source hands the
+/// partition over (and so before the next owner reads the ledger). Both sides update one atomic
+/// word (sequentially consistent). A task inserts its batch only if the fence was open from
+/// before it started recording until the span was acknowledged: then the span was durable before
+/// the hand-over, the next owner sees it and re-cuts the same batch. A span whose recording
+/// overlapped the close may land after the next owner read the ledger; its batch is not inserted
+/// (the next owner inserts those rows under its own spans), so a stray span costs nothing.
 #[derive(Debug, Default)]
 pub(crate) struct Fence(AtomicU64);
 
@@ -162,8 +165,9 @@ impl Fence {
         true
     }
 
-    pub(crate) fn leave(&self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+    /// Ends a recording; true when the fence stayed open throughout (the batch may be inserted).
+    pub(crate) fn leave(&self) -> bool {
+        self.0.fetch_sub(1, Ordering::SeqCst) & CLOSED == 0
     }
 
     /// Closes the fence; returns how many recordings are in progress.
@@ -251,8 +255,10 @@ mod tests {
     fn the_fence_orders_recordings_and_the_hand_over() {
         let fence = Fence::default();
         assert!(fence.enter());
+        assert!(fence.leave(), "a recording before any close may be followed by its insert");
+        assert!(fence.enter());
         assert_eq!(fence.close(), 1, "a recording in progress is reported");
-        fence.leave();
+        assert!(!fence.leave(), "a recording that overlapped the close must not be followed by its insert");
         assert!(!fence.enter(), "no recording after the close");
         assert_eq!(fence.close(), 0);
     }

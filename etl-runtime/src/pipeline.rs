@@ -807,11 +807,11 @@ impl<C: Chain> PipelineThread<C> {
             // From here on no write task records a span of this lane (see `Fence`).
             let recording = exact.fence.close();
             if recording > 0 {
-                tracing::error!(
+                tracing::info!(
                     partition = lane.partition,
                     recording,
-                    "the partition is handed over while batch spans are being recorded: if the next owner reads \
-                     the ledger before they land, those batches can be inserted twice"
+                    "the partition is handed over while batch spans are being recorded; those batches will not be \
+                     inserted by this member"
                 );
             }
         }
