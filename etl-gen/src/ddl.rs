@@ -47,6 +47,7 @@ pub fn create_table(v: &Validated) -> Result<String, String> {
              `first_offset` Int64,\n    \
              `last_offset`  Int64,\n    \
              `config_hash`  String,\n    \
+             `epoch`        UInt64,\n    \
              `recorded_at`  DateTime DEFAULT now()\n)\n\
              ENGINE = MergeTree\n\
              ORDER BY (`pipeline`, `topic`, `partition`, `last_offset`)\n\

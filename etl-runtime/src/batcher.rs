@@ -302,7 +302,7 @@ async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
     let retry = shared.config.retry;
     let mut attempt = 1u32;
     let recorded = loop {
-        match ledger.record(span).await {
+        match ledger.record(span, fence.as_ref().map_or(0, |f| f.epoch)).await {
             Ok(()) => break true,
             Err(error) if error.is_retryable() && attempt < retry.max_attempts => {
                 let backoff = backoff(&retry, attempt);
@@ -325,7 +325,10 @@ async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
         && !fence.leave()
         && recorded
     {
-        tracing::info!(?span, "the partition was handed over while its batch span was recorded; the next owner replays it");
+        tracing::info!(
+            ?span,
+            "the partition was handed over while its batch span was recorded; the next owner replays it"
+        );
         shared.budget.release(batch.held);
         return false;
     }

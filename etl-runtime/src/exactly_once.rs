@@ -9,6 +9,13 @@
 //! `min(committed, first offset of any recorded span above the committed offset)` and cuts the
 //! replayed records at the recorded spans again, so each replayed batch carries the token it had:
 //! ClickHouse drops the repeat.
+//!
+//! Every owner of a partition (each assignment of it, in any process) has an epoch, higher than
+//! every earlier owner's: it claims it in the ledger before it reads the spans. Spans carry the
+//! epoch of the owner that recorded them. A former owner's span can land after the next owner read
+//! the ledger (its recording was in flight at the hand-over, see [`Fence`]); its batch is never
+//! inserted, but the owner after next sees it overlapping the spans the next owner cut. Overlaps
+//! are resolved for the higher epoch, which is always the span that may have been inserted.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -35,8 +42,9 @@ pub struct Span {
 /// The spans recorded for one partition above its committed offset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recorded {
-    /// Spans recorded under the running configuration.
-    pub spans: Vec<Span>,
+    /// Spans recorded under the running configuration, with the epoch of the owner that recorded
+    /// each.
+    pub spans: Vec<(Span, u64)>,
     /// Spans recorded under another config hash: their rows cannot be re-cut under the same
     /// tokens, so they are inserted again (at-least-once for them).
     pub other_config: usize,
@@ -48,9 +56,13 @@ pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SinkError>>
 /// Where batch spans are made durable before their insert (for ClickHouse: a small table on each
 /// shard). Implemented by sinks that support exactly-once.
 pub trait Ledger: Send + Sync + 'static {
-    /// Makes `span` durable. Called before every attempt to insert the batch until it succeeded
-    /// once; must be idempotent.
-    fn record<'a>(&'a self, span: &'a Span) -> LedgerFuture<'a, ()>;
+    /// Claims `partition` for a new owner: makes an epoch higher than every epoch recorded for the
+    /// partition durable, and returns it. Called before [`Ledger::recorded`].
+    fn claim(&self, partition: i32) -> LedgerFuture<'_, u64>;
+
+    /// Makes `span`, recorded by the owner of `epoch`, durable. Called before the batch's insert,
+    /// retried until it succeeded; must be idempotent.
+    fn record<'a>(&'a self, span: &'a Span, epoch: u64) -> LedgerFuture<'a, ()>;
 
     /// The spans of `partition` whose last offset is above `watermark` (all of them when `None`).
     fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded>;
@@ -66,8 +78,11 @@ pub trait Ledger: Send + Sync + 'static {
 pub struct Replay {
     /// The committed offset minus one: every row of a record at or below it is durable.
     pub watermark: Option<i64>,
-    /// Per shard, the recorded spans above the watermark as `(first, last)`, in offset order.
+    /// Per shard, the recorded spans above the watermark as `(first, last)`, in offset order,
+    /// without overlaps.
     pub spans: Vec<VecDeque<(i64, i64)>>,
+    /// The epoch this owner claimed; its spans are recorded with it.
+    pub epoch: u64,
 }
 
 /// What the new owner does with a row of the record at some offset, for one shard.
@@ -83,24 +98,36 @@ pub(crate) enum Cut {
 }
 
 impl Replay {
-    /// The plan for a partition with `shards` shards, from the committed offset's `watermark` and
-    /// the spans recorded above it.
-    pub fn new(shards: usize, watermark: Option<i64>, recorded: &[Span]) -> Replay {
-        let mut spans = vec![Vec::new(); shards];
-        for span in recorded {
+    /// The plan for a partition with `shards` shards, from the committed offset's `watermark`, the
+    /// spans recorded above it with their owners' epochs, and the epoch just claimed.
+    ///
+    /// Where spans of one shard overlap, the one of the higher epoch is kept: a span overlapped by a
+    /// later owner's was recorded too late for that owner to see it, so its batch was never
+    /// inserted (see [`Fence`]).
+    pub fn new(shards: usize, watermark: Option<i64>, recorded: &[(Span, u64)], epoch: u64) -> Replay {
+        let mut by_shard: Vec<Vec<(u64, i64, i64)>> = vec![Vec::new(); shards];
+        for (span, epoch) in recorded {
             if span.shard < shards && watermark.is_none_or(|w| span.last > w) {
-                spans[span.shard].push((span.first, span.last));
+                by_shard[span.shard].push((*epoch, span.first, span.last));
             }
         }
-        let spans = spans
+        let spans = by_shard
             .into_iter()
-            .map(|mut s| {
-                s.sort_unstable();
-                s.dedup();
-                VecDeque::from(s)
+            .map(|mut candidates| {
+                // Highest epoch first; a span that overlaps one already kept is dropped (the
+                // same span recorded again by a later owner is the same span).
+                candidates.sort_unstable_by(|a, b| b.cmp(a));
+                let mut kept: Vec<(i64, i64)> = Vec::new();
+                for (_, first, last) in candidates {
+                    if !kept.iter().any(|&(f, l)| first <= l && f <= last) {
+                        kept.push((first, last));
+                    }
+                }
+                kept.sort_unstable();
+                VecDeque::from(kept)
             })
             .collect();
-        Replay { watermark, spans }
+        Replay { watermark, spans, epoch }
     }
 
     /// The offset to start reading at: `min(watermark + 1, first offset of every recorded span)`,
@@ -150,16 +177,24 @@ impl Replay {
 /// overlapped the close may land after the next owner read the ledger; its batch is not inserted
 /// (the next owner inserts those rows under its own spans), so a stray span costs nothing.
 #[derive(Debug, Default)]
-pub(crate) struct Fence(AtomicU64);
+pub(crate) struct Fence {
+    state: AtomicU64,
+    /// The owner's epoch, recorded with its spans.
+    pub(crate) epoch: u64,
+}
 
 const CLOSED: u64 = 1 << 63;
 
 impl Fence {
+    pub(crate) fn new(epoch: u64) -> Fence {
+        Fence { state: AtomicU64::new(0), epoch }
+    }
+
     /// True when the span may be recorded; then [`Fence::leave`] must follow.
     pub(crate) fn enter(&self) -> bool {
-        let before = self.0.fetch_add(1, Ordering::SeqCst);
+        let before = self.state.fetch_add(1, Ordering::SeqCst);
         if before & CLOSED != 0 {
-            self.0.fetch_sub(1, Ordering::SeqCst);
+            self.state.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
         true
@@ -167,12 +202,12 @@ impl Fence {
 
     /// Ends a recording; true when the fence stayed open throughout (the batch may be inserted).
     pub(crate) fn leave(&self) -> bool {
-        self.0.fetch_sub(1, Ordering::SeqCst) & CLOSED == 0
+        self.state.fetch_sub(1, Ordering::SeqCst) & CLOSED == 0
     }
 
     /// Closes the fence; returns how many recordings are in progress.
     pub(crate) fn close(&self) -> u64 {
-        self.0.fetch_or(CLOSED, Ordering::SeqCst) & !CLOSED
+        self.state.fetch_or(CLOSED, Ordering::SeqCst) & !CLOSED
     }
 }
 
@@ -219,28 +254,47 @@ pub(crate) fn fault(point: FaultPoint) {
 mod tests {
     use super::*;
 
-    fn span(shard: usize, first: i64, last: i64) -> Span {
-        Span { partition: 0, shard, first, last }
+    fn span(shard: usize, first: i64, last: i64) -> (Span, u64) {
+        (Span { partition: 0, shard, first, last }, 1)
     }
 
     // Invariant 8: the replay starts at the lowest unfinished batch, whole, and never below it.
     #[test]
     fn replay_starts_at_the_first_recorded_span_above_the_watermark() {
         let recorded = [span(0, 100, 200), span(1, 150, 260), span(0, 201, 300), span(1, 10, 90)];
-        let replay = Replay::new(2, Some(160), &recorded);
+        let replay = Replay::new(2, Some(160), &recorded, 2);
         // (10, 90) ends below the watermark: durable, not replayed.
         assert_eq!(replay.pending(), 3);
         assert_eq!(replay.start(), Some(100));
-        assert_eq!(Replay::new(2, Some(400), &recorded).start(), Some(401));
-        assert_eq!(Replay::new(2, None, &recorded).start(), Some(10));
-        assert_eq!(Replay::new(2, None, &[]).start(), None);
+        assert_eq!(Replay::new(2, Some(400), &recorded, 2).start(), Some(401));
+        assert_eq!(Replay::new(2, None, &recorded, 2).start(), Some(10));
+        assert_eq!(Replay::new(2, None, &[], 2).start(), None);
+    }
+
+    // Invariant 8: a former owner's span that landed after the next owner read the ledger (so it
+    // overlaps that owner's spans, and its batch was never inserted) gives way to the later epoch.
+    #[test]
+    fn overlapping_spans_resolve_for_the_later_owner() {
+        let at = |shard, first, last, epoch| (Span { partition: 0, shard, first, last }, epoch);
+        let recorded = [
+            at(0, 100, 200, 1), // owner 1, durable before the hand-over
+            at(0, 201, 300, 1), // owner 1's stray span
+            at(0, 201, 250, 2), // owner 2 cut these records after reading the ledger
+            at(0, 251, 320, 2),
+            at(0, 100, 200, 2), // owner 2 replayed owner 1's batch: the same span
+            at(1, 150, 170, 1),
+        ];
+        let replay = Replay::new(2, Some(99), &recorded, 3);
+        assert_eq!(replay.spans[0], VecDeque::from([(100, 200), (201, 250), (251, 320)]));
+        assert_eq!(replay.spans[1], VecDeque::from([(150, 170)]));
+        assert_eq!(replay.epoch, 3);
     }
 
     // Invariant 8: rows of recorded spans keep their span; rows at or below the watermark outside
     // any span of their shard are durable; the rest are new.
     #[test]
     fn rows_are_cut_at_the_recorded_spans() {
-        let mut replay = Replay::new(2, Some(160), &[span(0, 100, 200), span(1, 150, 260)]);
+        let mut replay = Replay::new(2, Some(160), &[span(0, 100, 200), span(1, 150, 260)], 2);
         assert_eq!(replay.cut(0, 100), Cut::Recorded(100, 200));
         assert_eq!(replay.cut(1, 120), Cut::Durable);
         assert_eq!(replay.cut(1, 155), Cut::Recorded(150, 260));
@@ -253,7 +307,7 @@ mod tests {
     // Invariant 8: a closed fence admits no recording, and closing reports one in progress.
     #[test]
     fn the_fence_orders_recordings_and_the_hand_over() {
-        let fence = Fence::default();
+        let fence = Fence::new(7);
         assert!(fence.enter());
         assert!(fence.leave(), "a recording before any close may be followed by its insert");
         assert!(fence.enter());

@@ -412,9 +412,13 @@ impl PipelineHandle {
         let mut plans = Vec::with_capacity(partitions.len());
         for &(partition, watermark) in partitions {
             let mut backoff = Duration::from_millis(100);
-            let recorded = loop {
-                match self.inner.runtime.block_on(ledger.recorded(partition, watermark)) {
-                    Ok(recorded) => break recorded,
+            let (epoch, recorded) = loop {
+                let read = async {
+                    let epoch = ledger.claim(partition).await?;
+                    Ok::<_, crate::sink::SinkError>((epoch, ledger.recorded(partition, watermark).await?))
+                };
+                match self.inner.runtime.block_on(read) {
+                    Ok(read) => break read,
                     Err(error) if error.kind == SinkErrorKind::Retryable && Instant::now() + backoff < deadline => {
                         tracing::warn!(partition, %error, retry_in = ?backoff, "reading the exactly-once ledger failed");
                         std::thread::sleep(backoff);
@@ -433,8 +437,8 @@ impl PipelineHandle {
                      inserted again (at-least-once for them)"
                 );
             }
-            let plan = Replay::new(shared.config.shards, watermark, &recorded.spans);
-            tracing::info!(partition, ?watermark, start = ?plan.start(), replayed_batches = plan.pending(), "exactly-once replay plan");
+            let plan = Replay::new(shared.config.shards, watermark, &recorded.spans, epoch);
+            tracing::info!(partition, epoch, ?watermark, start = ?plan.start(), replayed_batches = plan.pending(), "exactly-once replay plan");
             plans.push(plan);
         }
         Ok(plans)

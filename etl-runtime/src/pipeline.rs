@@ -244,10 +244,9 @@ impl<C: Chain> PipelineThread<C> {
             Control::AddLane { lane_id, lane, replay } => {
                 let partition = lane.partition();
                 tracing::info!(thread = self.index, partition, lane_id, "lane added");
-                let exact = self.shared.config.exactly_once.then(|| Exact {
-                    replay: replay.unwrap_or_else(|| Replay::new(self.queues.len(), None, &[])),
-                    fence: Arc::new(Fence::default()),
-                    carry: Vec::new(),
+                let exact = self.shared.config.exactly_once.then(|| {
+                    let replay = replay.unwrap_or_else(|| Replay::new(self.queues.len(), None, &[], 0));
+                    Exact { fence: Arc::new(Fence::new(replay.epoch)), replay, carry: Vec::new() }
                 });
                 let lag_seconds = self.shared.metrics.lag_seconds.with_label_values(&[partition.to_string().as_str()]);
                 self.lanes.push(LaneState {

@@ -659,7 +659,9 @@ fn assert_exactly_once(n: i64) -> ChStats {
     let spans: i64 = infra()
         .clickhouse
         .iter()
-        .map(|url| ch_query(url, &format!("SELECT count() FROM default.{table}_etl_batches")).trim().parse::<i64>().unwrap())
+        .map(|url| {
+            ch_query(url, &format!("SELECT count() FROM default.{table}_etl_batches")).trim().parse::<i64>().unwrap()
+        })
         .sum();
     assert!(spans > 0, "the ledger holds the recorded batch spans");
     stats
@@ -699,12 +701,14 @@ fn exactly_once_survives_kills_at_every_step() {
         processes.push(p);
     }
     // The fault points: the process kills itself at the n-th passage.
-    for (round, fault) in ["span_recorded:3", "insert_acked:4", "span_recorded:30", "insert_acked:40"].iter().enumerate() {
+    for (round, fault) in
+        ["span_recorded:3", "insert_acked:4", "span_recorded:30", "insert_acked:40"].iter().enumerate()
+    {
         let label = format!("eo-fault-{round}");
         let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[("ETL_FAULT", fault)]);
-        let status = p.wait_exit(Duration::from_secs(120)).unwrap_or_else(|| {
-            panic!("[{label}] never reached ETL_FAULT={fault}:\n{}", p.log_tail())
-        });
+        let status = p
+            .wait_exit(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("[{label}] never reached ETL_FAULT={fault}:\n{}", p.log_tail()));
         assert_killed(status, &label);
         assert!(!p.log_lines("ETL_FAULT: killing the process").is_empty(), "[{label}] died at the fault point");
         eprintln!("{label}: killed at {fault}; committed {}", committed_total(&group, &topic, PARTITIONS));
@@ -753,11 +757,7 @@ fn exactly_once_across_rebalances() {
         assert!(status.success(), "SIGTERM exits 0 although the sink is frozen: {status}");
         eprintln!("eo-rebalance: a left after {:.1}s (drain_timeout {:?})", took.as_secs_f64(), config.drain_timeout);
     }
-    assert!(
-        !a.log_lines("complete=false").is_empty(),
-        "a's drain timed out with batches in flight:\n{}",
-        a.log_tail()
-    );
+    assert!(!a.log_lines("complete=false").is_empty(), "a's drain timed out with batches in flight:\n{}", a.log_tail());
     b.await_metrics("rows after the thaw", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 40_000.0);
     b.kill();
     let mut c = spawn(Variant::Exactly, "eo-rebalance-c", &topic, &group, &[]);

@@ -1,6 +1,7 @@
 //! The exactly-once ledger in ClickHouse: one row per batch span in `<table>_etl_batches` on the
 //! batch's shard, written before the batch's insert and read by the next owner of a partition;
-//! and the start-up checks that the target table deduplicates inserts.
+//! one claim row per new owner of a partition (offsets -1, on shard `partition % shards`) with its
+//! epoch; and the start-up checks that the target table deduplicates inserts.
 
 use ::clickhouse::Client;
 
@@ -15,7 +16,7 @@ pub fn ledger_table(table: &str) -> String {
 
 /// The ledger's columns as the sink writes them; `recorded_at` (with a default, for the TTL) is
 /// not written. `cargo xtask gen --ddl` prints the CREATE TABLE.
-pub(super) const LEDGER_COLUMNS: [(&str, &str); 7] = [
+pub(super) const LEDGER_COLUMNS: [(&str, &str); 8] = [
     ("pipeline", "String"),
     ("topic", "String"),
     ("partition", "Int32"),
@@ -23,6 +24,7 @@ pub(super) const LEDGER_COLUMNS: [(&str, &str); 7] = [
     ("first_offset", "Int64"),
     ("last_offset", "Int64"),
     ("config_hash", "String"),
+    ("epoch", "UInt64"),
 ];
 
 /// What `sink.clickhouse.exactly_once` needs to know besides the sink's own configuration.
@@ -89,40 +91,82 @@ impl ClickhouseLedger {
     }
 }
 
+impl ClickhouseLedger {
+    /// Inserts one ledger row on the span's shard and waits until it is written.
+    async fn insert_row(&self, span: &Span, epoch: u64, token: Option<String>) -> Result<(), SinkError> {
+        let sql = format!(
+            "INSERT INTO `{}`.`{}` ({}) SELECT {{pipeline:String}}, {{topic:String}}, {{partition:Int32}}, \
+             {{shard:UInt32}}, {{first:Int64}}, {{last:Int64}}, {{hash:String}}, {{epoch:UInt64}}",
+            self.database,
+            ledger_table(&self.table),
+            LEDGER_COLUMNS.map(|(name, _)| format!("`{name}`")).join(", ")
+        );
+        self.on_shard(span.shard, |client| {
+            let mut query = client
+                .query_raw(&sql)
+                .param("pipeline", self.config.pipeline.as_str())
+                .param("topic", self.config.topic.as_str())
+                .param("partition", span.partition)
+                .param("shard", span.shard as u32)
+                .param("first", span.first)
+                .param("last", span.last)
+                .param("hash", self.config.config_hash.as_str())
+                .param("epoch", epoch)
+                .with_setting("wait_end_of_query", "1");
+            if let Some(token) = &token {
+                query = query.with_setting("insert_deduplication_token", token.as_str());
+            }
+            query.execute()
+        })
+        .await
+    }
+}
+
 impl Ledger for ClickhouseLedger {
-    fn record<'a>(&'a self, span: &'a Span) -> LedgerFuture<'a, ()> {
+    fn claim(&self, partition: i32) -> LedgerFuture<'_, u64> {
         Box::pin(async move {
             let sql = format!(
-                "INSERT INTO `{}`.`{}` ({}) SELECT {{pipeline:String}}, {{topic:String}}, {{partition:Int32}}, \
-                 {{shard:UInt32}}, {{first:Int64}}, {{last:Int64}}, {{hash:String}}",
+                "SELECT max(epoch) FROM `{}`.`{}` \
+                 WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}}",
                 self.database,
-                ledger_table(&self.table),
-                LEDGER_COLUMNS.map(|(name, _)| format!("`{name}`")).join(", ")
+                ledger_table(&self.table)
             );
-            let token = self.token(span);
-            self.on_shard(span.shard, |client| {
-                client
-                    .query_raw(&sql)
-                    .param("pipeline", self.config.pipeline.as_str())
-                    .param("topic", self.config.topic.as_str())
-                    .param("partition", span.partition)
-                    .param("shard", span.shard as u32)
-                    .param("first", span.first)
-                    .param("last", span.last)
-                    .param("hash", self.config.config_hash.as_str())
-                    .with_setting("wait_end_of_query", "1")
-                    // A retried span whose first attempt landed is not written twice.
-                    .with_setting("insert_deduplication_token", format!("{token}:span"))
-                    .execute()
-            })
-            .await
+            let mut highest = 0u64;
+            for shard in 0..self.shards.len() {
+                let text = self
+                    .on_shard(shard, |client| {
+                        let query = client
+                            .query_raw(&sql)
+                            .param("pipeline", self.config.pipeline.as_str())
+                            .param("topic", self.config.topic.as_str())
+                            .param("partition", partition);
+                        async move { query.fetch_bytes("TSV")?.collect().await }
+                    })
+                    .await?;
+                let text = String::from_utf8_lossy(&text);
+                let max = text.trim().parse::<u64>().map_err(|_| {
+                    SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
+                })?;
+                highest = highest.max(max);
+            }
+            let epoch = highest + 1;
+            let home = partition.rem_euclid(self.shards.len() as i32) as usize;
+            // The claim row: offsets -1, never read as a span. Without a token, ClickHouse's
+            // content-based deduplication drops only an identical claim (the same epoch).
+            self.insert_row(&Span { partition, shard: home, first: -1, last: -1 }, epoch, None).await?;
+            Ok(epoch)
         })
+    }
+
+    fn record<'a>(&'a self, span: &'a Span, epoch: u64) -> LedgerFuture<'a, ()> {
+        // A retried span whose first attempt landed is not written twice.
+        Box::pin(self.insert_row(span, epoch, Some(format!("{}:span", self.token(span)))))
     }
 
     fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded> {
         Box::pin(async move {
             let sql = format!(
-                "SELECT shard, first_offset, last_offset, config_hash = {{hash:String}} AS current \
+                "SELECT shard, first_offset, last_offset, config_hash = {{hash:String}} AS current, max(epoch) \
                  FROM `{}`.`{}` \
                  WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
                  AND partition = {{partition:Int32}} AND last_offset > {{above:Int64}} \
@@ -147,18 +191,17 @@ impl Ledger for ClickhouseLedger {
                 for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                     let line = String::from_utf8_lossy(line);
                     let fields: Vec<&str> = line.split('\t').collect();
-                    let parsed = match fields.as_slice() {
-                        [shard, first, last, current] => shard
-                            .parse::<usize>()
-                            .ok()
-                            .zip(first.parse::<i64>().ok())
-                            .zip(last.parse::<i64>().ok())
-                            .map(|((shard, first), last)| (Span { partition, shard, first, last }, *current == "1")),
+                    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<i64>().ok());
+                    let parsed = match (number(0), number(1), number(2), fields.get(3), number(4)) {
+                        (Some(shard), Some(first), Some(last), Some(current), Some(epoch)) if fields.len() == 5 => {
+                            let span = Span { partition, shard: shard as usize, first, last };
+                            Some((span, *current == "1", epoch as u64))
+                        }
                         _ => None,
                     };
                     match parsed {
-                        Some((span, true)) => recorded.spans.push(span),
-                        Some((_, false)) => recorded.other_config += 1,
+                        Some((span, true, epoch)) => recorded.spans.push((span, epoch)),
+                        Some((_, false, _)) => recorded.other_config += 1,
                         None => {
                             return Err(SinkError::fatal(format!(
                                 "unreadable row of the exactly-once ledger: `{line}`"
