@@ -13,7 +13,9 @@
 //! 4. the raw sink limit: the rows the pipeline wrote, read back per shard as RowBinary and
 //!    inserted by `bench-raw insert` (a child process) into a table of the same columns;
 //! 5. the sizing rule's reason: the same saturated run with the smallest budget the rule allows,
-//!    then with one that breaks it (`--unsafe-budget`, built with `--allow-unsafe-sizing`).
+//!    then with one that breaks it (`--unsafe-budget`, built with `--allow-unsafe-sizing`);
+//! 6. the cost of exactly-once: the flagship with `exactly_once: true` (and the budget the sizing
+//!    rule then needs), the same records, compared with (3).
 //!
 //! Each child's CPU time is its whole process's (every thread), so the three figures compare.
 //! The servers' CPU and the machine's other load are reported per phase, since on two cores
@@ -52,6 +54,9 @@ pub(crate) struct BenchArgs {
     /// Skip the sizing-rule comparison (two more pipeline runs).
     #[arg(long)]
     no_sizing: bool,
+    /// Skip the exactly-once run.
+    #[arg(long)]
+    no_exactly_once: bool,
     /// Where the SVG plots go (default: docs/bench/).
     #[arg(long)]
     plots: Option<PathBuf>,
@@ -107,7 +112,9 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     let flagship = root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml");
     let text = fs::read_to_string(&flagship)?;
     copy_dir(&root.join("examples/kafka_avro_to_clickhouse/schemas"), &work.join("schemas"))?;
-    let min_budget = min_budget_mib(&validate(&flagship, false)?);
+    let flagship_validated = validate(&flagship, false)?;
+    let min_budget = min_budget_mib(&flagship_validated);
+    let flagship_budget = flagship_validated.model.backpressure.max_inflight_bytes.bytes().div_ceil(1 << 20);
     // (label, budget, built with --allow-unsafe-sizing): the flagship's budget, the rule's
     // minimum, then each budget that breaks it.
     let mut variants = vec![("pipeline".to_owned(), None, false)];
@@ -117,12 +124,24 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
             variants.push((format!("unsafe-{}", i + 1), Some(budget.clone()), true));
         }
     }
+    if !args.no_exactly_once {
+        // Exactly-once queues whole batches: the budget the sizing rule then needs, if larger.
+        let eo = exactly_once_text(&variant_text(&text, "bench-orders-eo", "bench_orders_eo", None)?)?;
+        let probe = work.join("bench-orders-eo-probe.yaml");
+        fs::write(&probe, &eo)?;
+        let budget = min_budget_mib(&validate(&probe, true)?).max(flagship_budget);
+        variants.push((EXACTLY_ONCE.to_owned(), Some(format!("{budget}MiB")), false));
+    }
     let mut built = Vec::new();
     for (label, budget, unsafe_sizing) in variants {
         let name = if label == "pipeline" { "bench-orders".to_owned() } else { format!("bench-orders-{label}") };
         let table = name.replace('-', "_");
         let yaml = work.join(format!("{name}.yaml"));
-        fs::write(&yaml, variant_text(&text, &name, &table, budget.as_deref())?)?;
+        let mut yaml_text = variant_text(&text, &name, &table, budget.as_deref())?;
+        if label == EXACTLY_ONCE {
+            yaml_text = exactly_once_text(&yaml_text)?;
+        }
+        fs::write(&yaml, yaml_text)?;
         let validated = validate(&yaml, unsafe_sizing)?;
         let passes = Sizing::of(&validated.model).evaluate().passes(validated.model.backpressure.low_ratio);
         if unsafe_sizing && passes {
@@ -132,6 +151,7 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         let binary = build(&yaml, unsafe_sizing)?;
         built.push(Variant { label, yaml, validated, table, binary });
     }
+    let exactly_once = built.iter().position(|v| v.label == EXACTLY_ONCE).map(|i| built.remove(i));
     let main = &built[0];
     let partitions = u64::from(args.partitions);
     let memory_text = etl_gen::memory::render(&main.validated, partitions);
@@ -152,14 +172,16 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     }
     let produce_seconds = started.elapsed().as_secs_f64();
     let places = Places { work: work.to_owned(), logs, plots: plots.clone() };
-    let result = measure(args, &infra, &built, &topic, &places);
+    let result = measure(args, &infra, &built, exactly_once.as_ref(), &topic, &places);
     // Free the broker's memory (Tansu keeps topics in memory) and ClickHouse's disk either way.
     if let Err(e) = delete_topic(&infra.brokers, &topic) {
         eprintln!("bench: could not delete topic {topic}: {e:#}");
     }
-    for table in built.iter().map(|v| v.table.clone()).chain([RAW_TABLE.to_owned()]) {
+    let tables = built.iter().chain(&exactly_once).map(|v| v.table.clone());
+    for table in tables.chain([RAW_TABLE.to_owned()]) {
         for url in &infra.clickhouse {
             let _ = http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"));
+            let _ = http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}_etl_batches` SYNC"));
         }
     }
     let measured = result?;
@@ -168,6 +190,18 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     println!("{report}");
     eprintln!("bench: report in {}, plots in {}", work.join("report.md").display(), plots.display());
     Ok(())
+}
+
+/// The label of the exactly-once variant.
+const EXACTLY_ONCE: &str = "eo";
+
+/// A variant's text with `exactly_once: true` added under `sink.clickhouse` (next to `table:`).
+fn exactly_once_text(text: &str) -> anyhow::Result<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let i = lines.iter().position(|l| l.trim_start().starts_with("table:")).context("no `table:` line")?;
+    let indent = lines[i].len() - lines[i].trim_start().len();
+    lines.insert(i + 1, format!("{}exactly_once: true", " ".repeat(indent)));
+    Ok(lines.join("\n") + "\n")
 }
 
 /// The raw inserter's table: the pipeline's columns, under another name.
@@ -188,12 +222,15 @@ struct Measured {
     pipeline: Run,
     /// The runs of the sizing comparison, in the order of the variants after the first.
     sizing: Vec<Run>,
+    /// The exactly-once run, with its variant's budget.
+    exactly_once: Option<(Run, u64)>,
 }
 
 fn measure(
     args: &BenchArgs,
     infra: &Infra,
     variants: &[Variant],
+    exactly_once: Option<&Variant>,
     topic: &str,
     places: &Places,
 ) -> anyhow::Result<Measured> {
@@ -332,7 +369,12 @@ fn measure(
             ],
         )?;
     }
-    Ok(Measured { consume, insert, pipeline, sizing })
+    // 6. The cost of exactly-once.
+    let exactly_once = match exactly_once {
+        Some(v) => Some((run_pipeline(v, infra, topic, args.records, logs)?, v.budget())),
+        None => None,
+    };
+    Ok(Measured { consume, insert, pipeline, sizing, exactly_once })
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -457,9 +499,13 @@ fn build(yaml: &Path, allow_unsafe_sizing: bool) -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
+/// Drops `table` (and an exactly-once ledger next to it) and runs each statement of `ddl`.
 fn recreate_table(url: &str, table: &str, ddl: &str) -> anyhow::Result<()> {
     http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"))?;
-    http::clickhouse(url, ddl)?;
+    http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}_etl_batches` SYNC"))?;
+    for statement in ddl.split(";\n").filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.starts_with("--"))) {
+        http::clickhouse(url, statement)?;
+    }
     Ok(())
 }
 
@@ -946,6 +992,30 @@ fn report(
         i.values["bytes"] / i.values["rows"],
         i.values["bytes"] / 1e6 / i.values["seconds"]
     );
+    if let Some((eo, budget)) = &m.exactly_once {
+        let _ =
+            writeln!(out, "\nExactly-once (the same records, `exactly_once: true`, budget {} MiB):\n", budget >> 20);
+        let _ =
+            writeln!(out, "| mode | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for (name, run) in [("at-least-once", p), ("exactly-once", eo)] {
+            let _ = writeln!(
+                out,
+                "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} MiB |",
+                run.records_per_second(),
+                run.steady_records_per_second(),
+                run.cpu_per_million(),
+                run.batch_rows_mean,
+                mib(run.peak_rss as f64)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n- exactly-once / at-least-once: **{:.2}×** records/s, {:.2}× CPU per record",
+            eo.records_per_second() / p.records_per_second(),
+            eo.cpu_per_million() / p.cpu_per_million()
+        );
+    }
     if let Some(fit) = m.sizing.first() {
         let _ = writeln!(out, "\nSizing rule (the same saturated run, {} records):\n", args.records);
         let _ = writeln!(
@@ -1033,5 +1103,31 @@ mod tests {
         assert_eq!(sink.table, "bench_x");
         assert_eq!(v.model.sink.flow().batch.max_bytes.bytes(), 16 << 20, "the rest is the flagship's");
         assert!(variant_text("a: 1\n", "x", "y", None).is_err(), "a missing key is an error");
+    }
+
+    // The exactly-once variant is the flagship with the key added, and needs a larger budget.
+    #[test]
+    fn the_exactly_once_variant_needs_the_budget_the_rule_computes() {
+        let root = crate::workspace_root();
+        let flagship = fs::read_to_string(root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml")).unwrap();
+        let dir = std::env::temp_dir().join(format!("xtask-bench-eo-{}", std::process::id()));
+        copy_dir(&root.join("examples/kafka_avro_to_clickhouse/schemas"), &dir.join("schemas")).unwrap();
+        let path = dir.join("eo.yaml");
+        let text = exactly_once_text(&variant_text(&flagship, "bench-eo", "bench_eo", None).unwrap()).unwrap();
+        fs::write(&path, &text).unwrap();
+        let probe = validate(&path, true).unwrap();
+        let budget = min_budget_mib(&probe);
+        fs::write(
+            &path,
+            exactly_once_text(&variant_text(&flagship, "bench-eo", "bench_eo", Some(&format!("{budget}MiB"))).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let v = validate(&path, false).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        let etl_gen::model::Sink::Clickhouse(sink) = &v.model.sink else { panic!("a ClickHouse sink") };
+        assert!(sink.exactly_once);
+        // 2 × 2 shards × (2 in flight + 8 queued) × 16 MiB = 640 MiB at low_ratio 0.5.
+        assert_eq!(budget, 1280);
     }
 }
