@@ -511,3 +511,103 @@ fn https_replicas_trust_the_ca_file() {
     assert!(error.message.contains("certificate") && error.message.contains("ca_file"), "{}", error.message);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
+
+/// The exactly-once ledger table of `table`, as `cargo xtask gen --ddl` creates it.
+fn create_ledger(url: &str, table: &str) {
+    exec(
+        url,
+        &format!(
+            "CREATE TABLE default.`{}` (pipeline String, topic String, partition Int32, shard UInt32, \
+             first_offset Int64, last_offset Int64, config_hash String, epoch UInt64, \
+             recorded_at DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (pipeline, topic, partition, last_offset) \
+             {DEDUP}",
+            etl_runtime::ledger_table(table)
+        ),
+    );
+}
+
+fn exactly_once(config_hash: &str) -> Option<etl_runtime::ExactlyOnceConfig> {
+    Some(etl_runtime::ExactlyOnceConfig {
+        pipeline: "ledger-test".into(),
+        topic: "orders".into(),
+        config_hash: config_hash.into(),
+    })
+}
+
+// Invariant 8, against two real servers: each claim returns a higher epoch; spans are recorded on
+// their shard with the claiming epoch and read back from every shard above a watermark; a span of
+// another config hash is counted, not returned; recording a span twice keeps one row; tokens
+// depend on the span and the config hash only.
+#[test]
+fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
+    use etl_runtime::{Recorded, Span};
+    let _servers = share_servers();
+    let (url, url2) = clickhouse_urls();
+    let table = unique_table("ch_ledger");
+    for u in [&url, &url2] {
+        create_table(u, &table, ID_COLUMNS, "", DEDUP);
+        create_ledger(u, &table);
+    }
+    let sink = |hash: &str| {
+        let mut config = sink_config(&[&url, &url2], &table, ID_COLUMNS);
+        config.exactly_once = exactly_once(hash);
+        ClickhouseSink::new(config).unwrap()
+    };
+    let (current, other) = (sink("aaaa"), sink("bbbb"));
+    let ledger = current.ledger().expect("exactly_once gives the sink a ledger");
+    assert!(block_on(current.check()).is_ok(), "deduplicating table and ledger in place");
+    let span = |shard, first, last| Span { partition: 3, shard, first, last };
+    block_on(async {
+        let first = ledger.claim(3).await.unwrap();
+        let second = ledger.claim(3).await.unwrap();
+        assert!(second > first, "a later owner's epoch is higher ({first}, {second})");
+        ledger.record(&span(0, 10, 20), second).await.unwrap();
+        ledger.record(&span(0, 10, 20), second).await.unwrap();
+        ledger.record(&span(1, 15, 40), second).await.unwrap();
+        ledger.record(&span(0, 0, 9), second).await.unwrap();
+        other.ledger().unwrap().record(&span(1, 41, 50), 9).await.unwrap();
+        let recorded = ledger.recorded(3, Some(9)).await.unwrap();
+        let mut spans = recorded.spans.clone();
+        spans.sort();
+        assert_eq!(
+            Recorded { spans, other_config: recorded.other_config },
+            Recorded { spans: vec![(span(0, 10, 20), second), (span(1, 15, 40), second)], other_config: 1 }
+        );
+        assert!(ledger.recorded(4, None).await.unwrap().spans.is_empty(), "another partition has none");
+        assert!(ledger.claim(3).await.unwrap() > 9, "epochs of every config hash count");
+    });
+    assert_eq!(
+        scalar(
+            &url,
+            &format!("SELECT count() FROM default.`{}` WHERE first_offset = 10", etl_runtime::ledger_table(&table))
+        ),
+        1
+    );
+    let token = ledger.token(&span(0, 10, 20));
+    assert_eq!(token, ledger.token(&span(0, 10, 20)));
+    assert_ne!(token, ledger.token(&span(0, 10, 21)));
+    assert_ne!(token, other.ledger().unwrap().token(&span(0, 10, 20)), "another config hash, another token");
+    for u in [&url, &url2] {
+        exec(u, &format!("DROP TABLE default.`{table}`"));
+        exec(u, &format!("DROP TABLE default.`{}`", etl_runtime::ledger_table(&table)));
+    }
+}
+
+// Invariant 8: exactly_once refuses to start against a table that keeps repeated inserts, or
+// without its ledger table, and says how to fix each.
+#[test]
+fn exactly_once_refuses_a_table_that_does_not_deduplicate() {
+    let _servers = share_servers();
+    let (url, _) = clickhouse_urls();
+    let table = unique_table("ch_nodedup");
+    create_table(&url, &table, ID_COLUMNS, "", "");
+    let mut config = sink_config(&[&url], &table, ID_COLUMNS);
+    config.exactly_once = exactly_once("aaaa");
+    let sink = ClickhouseSink::new(config).unwrap();
+    let error = block_on(sink.check()).unwrap_err();
+    assert_eq!(error.kind, SinkErrorKind::Fatal);
+    assert!(error.message.contains("non_replicated_deduplication_window"), "{}", error.message);
+    assert!(error.message.contains("does not exist"), "the missing ledger is named: {}", error.message);
+    assert!(error.message.contains("--ddl"), "{}", error.message);
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}
