@@ -333,6 +333,7 @@ async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
         return false;
     }
     if recorded {
+        shared.metrics.spans_recorded[span.shard].inc();
         tracing::trace!(?span, token = %batch.token, "batch span recorded");
         fault(FaultPoint::SpanRecorded);
     }

@@ -438,6 +438,7 @@ impl PipelineHandle {
                 );
             }
             let plan = Replay::new(shared.config.shards, watermark, &recorded.spans, epoch);
+            shared.metrics.replayed_batches.inc_by(plan.pending() as u64);
             tracing::info!(partition, epoch, ?watermark, start = ?plan.start(), replayed_batches = plan.pending(), "exactly-once replay plan");
             plans.push(plan);
         }

@@ -46,8 +46,10 @@
 //! * The Invariant 7 bound is "one chunk per lane" for chunks sealed while producing; a drain
 //!   (revocation or shutdown) flushes every open buffer of the drained lane, up to one chunk per
 //!   shard, regardless of the budget, because the drain must not wait for a resume.
-//! * Batch cutting sits behind the crate-private `BatchPolicy` trait (size/rows/linger across
-//!   partitions) so the exactly-once work can swap in a per-partition policy.
+//! * Batch cutting sits behind the crate-private `BatchPolicy` trait: size/rows/linger across
+//!   partitions, or under exactly-once one chunk per batch, the lane having cut it per partition
+//!   and shard at the batch limits or at a span an earlier owner recorded (`exactly_once`,
+//!   docs/adr/0001-exactly-once.md).
 //! * A [`SinkErrorKind::Data`] error (rows the sink refused; the others are written) follows
 //!   `errors.policy`: `skip` counts them in `etl_records_dropped_total{reason="sink_refused"}` and
 //!   completes the batch; `fail` stops the pipeline; `dlq` sends the records behind the refused

@@ -152,6 +152,18 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "The last committed offset per partition, as reported by the source.",
     },
     MetricDoc {
+        name: "etl_exactly_once_spans_recorded_total",
+        kind: "counter",
+        labels: &["shard"],
+        help: "Exactly-once: batch spans made durable in the ledger before their insert (one per batch, replays included).",
+    },
+    MetricDoc {
+        name: "etl_exactly_once_replayed_batches_total",
+        kind: "counter",
+        labels: &[],
+        help: "Exactly-once: recorded batches above the committed offset that new owners of partitions re-cut and insert again (ClickHouse drops the repeats).",
+    },
+    MetricDoc {
         name: "etl_build_info",
         kind: "gauge",
         labels: &["pipeline", "config_hash", "version"],
@@ -213,6 +225,8 @@ pub(crate) struct Metrics {
     pub(crate) commits: IntCounter,
     pub(crate) abandoned: IntCounter,
     pub(crate) committed_offset: IntGaugeVec,
+    pub(crate) spans_recorded: Vec<IntCounter>,
+    pub(crate) replayed_batches: IntCounter,
 }
 
 impl Metrics {
@@ -246,6 +260,8 @@ impl Metrics {
         let commits = IntCounter::with_opts(opts("etl_source_commits_total"))?;
         let abandoned = IntCounter::with_opts(opts("etl_source_abandoned_records_total"))?;
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
+        let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), &["shard"])?;
+        let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
         let build_info = IntGaugeVec::new(opts("etl_build_info"), &["pipeline", "config_hash", "version"])?;
         build_info.with_label_values(&[pipeline, config_hash, version]).set(1);
 
@@ -267,6 +283,8 @@ impl Metrics {
         reg(Box::new(commits.clone()))?;
         reg(Box::new(abandoned.clone()))?;
         reg(Box::new(committed_offset.clone()))?;
+        reg(Box::new(spans_recorded.clone()))?;
+        reg(Box::new(replayed_batches.clone()))?;
         reg(Box::new(build_info))?;
         reg(Box::new(sink_metrics().replica_healthy.clone()))?;
         reg(Box::new(sink_metrics().errors_by_class.clone()))?;
@@ -296,6 +314,8 @@ impl Metrics {
             commits,
             abandoned,
             committed_offset,
+            spans_recorded: each(&|l| spans_recorded.with_label_values(&[l])),
+            replayed_batches,
             registry,
         })
     }

@@ -337,6 +337,10 @@ impl<C: Chain> PipelineThread<C> {
         if self.lanes[i].failed || stopped {
             return false;
         }
+        if self.lanes[i].exact.is_some() && !self.lanes[i].pending.is_empty() {
+            // Holding a batch its shard queue rejected (see `seal`).
+            return false;
+        }
         if let Some(since) = self.lanes[i].paused_since {
             let lane = &self.lanes[i];
             let ready = lane.pending.is_empty()
@@ -356,12 +360,16 @@ impl<C: Chain> PipelineThread<C> {
         let exact = self.lanes[i].exact.is_some();
         if exact {
             self.seal_lingering(i);
+            if !self.lanes[i].pending.is_empty() {
+                return false;
+            }
         }
         for _ in 0..BURST {
             match self.poll_one(i) {
                 Poll::Record if exact => {
                     self.cut_exact(i);
-                    if self.lanes[i].paused_since.is_some() || self.lanes[i].failed {
+                    let lane = &self.lanes[i];
+                    if lane.paused_since.is_some() || lane.failed || !lane.pending.is_empty() {
                         return false;
                     }
                 }
@@ -598,7 +606,14 @@ impl<C: Chain> PipelineThread<C> {
         if lane.drain.is_some() {
             return;
         }
-        if rejected {
+        if rejected && lane.exact.is_some() {
+            // Exactly-once: every chunk is a whole batch, so a full queue is the normal state of a
+            // lane that outruns its shard (a replay of many small recorded batches above all). The
+            // lane holds the batch and is not polled until the queue takes it (`step_lane`), but is
+            // not paused at the source: a pause would cost `min_pause` and a refetch per batch, and
+            // librdkafka's per-partition queue cap already bounds what arrives meanwhile.
+            tracing::trace!(partition = lane.partition, shard, "shard queue full; holding the batch");
+        } else if rejected {
             tracing::debug!(partition = lane.partition, shard, "shard queue full; pausing");
             self.pause_lane(i);
             for j in 0..self.lanes.len() {

@@ -694,7 +694,7 @@ fn exactly_once_survives_kills_at_every_step() {
         let label = format!("eo-kill-{round}");
         let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[]);
         p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
-        std::thread::sleep(Duration::from_secs_f64(rng.between(0.3, 3.0)));
+        std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
         p.kill();
         assert_killed(p.exit.unwrap(), &label);
         eprintln!("{label}: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
@@ -702,7 +702,7 @@ fn exactly_once_survives_kills_at_every_step() {
     }
     // The fault points: the process kills itself at the n-th passage.
     for (round, fault) in
-        ["span_recorded:3", "insert_acked:4", "span_recorded:30", "insert_acked:40"].iter().enumerate()
+        ["span_recorded:3", "insert_acked:4", "span_recorded:120", "insert_acked:160"].iter().enumerate()
     {
         let label = format!("eo-fault-{round}");
         let mut p = spawn(Variant::Exactly, &label, &topic, &group, &[("ETL_FAULT", fault)]);
@@ -718,6 +718,8 @@ fn exactly_once_survives_kills_at_every_step() {
     let produced = producer.join().unwrap();
     await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
     let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let metrics = last.metrics().expect("the final run serves /metrics");
+    assert!(metrics.sum("etl_exactly_once_spans_recorded_total") > 0.0, "spans are counted");
     last.stop_cleanly();
     processes.push(last);
     for p in &processes {

@@ -135,9 +135,11 @@ impl fmt::Debug for ClickhouseSinkConfig {
 /// * with `async_insert = 1`, deduplication also needs `async_insert_deduplicate = 1` (not
 ///   tested here).
 ///
-/// The sink writes to each shard's local table directly, not through a `Distributed` table. The
-/// token identifies a batch only within one process (the runtime makes it from a random prefix):
-/// deduplication across restarts and rebalances is the exactly-once work. ClickHouse splits an
+/// The sink writes to each shard's local table directly, not through a `Distributed` table. At
+/// least once, the token identifies a batch only within one process (the runtime makes it from a
+/// random prefix). Under `exactly_once` it is derived from the batch's span and the config hash,
+/// and the span is written to the ledger table `<table>_etl_batches` first (`ledger.rs`), so a
+/// batch replayed after a crash or a rebalance carries the same token. ClickHouse splits an
 /// insert larger than `max_insert_block_size` rows (1,048,576 by default) into blocks with tokens
 /// `<token>_0`, `<token>_1`, …; a retry sends the same bytes, so it is cut the same way.
 ///
