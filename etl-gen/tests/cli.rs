@@ -83,6 +83,45 @@ fn memory_bound_counts_row_offsets_under_dlq() {
     assert_eq!(bytes, 4 * 3 * ((64 << 10) / 34 + 1) * 8, "{text}");
 }
 
+/// Under `exactly_once` a lane's open buffer is a whole batch: the open-buffer and
+/// over-the-budget terms count `batch.max_bytes` (256 KiB in the e2e pipeline) instead of chunks.
+#[test]
+fn memory_bound_counts_whole_batches_under_exactly_once() {
+    let text = memory_bound(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/tests/e2e/pipeline-eo.yaml"));
+    let term = |what: &str| -> u64 {
+        let line = text.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no `{what}` term:\n{text}"));
+        assert!(line.contains("batch.max_bytes (exactly_once)"), "{line}");
+        line.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert_eq!(term("open buffers"), 4 * 2 * (256 << 10), "{text}");
+    assert_eq!(term("one chunk over the budget"), 4 * (256 << 10), "{text}");
+}
+
+/// `gen --ddl` under `exactly_once`: the table deduplicates inserts and the ledger table follows,
+/// each a statement of its own.
+#[test]
+fn ddl_prints_the_deduplicating_table_and_the_ledger_under_exactly_once() {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .args(["gen", "--ddl"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/tests/e2e/pipeline-eo.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ddl = String::from_utf8(out.stdout).unwrap();
+    let statements: Vec<&str> = ddl.split(";\n").filter(|s| s.contains("CREATE TABLE")).collect();
+    assert_eq!(statements.len(), 2, "{ddl}");
+    assert!(
+        statements[0].contains("`e2e_orders_eo`")
+            && statements[0].contains("non_replicated_deduplication_window = 1000")
+    );
+    for column in ["`partition`", "`shard`", "`first_offset`", "`last_offset`", "`config_hash`", "`epoch`", "TTL"] {
+        assert!(
+            statements[1].contains("`e2e_orders_eo_etl_batches`") && statements[1].contains(column),
+            "{column}: {ddl}"
+        );
+    }
+}
+
 /// What `gen --memory --partitions 4` prints for `pipeline`.
 fn memory_bound(pipeline: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
