@@ -1,7 +1,8 @@
 //! End to end (issue 7): Kafka (Tansu) → the binary `cargo xtask build` makes of
 //! `xtask/tests/e2e/pipeline*.yaml` → two ClickHouse shards, with the services of
 //! `cargo xtask infra up`. Happy path, crashes, a sink outage, a slow sink, a rebalance, poison
-//! input under each errors.policy, SIGTERM, and TLS to both services. Each scenario uses its own
+//! input under each errors.policy, SIGTERM, TLS to both services, and exactly-once through kills,
+//! rebalances and outages (`pipeline-eo.yaml`). Each scenario uses its own
 //! topic and group; they run one at a time (see `support::serial`). Every process's log is kept in
 //! `target/e2e-logs/`; each scenario prints its wall time and what it measured.
 
