@@ -206,7 +206,7 @@ async fn write_batch<K: Sink>(
     let shard = batch.shard;
     let metrics = &shared.metrics;
     if let Some(span) = batch.span
-        && !record_span(&shared, &batch, &span).await
+        && !record_span(&shared, &acks, &batch, &span).await
     {
         return;
     }
@@ -249,6 +249,14 @@ async fn write_batch<K: Sink>(
             }
             Err(error) => {
                 metrics.sink_errors[shard].inc();
+                if handed_over(&batch) {
+                    // Exactly-once: the next owner of the partition replays this batch under the
+                    // same span (it was recorded before the hand-over); retrying here could land
+                    // after ClickHouse forgot the token.
+                    tracing::info!(shard, token = %batch.token, %error, "the partition was handed over; its next owner writes this batch");
+                    give_up(&shared, &acks, &batch);
+                    return;
+                }
                 if error.is_retryable() && attempt < retry.max_attempts {
                     let backoff = backoff(&retry, attempt);
                     tracing::warn!(shard, token = %batch.token, attempt, ?backoff, %error, "sink write failed; retrying");
@@ -271,32 +279,50 @@ async fn write_batch<K: Sink>(
         fault(FaultPoint::InsertAcked);
         shared.budget.release(batch.held);
         drop(permit);
-        let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
-        for chunk in &batch.chunks {
-            per_thread[chunk.origin.thread].push((chunk.origin.lane_id, chunk.origin.first_offset));
-        }
-        for (thread, chunks) in per_thread.into_iter().enumerate() {
-            if !chunks.is_empty() {
-                // A closed channel means the thread has exited; its lanes are gone.
-                let _ = acks[thread].send(Ack::Chunks(chunks));
-            }
-        }
+        send_acks(&acks, &batch, Ack::Chunks);
         tracing::trace!(shard, token = %batch.token, rows = batch.rows, bytes = batch.bytes, "batch written");
         return;
     }
 }
 
+/// Sends each chunk's `(lane_id, first_offset)` to its pipeline thread, wrapped by `ack`.
+fn send_acks(acks: &[Sender<Ack>], batch: &Batch, ack: fn(Vec<(u64, i64)>) -> Ack) {
+    let mut per_thread: Vec<Vec<(u64, i64)>> = vec![Vec::new(); acks.len()];
+    for chunk in &batch.chunks {
+        per_thread[chunk.origin.thread].push((chunk.origin.lane_id, chunk.origin.first_offset));
+    }
+    for (thread, chunks) in per_thread.into_iter().enumerate() {
+        if !chunks.is_empty() {
+            // A closed channel means the thread has exited; its lanes are gone.
+            let _ = acks[thread].send(ack(chunks));
+        }
+    }
+}
+
+/// Exactly-once: true once the batch's lane was handed over (its fence is closed).
+fn handed_over(batch: &Batch) -> bool {
+    batch.chunks.first().and_then(|c| c.fence.as_ref()).is_some_and(|f| f.is_closed())
+}
+
+/// Exactly-once: drops a batch whose partition was handed over. Its bytes go back to the budget
+/// and its chunks are reported abandoned, so a drain still waiting for them can finish (the
+/// watermark stays below them; the next owner replays their records).
+fn give_up(shared: &Shared, acks: &[Sender<Ack>], batch: &Batch) {
+    shared.budget.release(batch.held);
+    send_acks(acks, batch, Ack::Abandoned);
+}
+
 /// Exactly-once: makes the batch's span durable in the ledger before its insert, retrying like an
 /// insert. Returns false when the batch must not be written: the lane was handed over (its fence
 /// is closed; the next owner replays the rows), or recording failed for good (fatal).
-async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
+async fn record_span(shared: &Shared, acks: &[Sender<Ack>], batch: &Batch, span: &Span) -> bool {
     let Some(ledger) = shared.ledger.as_ref() else { return true };
     let fence = batch.chunks.first().and_then(|c| c.fence.clone());
     if let Some(fence) = &fence
         && !fence.enter()
     {
         tracing::info!(?span, "the partition was handed over before its batch was recorded; the next owner replays it");
-        shared.budget.release(batch.held);
+        give_up(shared, acks, batch);
         return false;
     }
     let retry = shared.config.retry;
@@ -304,6 +330,9 @@ async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
     let recorded = loop {
         match ledger.record(span, fence.as_ref().map_or(0, |f| f.epoch)).await {
             Ok(()) => break true,
+            // Recording after the hand-over is useless (the batch would not be inserted) and
+            // only leaves a stray span behind.
+            Err(_) if handed_over(batch) => break false,
             Err(error) if error.is_retryable() && attempt < retry.max_attempts => {
                 let backoff = backoff(&retry, attempt);
                 tracing::warn!(?span, attempt, ?backoff, %error, "recording the batch span failed; retrying");
@@ -323,13 +352,12 @@ async fn record_span(shared: &Shared, batch: &Batch, span: &Span) -> bool {
     };
     if let Some(fence) = &fence
         && !fence.leave()
-        && recorded
     {
         tracing::info!(
             ?span,
             "the partition was handed over while its batch span was recorded; the next owner replays it"
         );
-        shared.budget.release(batch.held);
+        give_up(shared, acks, batch);
         return false;
     }
     if recorded {

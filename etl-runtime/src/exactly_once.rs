@@ -17,7 +17,7 @@
 //! inserted, but the owner after next sees it overlapping the spans the next owner cut. Overlaps
 //! are resolved for the higher epoch, which is always the span that may have been inserted.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
@@ -42,8 +42,9 @@ pub struct Span {
 /// The spans recorded for one partition above its committed offset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recorded {
-    /// Spans recorded under the running configuration, with the epoch of the owner that recorded
-    /// each.
+    /// Spans recorded under the running configuration, each with the highest epoch of the owners
+    /// that recorded it: those above the watermark, and every span that may overlap one of them
+    /// (needed to resolve overlaps, see [`Replay::new`]).
     pub spans: Vec<(Span, u64)>,
     /// Spans recorded under another config hash: their rows cannot be re-cut under the same
     /// tokens, so they are inserted again (at-least-once for them).
@@ -101,30 +102,32 @@ impl Replay {
     /// The plan for a partition with `shards` shards, from the committed offset's `watermark`, the
     /// spans recorded above it with their owners' epochs, and the epoch just claimed.
     ///
-    /// Where spans of one shard overlap, the one of the higher epoch is kept: a span overlapped by a
-    /// later owner's was recorded too late for that owner to see it, so its batch was never
-    /// inserted (see [`Fence`]).
+    /// A span overlapped by a span of a higher epoch (other boundaries) is dropped: its batch was
+    /// never inserted. Why: the owner that inserted a span recorded it first, and before its
+    /// hand-over (the [`Fence`]); every later owner read it, so none of them cut a span that
+    /// overlaps it, unless it dropped it for overlapping a span of a still higher epoch, which by
+    /// the same argument cannot exist. The spans kept do not overlap. Only then are spans at or
+    /// below the watermark left out: a span below it can still be the one that shows that a span
+    /// above it is stray.
     pub fn new(shards: usize, watermark: Option<i64>, recorded: &[(Span, u64)], epoch: u64) -> Replay {
-        let mut by_shard: Vec<Vec<(u64, i64, i64)>> = vec![Vec::new(); shards];
+        let mut by_shard: Vec<BTreeMap<(i64, i64), u64>> = vec![BTreeMap::new(); shards];
         for (span, epoch) in recorded {
-            if span.shard < shards && watermark.is_none_or(|w| span.last > w) {
-                by_shard[span.shard].push((*epoch, span.first, span.last));
+            if span.shard < shards && span.first >= 0 {
+                let highest = by_shard[span.shard].entry((span.first, span.last)).or_insert(*epoch);
+                *highest = (*highest).max(*epoch);
             }
         }
         let spans = by_shard
             .into_iter()
-            .map(|mut candidates| {
-                // Highest epoch first; a span that overlaps one already kept is dropped (the
-                // same span recorded again by a later owner is the same span).
-                candidates.sort_unstable_by(|a, b| b.cmp(a));
-                let mut kept: Vec<(i64, i64)> = Vec::new();
-                for (_, first, last) in candidates {
-                    if !kept.iter().any(|&(f, l)| first <= l && f <= last) {
-                        kept.push((first, last));
-                    }
-                }
-                kept.sort_unstable();
-                VecDeque::from(kept)
+            .map(|all| {
+                let overlapped = |(first, last): (i64, i64), epoch: u64| {
+                    all.iter().any(|(&(f, l), &e)| e > epoch && (f, l) != (first, last) && f <= last && first <= l)
+                };
+                all.iter()
+                    .filter(|&(&span, &e)| !overlapped(span, e))
+                    .map(|(&span, _)| span)
+                    .filter(|&(_, last)| watermark.is_none_or(|w| last > w))
+                    .collect()
             })
             .collect();
         Replay { watermark, spans, epoch }
@@ -203,6 +206,11 @@ impl Fence {
     /// Ends a recording; true when the fence stayed open throughout (the batch may be inserted).
     pub(crate) fn leave(&self) -> bool {
         self.state.fetch_sub(1, Ordering::SeqCst) & CLOSED == 0
+    }
+
+    /// True once [`Fence::close`] ran.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & CLOSED != 0
     }
 
     /// Closes the fence; returns how many recordings are in progress.
@@ -288,6 +296,24 @@ mod tests {
         assert_eq!(replay.spans[0], VecDeque::from([(100, 200), (201, 250), (251, 320)]));
         assert_eq!(replay.spans[1], VecDeque::from([(150, 170)]));
         assert_eq!(replay.epoch, 3);
+
+        // A stray span that crosses the watermark: owner 2 inserted (201, 260) and committed up
+        // to 264. The stray (201, 300) of owner 1 is still shown stray by the span below the
+        // watermark, so nothing is replayed from 201.
+        let crossing = [at(0, 201, 300, 1), at(0, 201, 260, 2)];
+        let replay = Replay::new(1, Some(264), &crossing, 3);
+        assert_eq!(replay.pending(), 0);
+        assert_eq!(replay.start(), Some(265));
+
+        // Strays of strays: owner 1's (10, 20) is overlapped by owner 2's stray (15, 30), which
+        // owner 3's (25, 40) overlaps. Both strays go, whether or not (10, 20) overlaps (25, 40).
+        let chain = [at(0, 10, 20, 1), at(0, 15, 30, 2), at(0, 25, 40, 3)];
+        assert_eq!(Replay::new(1, None, &chain, 4).spans[0], VecDeque::from([(25, 40)]));
+
+        // The same span recorded again by a later owner counts with its highest epoch: owner 2's
+        // stray (15, 30) gives way to (10, 20), which owner 3 re-inserted.
+        let again = [at(0, 10, 20, 1), at(0, 15, 30, 2), at(0, 10, 20, 3)];
+        assert_eq!(Replay::new(1, None, &again, 4).spans[0], VecDeque::from([(10, 20)]));
     }
 
     // Invariant 8: rows of recorded spans keep their span; rows at or below the watermark outside

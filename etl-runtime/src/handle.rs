@@ -13,7 +13,7 @@ use crate::batcher::ShardWorker;
 use crate::budget::Budget;
 use crate::chain::Chain;
 use crate::config::RuntimeConfig;
-use crate::exactly_once::{Ledger, Replay};
+use crate::exactly_once::{Fence, Ledger, Replay};
 use crate::metrics::Metrics;
 use crate::pipeline::{Ack, Control, PipelineThread};
 use crate::sink::{Chunk, DeadLetter, Sink, SinkErrorKind};
@@ -193,6 +193,7 @@ impl Pipeline {
                 control: controls.into_iter().map(|(tx, _)| tx).collect(),
                 shared,
                 placement: Mutex::new(HashMap::new()),
+                fences: Mutex::new(HashMap::new()),
                 next_lane_id: AtomicU64::new(1),
                 stop: stop_tx,
                 runtime: runtime.handle().clone(),
@@ -348,6 +349,9 @@ struct HandleInner {
     shared: Arc<Shared>,
     /// Which pipeline thread owns each partition's lane.
     placement: Mutex<HashMap<i32, usize>>,
+    /// Exactly-once: each live lane's fence, so that a hand-over closes it whatever the pipeline
+    /// threads are doing (see [`Fence`]).
+    fences: Mutex<HashMap<i32, Arc<Fence>>>,
     next_lane_id: AtomicU64,
     stop: Sender<()>,
     /// The sink's runtime, on which [`PipelineHandle::recover`] reads the ledger.
@@ -376,8 +380,13 @@ impl PipelineHandle {
             (0..inner.control.len()).min_by_key(|&t| inner.shared.lane_counts[t].load(Ordering::Acquire)).unwrap_or(0);
         inner.shared.lane_counts[thread].fetch_add(1, Ordering::AcqRel);
         inner.placement.lock().expect("placement lock").insert(lane.partition(), thread);
+        let fence = inner.shared.ledger.is_some().then(|| {
+            let fence = Arc::new(Fence::new(replay.as_ref().map_or(0, |r| r.epoch)));
+            inner.fences.lock().expect("fences lock").insert(lane.partition(), fence.clone());
+            fence
+        });
         let lane_id = inner.next_lane_id.fetch_add(1, Ordering::Relaxed);
-        if inner.control[thread].send(Control::AddLane { lane_id, lane, replay }).is_err() {
+        if inner.control[thread].send(Control::AddLane { lane_id, lane, replay, fence }).is_err() {
             inner.shared.lane_counts[thread].fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -390,6 +399,24 @@ impl PipelineHandle {
     /// small slack.
     pub fn drain_partitions(&self, partitions: &[i32], timeout: Duration) -> Vec<(i32, Option<i64>)> {
         self.drain_until(partitions, Instant::now() + timeout)
+    }
+
+    /// Exactly-once: stops the lanes of `partitions` from recording or inserting any more batches,
+    /// now. For a source that learns it lost partitions without a clean hand-over (for Kafka: the
+    /// assignment was lost): their next owner may be reading the ledger already. A drain does it
+    /// by itself at its end.
+    pub fn fence_partitions(&self, partitions: &[i32]) {
+        let mut fences = self.inner.fences.lock().expect("fences lock");
+        for partition in partitions {
+            if let Some(fence) = fences.remove(partition) {
+                let recording = fence.close();
+                tracing::info!(
+                    partition,
+                    recording,
+                    "partition fenced: this member records and inserts no more of its batches"
+                );
+            }
+        }
     }
 
     /// True when the pipeline runs exactly-once: a source must then position each new lane with
@@ -514,6 +541,8 @@ impl PipelineHandle {
                 }
             }
         }
+        // Before the caller hands the partitions over, even if a thread did not answer.
+        self.fence_partitions(partitions);
         results
     }
 }

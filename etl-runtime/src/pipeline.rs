@@ -33,6 +33,9 @@ pub(crate) enum Ack {
     Chunks(Vec<(u64, i64)>),
     /// A dead-letter write of `offset` is durable.
     DeadLetter { lane_id: u64, offset: i64 },
+    /// Exactly-once: chunks of a handed-over lane that will never be written (`(lane_id,
+    /// first_offset)`); the watermark stays below them.
+    Abandoned(Vec<(u64, i64)>),
 }
 
 /// What the coordinator asks of a pipeline thread.
@@ -41,13 +44,11 @@ pub(crate) enum Control {
         lane_id: u64,
         lane: Box<dyn Lane>,
         replay: Option<Replay>,
+        /// Exactly-once: the lane's fence, also held by the handle.
+        fence: Option<Arc<Fence>>,
     },
     /// Drain and drop the lanes of these partitions; reply with their final stored offsets.
-    RemoveLanes {
-        partitions: Vec<i32>,
-        deadline: Instant,
-        reply: Sender<FinalOffsets>,
-    },
+    RemoveLanes { partitions: Vec<i32>, deadline: Instant, reply: Sender<FinalOffsets> },
     /// Store the safe watermark of every remaining lane and end the thread.
     Exit,
 }
@@ -241,12 +242,18 @@ impl<C: Chain> PipelineThread<C> {
     /// Returns true when the thread must exit.
     fn handle_control(&mut self, msg: Control) -> bool {
         match msg {
-            Control::AddLane { lane_id, lane, replay } => {
+            Control::AddLane { lane_id, lane, replay, fence } => {
                 let partition = lane.partition();
                 tracing::info!(thread = self.index, partition, lane_id, "lane added");
-                let exact = self.shared.config.exactly_once.then(|| {
+                let mut checkpointer = Checkpointer::default();
+                let exact = fence.map(|fence| {
                     let replay = replay.unwrap_or_else(|| Replay::new(self.queues.len(), None, &[], 0));
-                    Exact { fence: Arc::new(Fence::new(replay.epoch)), replay, carry: Vec::new() }
+                    // A replay may start below the committed offset; storing below it again would
+                    // only widen the next replay.
+                    if let Some(watermark) = replay.watermark {
+                        checkpointer.mark_stored(watermark + 1);
+                    }
+                    Exact { fence, replay, carry: Vec::new() }
                 });
                 let lag_seconds = self.shared.metrics.lag_seconds.with_label_values(&[partition.to_string().as_str()]);
                 self.lanes.push(LaneState {
@@ -255,7 +262,7 @@ impl<C: Chain> PipelineThread<C> {
                     lane,
                     buffers: (0..self.queues.len()).map(|_| OpenBuffer::default()).collect(),
                     round_robin: 0,
-                    checkpointer: Checkpointer::default(),
+                    checkpointer,
                     pending: VecDeque::new(),
                     paused_since: None,
                     drain: None,
@@ -301,6 +308,13 @@ impl<C: Chain> PipelineThread<C> {
                 }
             }
             Ack::DeadLetter { lane_id, offset } => self.ack_one(lane_id, offset),
+            Ack::Abandoned(chunks) => {
+                for (lane_id, first_offset) in chunks {
+                    if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id) {
+                        lane.checkpointer.abandon(first_offset);
+                    }
+                }
+            }
         }
     }
 
@@ -696,22 +710,26 @@ impl<C: Chain> PipelineThread<C> {
     /// Exactly-once, at a drain: seals the new batches, and leaves a partly replayed recorded
     /// batch to the next owner. Sealing it short would insert its rows under another span (and
     /// token) than the one an earlier owner may have inserted them under; instead the watermark
-    /// stays below its first offset, and the next owner replays it whole.
+    /// stays below its first offset, and the next owner replays it whole. Once the lane is fenced
+    /// (its assignment was lost) nothing more is written: every open buffer is left.
     fn flush_exact(&mut self, i: usize) {
+        let fenced = self.lanes[i].exact.as_ref().is_some_and(|e| e.fence.is_closed());
         for shard in 0..self.queues.len() {
             let lane = &mut self.lanes[i];
             let buffer = &mut lane.buffers[shard];
             if buffer.rows == 0 {
                 continue;
             }
-            match buffer.recorded.take() {
+            let recorded = buffer.recorded.take();
+            match recorded.or(fenced.then_some((buffer.first_offset, buffer.last_offset))) {
                 Some((first, last)) => {
                     tracing::info!(
                         partition = lane.partition,
                         shard,
                         first,
                         last,
-                        "drain: a partly replayed batch is left to the next owner"
+                        fenced,
+                        "drain: an unfinished batch is left to the next owner"
                     );
                     buffer.bytes.clear();
                     buffer.rows = 0;

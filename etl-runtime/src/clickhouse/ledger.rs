@@ -159,20 +159,27 @@ impl Ledger for ClickhouseLedger {
     }
 
     fn record<'a>(&'a self, span: &'a Span, epoch: u64) -> LedgerFuture<'a, ()> {
-        // A retried span whose first attempt landed is not written twice.
-        Box::pin(self.insert_row(span, epoch, Some(format!("{}:span", self.token(span)))))
+        // A retried span whose first attempt landed is not written twice; the same span recorded
+        // again by a later owner is a row of its own, so the span's highest epoch is its last
+        // owner's (overlaps are resolved by it).
+        Box::pin(self.insert_row(span, epoch, Some(format!("{}:span:{epoch}", self.token(span)))))
     }
 
     fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded> {
         Box::pin(async move {
             let sql = format!(
+                // The spans above the watermark, and, of the running configuration, every span
+                // that could overlap one of them (its last offset at or above their lowest first
+                // offset): the replay resolves overlaps over those (`Replay::new`).
                 "SELECT shard, first_offset, last_offset, config_hash = {{hash:String}} AS current, max(epoch) \
-                 FROM `{}`.`{}` \
-                 WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
-                 AND partition = {{partition:Int32}} AND last_offset > {{above:Int64}} \
+                 FROM {table} \
+                 WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
+                 AND (last_offset > {{above:Int64}} OR (config_hash = {{hash:String}} AND last_offset >= ( \
+                   SELECT minOrNull(first_offset) FROM {table} \
+                   WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
+                   AND config_hash = {{hash:String}} AND last_offset > {{above:Int64}}))) \
                  GROUP BY shard, first_offset, last_offset, current",
-                self.database,
-                ledger_table(&self.table)
+                table = format!("`{}`.`{}`", self.database, ledger_table(&self.table))
             );
             let mut recorded = Recorded::default();
             for shard in 0..self.shards.len() {
@@ -201,7 +208,9 @@ impl Ledger for ClickhouseLedger {
                     };
                     match parsed {
                         Some((span, true, epoch)) => recorded.spans.push((span, epoch)),
-                        Some((_, false, _)) => recorded.other_config += 1,
+                        Some((span, false, _)) => {
+                            recorded.other_config += usize::from(watermark.is_none_or(|w| span.last > w))
+                        }
                         None => {
                             return Err(SinkError::fatal(format!(
                                 "unreadable row of the exactly-once ledger: `{line}`"
@@ -232,9 +241,15 @@ impl Ledger for ClickhouseLedger {
 /// it does (a replicated MergeTree with a non-zero `replicated_deduplication_window`, or a
 /// MergeTree with a non-zero `non_replicated_deduplication_window`).
 pub(super) fn deduplication_problem(engine: &str, create: &str) -> Option<String> {
+    // The setting's value, matched as a whole word: `replicated_deduplication_window` must not
+    // match inside `non_replicated_deduplication_window`.
     let window = |setting: &str| -> Option<u64> {
-        let at = create.find(&format!("{setting} = "))?;
-        let digits: String = create[at + setting.len() + 3..].chars().take_while(char::is_ascii_digit).collect();
+        let needle = format!("{setting} = ");
+        let at = create
+            .match_indices(&needle)
+            .map(|(at, _)| at)
+            .find(|&at| create[..at].chars().next_back().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_')))?;
+        let digits: String = create[at + needle.len()..].chars().take_while(char::is_ascii_digit).collect();
         digits.parse().ok()
     };
     if engine.starts_with("Replicated") {
@@ -274,6 +289,8 @@ mod tests {
         assert!(deduplication_problem("MergeTree", &zero).is_some());
         assert_eq!(deduplication_problem("ReplicatedMergeTree", without), None);
         assert!(deduplication_problem("ReplicatedMergeTree", "SETTINGS replicated_deduplication_window = 0").is_some());
+        let both = "SETTINGS non_replicated_deduplication_window = 1000, replicated_deduplication_window = 0";
+        assert!(deduplication_problem("ReplicatedMergeTree", both).is_some(), "whole words only");
         assert!(deduplication_problem("Memory", "").unwrap().contains("engine Memory"));
     }
 }

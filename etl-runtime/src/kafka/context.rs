@@ -166,19 +166,20 @@ impl SourceContext {
         let committed = consumer
             .committed_offsets(self.one_topic_list(partitions), COMMITTED_TIMEOUT)
             .map_err(|e| format!("exactly-once: reading the committed offsets of partitions {partitions:?}: {e}"))?;
-        let watermarks: Vec<(i32, Option<i64>)> = partitions
-            .iter()
-            .map(|&p| {
-                let offset = committed.find_partition(&self.topic, p).map(|e| e.offset());
-                (
-                    p,
-                    match offset {
-                        Some(Offset::Offset(next)) => Some(next - 1),
-                        _ => None,
-                    },
-                )
-            })
-            .collect();
+        let mut watermarks: Vec<(i32, Option<i64>)> = Vec::with_capacity(partitions.len());
+        for &p in partitions {
+            let element = committed.find_partition(&self.topic, p);
+            // A per-partition error is not "nothing committed": that would replay from the oldest
+            // recorded span, or from the reset policy.
+            if let Some(Err(error)) = element.as_ref().map(|e| e.error()) {
+                return Err(format!("exactly-once: reading the committed offset of partition {p}: {error}"));
+            }
+            let watermark = match element.map(|e| e.offset()) {
+                Some(Offset::Offset(next)) => Some(next - 1),
+                _ => None,
+            };
+            watermarks.push((p, watermark));
+        }
         let plans = self.pipeline.recover(&watermarks)?;
         let mut assignment = tpl.clone();
         let mut replays = HashMap::new();
@@ -199,6 +200,11 @@ impl SourceContext {
         let partitions = self.partitions_of(tpl);
         let lost = consumer.assignment_lost();
         tracing::info!(topic = %self.topic, ?partitions, lost, "partitions revoked; draining");
+        if lost {
+            // Another member may own them already (and, under exactly-once, be reading the
+            // ledger): write nothing more of them.
+            self.pipeline.fence_partitions(&partitions);
+        }
         let offsets = self.pipeline.drain_partitions(&partitions, self.drain_timeout);
         tracing::debug!(?offsets, "revoked lanes drained");
         {
