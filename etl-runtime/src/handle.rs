@@ -410,7 +410,7 @@ impl PipelineHandle {
         for partition in partitions {
             if let Some(fence) = fences.remove(partition) {
                 let recording = fence.close();
-                tracing::info!(
+                tracing::debug!(
                     partition,
                     recording,
                     "partition fenced: this member records and inserts no more of its batches"
