@@ -156,6 +156,11 @@ impl<K: Sink> ShardWorker<K> {
                 batch.token = format!("{}-{}-{}", self.token_prefix, self.shard, sequence);
             }
         }
+        if handed_over(&batch) {
+            // Not worth a write slot: it would be given up (see `record_span`).
+            give_up(&self.shared, &self.acks, &batch);
+            return true;
+        }
         let permit = match self.runtime.block_on(self.permits.clone().acquire_owned()) {
             Ok(permit) => permit,
             Err(_) => return false,

@@ -46,8 +46,12 @@ pub struct Recorded {
     /// that recorded it: those above the watermark, and every span that may overlap one of them
     /// (needed to resolve overlaps, see [`Replay::new`]).
     pub spans: Vec<(Span, u64)>,
-    /// Spans recorded under another config hash: their rows cannot be re-cut under the same
-    /// tokens, so they are inserted again (at-least-once for them).
+    /// Spans recorded under other config hashes in the same range, with their highest epochs:
+    /// never replayed (their tokens are not this configuration's), but a current span they
+    /// overlap with a higher epoch is not replayed either (see [`Replay::new`]).
+    pub others: Vec<(Span, u64)>,
+    /// How many spans of other config hashes lie above the watermark: their rows cannot be re-cut
+    /// under the same tokens, so they are inserted again (at-least-once for them).
     pub other_config: usize,
 }
 
@@ -100,7 +104,7 @@ pub(crate) enum Cut {
 
 impl Replay {
     /// The plan for a partition with `shards` shards, from the committed offset's `watermark`, the
-    /// spans recorded above it with their owners' epochs, and the epoch just claimed.
+    /// spans recorded around it with their owners' epochs, and the epoch just claimed.
     ///
     /// A span overlapped by a span of a higher epoch (other boundaries) is dropped: its batch was
     /// never inserted. Why: the owner that inserted a span recorded it first, and before its
@@ -109,19 +113,31 @@ impl Replay {
     /// the same argument cannot exist. The spans kept do not overlap. Only then are spans at or
     /// below the watermark left out: a span below it can still be the one that shows that a span
     /// above it is stray.
-    pub fn new(shards: usize, watermark: Option<i64>, recorded: &[(Span, u64)], epoch: u64) -> Replay {
-        let mut by_shard: Vec<BTreeMap<(i64, i64), u64>> = vec![BTreeMap::new(); shards];
-        for (span, epoch) in recorded {
-            if span.shard < shards && span.first >= 0 {
-                let highest = by_shard[span.shard].entry((span.first, span.last)).or_insert(*epoch);
-                *highest = (*highest).max(*epoch);
+    ///
+    /// A span of another config hash with a higher epoch also rules a current span out: it does
+    /// not prove the span stray (an owner of another configuration cuts regardless), but
+    /// replaying the span could insert again rows at or below the watermark that the other
+    /// configuration inserted; leaving it out re-inserts only rows above the watermark, the
+    /// at-least-once window a configuration change already has.
+    pub fn new(shards: usize, watermark: Option<i64>, recorded: &Recorded, epoch: u64) -> Replay {
+        let highest = |spans: &[(Span, u64)]| {
+            let mut by_shard: Vec<BTreeMap<(i64, i64), u64>> = vec![BTreeMap::new(); shards];
+            for (span, epoch) in spans {
+                if span.shard < shards && span.first >= 0 {
+                    let highest = by_shard[span.shard].entry((span.first, span.last)).or_insert(*epoch);
+                    *highest = (*highest).max(*epoch);
+                }
             }
-        }
-        let spans = by_shard
+            by_shard
+        };
+        let others = highest(&recorded.others);
+        let spans = highest(&recorded.spans)
             .into_iter()
-            .map(|all| {
+            .zip(others)
+            .map(|(all, others)| {
                 let overlapped = |(first, last): (i64, i64), epoch: u64| {
                     all.iter().any(|(&(f, l), &e)| e > epoch && (f, l) != (first, last) && f <= last && first <= l)
+                        || others.iter().any(|(&(f, l), &e)| e > epoch && f <= last && first <= l)
                 };
                 all.iter()
                     .filter(|&(&span, &e)| !overlapped(span, e))
@@ -262,6 +278,10 @@ pub(crate) fn fault(point: FaultPoint) {
 mod tests {
     use super::*;
 
+    fn current(spans: &[(Span, u64)]) -> Recorded {
+        Recorded { spans: spans.to_vec(), ..Recorded::default() }
+    }
+
     fn span(shard: usize, first: i64, last: i64) -> (Span, u64) {
         (Span { partition: 0, shard, first, last }, 1)
     }
@@ -270,13 +290,13 @@ mod tests {
     #[test]
     fn replay_starts_at_the_first_recorded_span_above_the_watermark() {
         let recorded = [span(0, 100, 200), span(1, 150, 260), span(0, 201, 300), span(1, 10, 90)];
-        let replay = Replay::new(2, Some(160), &recorded, 2);
+        let replay = Replay::new(2, Some(160), &current(&recorded), 2);
         // (10, 90) ends below the watermark: durable, not replayed.
         assert_eq!(replay.pending(), 3);
         assert_eq!(replay.start(), Some(100));
-        assert_eq!(Replay::new(2, Some(400), &recorded, 2).start(), Some(401));
-        assert_eq!(Replay::new(2, None, &recorded, 2).start(), Some(10));
-        assert_eq!(Replay::new(2, None, &[], 2).start(), None);
+        assert_eq!(Replay::new(2, Some(400), &current(&recorded), 2).start(), Some(401));
+        assert_eq!(Replay::new(2, None, &current(&recorded), 2).start(), Some(10));
+        assert_eq!(Replay::new(2, None, &current(&[]), 2).start(), None);
     }
 
     // Invariant 8: a former owner's span that landed after the next owner read the ledger (so it
@@ -292,7 +312,7 @@ mod tests {
             at(0, 100, 200, 2), // owner 2 replayed owner 1's batch: the same span
             at(1, 150, 170, 1),
         ];
-        let replay = Replay::new(2, Some(99), &recorded, 3);
+        let replay = Replay::new(2, Some(99), &current(&recorded), 3);
         assert_eq!(replay.spans[0], VecDeque::from([(100, 200), (201, 250), (251, 320)]));
         assert_eq!(replay.spans[1], VecDeque::from([(150, 170)]));
         assert_eq!(replay.epoch, 3);
@@ -301,26 +321,34 @@ mod tests {
         // to 264. The stray (201, 300) of owner 1 is still shown stray by the span below the
         // watermark, so nothing is replayed from 201.
         let crossing = [at(0, 201, 300, 1), at(0, 201, 260, 2)];
-        let replay = Replay::new(1, Some(264), &crossing, 3);
+        let replay = Replay::new(1, Some(264), &current(&crossing), 3);
         assert_eq!(replay.pending(), 0);
         assert_eq!(replay.start(), Some(265));
 
         // Strays of strays: owner 1's (10, 20) is overlapped by owner 2's stray (15, 30), which
         // owner 3's (25, 40) overlaps. Both strays go, whether or not (10, 20) overlaps (25, 40).
         let chain = [at(0, 10, 20, 1), at(0, 15, 30, 2), at(0, 25, 40, 3)];
-        assert_eq!(Replay::new(1, None, &chain, 4).spans[0], VecDeque::from([(25, 40)]));
+        assert_eq!(Replay::new(1, None, &current(&chain), 4).spans[0], VecDeque::from([(25, 40)]));
 
         // The same span recorded again by a later owner counts with its highest epoch: owner 2's
         // stray (15, 30) gives way to (10, 20), which owner 3 re-inserted.
         let again = [at(0, 10, 20, 1), at(0, 15, 30, 2), at(0, 10, 20, 3)];
-        assert_eq!(Replay::new(1, None, &again, 4).spans[0], VecDeque::from([(10, 20)]));
+        assert_eq!(Replay::new(1, None, &current(&again), 4).spans[0], VecDeque::from([(10, 20)]));
+
+        // Configuration A's stray (10, 30), then configuration B inserted (10, 20) and committed
+        // up to 20, then A again: A's span is not replayed (that would insert 10..20 twice);
+        // 21..30 are new rows, inserted once more only if the stray was not stray after all.
+        let mut switched = current(&[at(0, 10, 30, 1)]);
+        switched.others = vec![at(0, 10, 20, 2)];
+        let replay = Replay::new(1, Some(20), &switched, 3);
+        assert_eq!((replay.pending(), replay.start()), (0, Some(21)));
     }
 
     // Invariant 8: rows of recorded spans keep their span; rows at or below the watermark outside
     // any span of their shard are durable; the rest are new.
     #[test]
     fn rows_are_cut_at_the_recorded_spans() {
-        let mut replay = Replay::new(2, Some(160), &[span(0, 100, 200), span(1, 150, 260)], 2);
+        let mut replay = Replay::new(2, Some(160), &current(&[span(0, 100, 200), span(1, 150, 260)]), 2);
         assert_eq!(replay.cut(0, 100), Cut::Recorded(100, 200));
         assert_eq!(replay.cut(1, 120), Cut::Durable);
         assert_eq!(replay.cut(1, 155), Cut::Recorded(150, 260));

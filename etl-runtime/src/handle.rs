@@ -382,7 +382,10 @@ impl PipelineHandle {
         inner.placement.lock().expect("placement lock").insert(lane.partition(), thread);
         let fence = inner.shared.ledger.is_some().then(|| {
             let fence = Arc::new(Fence::new(replay.as_ref().map_or(0, |r| r.epoch)));
-            inner.fences.lock().expect("fences lock").insert(lane.partition(), fence.clone());
+            // A lane of this partition that was never drained must not write next to the new one.
+            if let Some(old) = inner.fences.lock().expect("fences lock").insert(lane.partition(), fence.clone()) {
+                old.close();
+            }
             fence
         });
         let lane_id = inner.next_lane_id.fetch_add(1, Ordering::Relaxed);
@@ -464,7 +467,7 @@ impl PipelineHandle {
                      inserted again (at-least-once for them)"
                 );
             }
-            let plan = Replay::new(shared.config.shards, watermark, &recorded.spans, epoch);
+            let plan = Replay::new(shared.config.shards, watermark, &recorded, epoch);
             shared.metrics.replayed_batches.inc_by(plan.pending() as u64);
             tracing::info!(partition, epoch, ?watermark, start = ?plan.start(), replayed_batches = plan.pending(), "exactly-once replay plan");
             plans.push(plan);

@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crate::chain::{Chain, OpenBuffer, RecordErrorKind, RowOut};
 use crate::checkpoint::Checkpointer;
 use crate::config::{ErrorPolicy, TombstonePolicy};
-use crate::exactly_once::{Cut, Fence, Replay};
+use crate::exactly_once::{Cut, Fence, Recorded, Replay};
 use crate::handle::Shared;
 use crate::sink::{Chunk, ChunkOrigin, DeadLetterAck, DeadRecord};
 use crate::source::{Lane, SourceErrorKind};
@@ -242,15 +242,20 @@ impl<C: Chain> PipelineThread<C> {
     /// Returns true when the thread must exit.
     fn handle_control(&mut self, msg: Control) -> bool {
         match msg {
-            Control::AddLane { lane_id, lane, replay, fence } => {
+            Control::AddLane { lane_id, mut lane, replay, fence } => {
                 let partition = lane.partition();
                 tracing::info!(thread = self.index, partition, lane_id, "lane added");
                 let mut checkpointer = Checkpointer::default();
                 let exact = fence.map(|fence| {
-                    let replay = replay.unwrap_or_else(|| Replay::new(self.queues.len(), None, &[], 0));
+                    let replay =
+                        replay.unwrap_or_else(|| Replay::new(self.queues.len(), None, &Recorded::default(), 0));
                     // A replay may start below the committed offset; storing below it again would
-                    // only widen the next replay.
+                    // only widen the next replay. Stored through the lane too (it is committed
+                    // already), so the source counts a drain's abandoned records from there.
                     if let Some(watermark) = replay.watermark {
+                        if let Err(error) = lane.store_offset(watermark + 1) {
+                            tracing::warn!(partition, %error, "storing the committed offset again failed");
+                        }
                         checkpointer.mark_stored(watermark + 1);
                     }
                     Exact { fence, replay, carry: Vec::new() }

@@ -168,16 +168,16 @@ impl Ledger for ClickhouseLedger {
     fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded> {
         Box::pin(async move {
             let sql = format!(
-                // The spans above the watermark, and, of the running configuration, every span
-                // that could overlap one of them (its last offset at or above their lowest first
+                // The spans above the watermark, and every span that could overlap one of the
+                // running configuration's (its last offset at or above their lowest first
                 // offset): the replay resolves overlaps over those (`Replay::new`).
                 "SELECT shard, first_offset, last_offset, config_hash = {{hash:String}} AS current, max(epoch) \
                  FROM {table} \
                  WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
-                 AND (last_offset > {{above:Int64}} OR (config_hash = {{hash:String}} AND last_offset >= ( \
+                 AND first_offset >= 0 AND (last_offset > {{above:Int64}} OR last_offset >= ( \
                    SELECT minOrNull(first_offset) FROM {table} \
                    WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
-                   AND config_hash = {{hash:String}} AND last_offset > {{above:Int64}}))) \
+                   AND config_hash = {{hash:String}} AND last_offset > {{above:Int64}})) \
                  GROUP BY shard, first_offset, last_offset, current",
                 table = format!("`{}`.`{}`", self.database, ledger_table(&self.table))
             );
@@ -208,8 +208,9 @@ impl Ledger for ClickhouseLedger {
                     };
                     match parsed {
                         Some((span, true, epoch)) => recorded.spans.push((span, epoch)),
-                        Some((span, false, _)) => {
-                            recorded.other_config += usize::from(watermark.is_none_or(|w| span.last > w))
+                        Some((span, false, epoch)) => {
+                            recorded.other_config += usize::from(watermark.is_none_or(|w| span.last > w));
+                            recorded.others.push((span, epoch));
                         }
                         None => {
                             return Err(SinkError::fatal(format!(
