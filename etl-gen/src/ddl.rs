@@ -62,6 +62,12 @@ pub fn create_table(v: &Validated) -> Result<String, String> {
     Ok(sql)
 }
 
+/// The statements of `--ddl`'s output, one by one (ClickHouse's HTTP interface runs one per
+/// request): split at the `;` that ends a line, comment-only pieces left out.
+pub fn statements(sql: &str) -> impl Iterator<Item = &str> {
+    sql.split(";\n").filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--")))
+}
+
 fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "\\`"))
 }

@@ -108,7 +108,7 @@ fn ddl_prints_the_deduplicating_table_and_the_ledger_under_exactly_once() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ddl = String::from_utf8(out.stdout).unwrap();
-    let statements: Vec<&str> = ddl.split(";\n").filter(|s| s.contains("CREATE TABLE")).collect();
+    let statements: Vec<&str> = etl_gen::ddl::statements(&ddl).collect();
     assert_eq!(statements.len(), 2, "{ddl}");
     assert!(
         statements[0].contains("`e2e_orders_eo`")

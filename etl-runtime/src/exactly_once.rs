@@ -50,9 +50,14 @@ pub struct Recorded {
     /// never replayed (their tokens are not this configuration's), but a current span they
     /// overlap with a higher epoch is not replayed either (see [`Replay::new`]).
     pub others: Vec<(Span, u64)>,
-    /// How many spans of other config hashes lie above the watermark: their rows cannot be re-cut
+}
+
+impl Recorded {
+    /// How many spans of other config hashes lie above `watermark`: their rows cannot be re-cut
     /// under the same tokens, so they are inserted again (at-least-once for them).
-    pub other_config: usize,
+    pub fn other_config_above(&self, watermark: Option<i64>) -> usize {
+        self.others.iter().filter(|(span, _)| watermark.is_none_or(|w| span.last > w)).count()
+    }
 }
 
 /// A boxed future, so that [`Ledger`] stays object safe.
@@ -167,20 +172,26 @@ impl Replay {
     /// Where a row of the record at `offset` goes on `shard`. Spans that end before `offset`
     /// are passed (records arrive in offset order).
     pub(crate) fn cut(&mut self, shard: usize, offset: i64) -> Cut {
-        let spans = &mut self.spans[shard];
-        while spans.front().is_some_and(|&(_, last)| last < offset) {
-            spans.pop_front();
-        }
-        match spans.front() {
-            Some(&(first, last)) if first <= offset => Cut::Recorded(first, last),
+        match self.next(shard, offset) {
+            Some((first, last)) if first <= offset => Cut::Recorded(first, last),
             _ if self.watermark.is_some_and(|w| offset <= w) => Cut::Durable,
             _ => Cut::New,
         }
     }
 
     /// The first offset of the next recorded span of `shard` that ends at or after `offset`.
-    pub(crate) fn next_first(&self, shard: usize, offset: i64) -> Option<i64> {
-        self.spans[shard].iter().find(|&&(_, last)| last >= offset).map(|&(first, _)| first)
+    pub(crate) fn next_first(&mut self, shard: usize, offset: i64) -> Option<i64> {
+        self.next(shard, offset).map(|(first, _)| first)
+    }
+
+    /// The first span of `shard` that ends at or after `offset`; the ones before it are passed
+    /// for good (records arrive in offset order), so each is looked at once per record at most.
+    fn next(&mut self, shard: usize, offset: i64) -> Option<(i64, i64)> {
+        let spans = &mut self.spans[shard];
+        while spans.front().is_some_and(|&(_, last)| last < offset) {
+            spans.pop_front();
+        }
+        spans.front().copied()
     }
 }
 

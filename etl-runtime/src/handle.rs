@@ -459,10 +459,11 @@ impl PipelineHandle {
                     }
                 }
             };
-            if recorded.other_config > 0 {
+            let other_config = recorded.other_config_above(watermark);
+            if other_config > 0 {
                 tracing::warn!(
                     partition,
-                    batches = recorded.other_config,
+                    batches = other_config,
                     "batches above the committed offset were written under another config hash; their records are \
                      inserted again (at-least-once for them)"
                 );

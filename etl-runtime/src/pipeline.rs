@@ -673,8 +673,8 @@ impl<C: Chain> PipelineThread<C> {
         let Some(offset) = self.lanes[i].checkpointer.processed_through() else { return };
         let limits = self.shared.config.batch;
         for shard in 0..self.queues.len() {
-            let lane = &self.lanes[i];
-            let buffer = &lane.buffers[shard];
+            let LaneState { buffers, exact, .. } = &mut self.lanes[i];
+            let buffer = &buffers[shard];
             if buffer.rows == 0 {
                 continue;
             }
@@ -683,9 +683,8 @@ impl<C: Chain> PipelineThread<C> {
                 None => {
                     buffer.bytes.len() as u64 >= limits.max_bytes
                         || u64::from(buffer.rows) >= limits.max_rows
-                        || lane
-                            .exact
-                            .as_ref()
+                        || exact
+                            .as_mut()
                             .and_then(|e| e.replay.next_first(shard, offset + 1))
                             .is_some_and(|first| first <= offset + 1)
                 }

@@ -503,7 +503,7 @@ fn build(yaml: &Path, allow_unsafe_sizing: bool) -> anyhow::Result<PathBuf> {
 fn recreate_table(url: &str, table: &str, ddl: &str) -> anyhow::Result<()> {
     http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"))?;
     http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}_etl_batches` SYNC"))?;
-    for statement in ddl.split(";\n").filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.starts_with("--"))) {
+    for statement in etl_gen::ddl::statements(ddl) {
         http::clickhouse(url, statement)?;
     }
     Ok(())
@@ -1086,17 +1086,40 @@ mod tests {
         assert_eq!(min_budget_mib(&validate(&flagship, false).unwrap()), 272);
     }
 
+    /// The flagship's text, and a scratch directory with its schemas to validate variants in.
+    struct Scratch {
+        flagship: String,
+        dir: PathBuf,
+    }
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let root = crate::workspace_root();
+            let flagship = fs::read_to_string(root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml")).unwrap();
+            let dir = std::env::temp_dir().join(format!("xtask-bench-{name}-{}", std::process::id()));
+            copy_dir(&root.join("examples/kafka_avro_to_clickhouse/schemas"), &dir.join("schemas")).unwrap();
+            Scratch { flagship, dir }
+        }
+
+        fn validate(&self, text: &str, allow_unsafe_sizing: bool) -> anyhow::Result<Validated> {
+            let path = self.dir.join("v.yaml");
+            fs::write(&path, text)?;
+            validate(&path, allow_unsafe_sizing)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
     #[test]
     fn a_variant_changes_name_table_and_budget_only() {
-        let root = crate::workspace_root();
-        let flagship = fs::read_to_string(root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml")).unwrap();
-        let dir = std::env::temp_dir().join(format!("xtask-bench-variant-{}", std::process::id()));
-        copy_dir(&root.join("examples/kafka_avro_to_clickhouse/schemas"), &dir.join("schemas")).unwrap();
-        let path = dir.join("v.yaml");
-        fs::write(&path, variant_text(&flagship, "bench-x", "bench_x", Some("32MiB")).unwrap()).unwrap();
-        assert!(validate(&path, false).is_err(), "32 MiB breaks the sizing rule");
-        let v = validate(&path, true).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
+        let scratch = Scratch::new("variant");
+        let text = variant_text(&scratch.flagship, "bench-x", "bench_x", Some("32MiB")).unwrap();
+        assert!(scratch.validate(&text, false).is_err(), "32 MiB breaks the sizing rule");
+        let v = scratch.validate(&text, true).unwrap();
         assert_eq!(v.model.pipeline.name, "bench-x");
         assert_eq!(v.model.backpressure.max_inflight_bytes.bytes(), 32 << 20);
         let etl_gen::model::Sink::Clickhouse(sink) = &v.model.sink else { panic!("a ClickHouse sink") };
@@ -1108,23 +1131,12 @@ mod tests {
     // The exactly-once variant is the flagship with the key added, and needs a larger budget.
     #[test]
     fn the_exactly_once_variant_needs_the_budget_the_rule_computes() {
-        let root = crate::workspace_root();
-        let flagship = fs::read_to_string(root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml")).unwrap();
-        let dir = std::env::temp_dir().join(format!("xtask-bench-eo-{}", std::process::id()));
-        copy_dir(&root.join("examples/kafka_avro_to_clickhouse/schemas"), &dir.join("schemas")).unwrap();
-        let path = dir.join("eo.yaml");
-        let text = exactly_once_text(&variant_text(&flagship, "bench-eo", "bench_eo", None).unwrap()).unwrap();
-        fs::write(&path, &text).unwrap();
-        let probe = validate(&path, true).unwrap();
-        let budget = min_budget_mib(&probe);
-        fs::write(
-            &path,
-            exactly_once_text(&variant_text(&flagship, "bench-eo", "bench_eo", Some(&format!("{budget}MiB"))).unwrap())
-                .unwrap(),
-        )
-        .unwrap();
-        let v = validate(&path, false).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
+        let scratch = Scratch::new("eo");
+        let variant = |budget: Option<&str>| {
+            exactly_once_text(&variant_text(&scratch.flagship, "bench-eo", "bench_eo", budget).unwrap()).unwrap()
+        };
+        let budget = min_budget_mib(&scratch.validate(&variant(None), true).unwrap());
+        let v = scratch.validate(&variant(Some(&format!("{budget}MiB"))), false).unwrap();
         let etl_gen::model::Sink::Clickhouse(sink) = &v.model.sink else { panic!("a ClickHouse sink") };
         assert!(sink.exactly_once);
         // 2 × 2 shards × (2 in flight + 8 queued) × 16 MiB = 640 MiB at low_ratio 0.5.

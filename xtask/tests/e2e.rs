@@ -668,6 +668,25 @@ fn assert_exactly_once(n: i64) -> ChStats {
     stats
 }
 
+/// The end of every exactly-once scenario: `last` runs until every produced order is in the table
+/// and the committed offsets reach the end offsets, it counted the spans it recorded, stops
+/// cleanly, and the table holds every order exactly once.
+fn finish_exactly_once(
+    last: &mut Process,
+    producer: std::thread::JoinHandle<Produced>,
+    (topic, group): (&str, &str),
+    n: i64,
+) -> ChStats {
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Exactly.table(), n, Duration::from_secs(180));
+    let committed = await_committed(group, topic, &produced.end_offsets, Duration::from_secs(30));
+    let metrics = last.metrics().expect("the final run serves /metrics");
+    assert!(metrics.sum("etl_exactly_once_spans_recorded_total") > 0.0, "spans are counted");
+    last.stop_cleanly();
+    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
+    assert_exactly_once(n)
+}
+
 /// The process ended by SIGKILL (a fault point, or the test's own kill).
 fn assert_killed(status: std::process::ExitStatus, label: &str) {
     use std::os::unix::process::ExitStatusExt;
@@ -716,20 +735,13 @@ fn exactly_once_survives_kills_at_every_step() {
         processes.push(p);
     }
     let mut last = spawn(Variant::Exactly, "eo-kill-final", &topic, &group, &[]);
-    let produced = producer.join().unwrap();
-    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
-    let metrics = last.metrics().expect("the final run serves /metrics");
-    assert!(metrics.sum("etl_exactly_once_spans_recorded_total") > 0.0, "spans are counted");
-    last.stop_cleanly();
+    let stats = finish_exactly_once(&mut last, producer, (&topic, &group), N);
     processes.push(last);
     for p in &processes {
         p.assert_no_panic();
     }
     let replayed: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
     assert!(replayed > 0, "restarts read replay plans");
-    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
-    let stats = assert_exactly_once(N);
     eprintln!("exactly-once kills: {stats:?} after 7 kills");
 }
 
@@ -764,18 +776,13 @@ fn exactly_once_across_rebalances() {
     b.await_metrics("rows after the thaw", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 40_000.0);
     b.kill();
     let mut c = spawn(Variant::Exactly, "eo-rebalance-c", &topic, &group, &[]);
-    let produced = producer.join().unwrap();
-    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
-    c.stop_cleanly();
+    let stats = finish_exactly_once(&mut c, producer, (&topic, &group), N);
     for p in [&a, &b, &c] {
         p.assert_no_panic();
     }
     let replayed: usize = [&b, &c].iter().map(|p| p.log_lines("replayed_batches=0").len()).sum();
     let plans: usize = [&b, &c].iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
     assert!(replayed < plans, "some hand-over replayed recorded batches");
-    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
-    let stats = assert_exactly_once(N);
     eprintln!("exactly-once rebalance: {stats:?}");
 }
 
@@ -805,12 +812,7 @@ fn exactly_once_through_clickhouse_outages() {
         p.kill();
     }
     let mut last = spawn(Variant::Exactly, "eo-outage-2", &topic, &group, &[]);
-    let produced = producer.join().unwrap();
-    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
-    last.stop_cleanly();
+    let stats = finish_exactly_once(&mut last, producer, (&topic, &group), N);
     p.assert_no_panic();
-    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
-    let stats = assert_exactly_once(N);
     eprintln!("exactly-once outage: {stats:?}");
 }

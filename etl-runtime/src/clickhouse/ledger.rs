@@ -5,7 +5,7 @@
 
 use ::clickhouse::Client;
 
-use super::errors;
+use super::Failure;
 use crate::exactly_once::{Ledger, LedgerFuture, Recorded, Span};
 use crate::sink::SinkError;
 
@@ -49,15 +49,35 @@ pub(super) struct ClickhouseLedger {
 }
 
 impl ClickhouseLedger {
-    fn error(&self, error: &::clickhouse::error::Error) -> SinkError {
-        let mut message = errors::describe(error);
-        if !self.password.is_empty() {
-            message = message.replace(&self.password, "********");
+    /// A query of this pipeline's rows of `partition`: the `pipeline`, `topic` and `partition`
+    /// parameters are set.
+    fn scoped(&self, client: &Client, sql: &str, partition: i32) -> ::clickhouse::query::Query {
+        client
+            .query_raw(sql)
+            .param("pipeline", self.config.pipeline.as_str())
+            .param("topic", self.config.topic.as_str())
+            .param("partition", partition)
+    }
+
+    /// Runs a scoped SELECT (with the extra parameters `bind` sets) on every shard; its TSV
+    /// answer from each.
+    async fn select_everywhere(
+        &self,
+        sql: &str,
+        partition: i32,
+        bind: impl Fn(::clickhouse::query::Query) -> ::clickhouse::query::Query,
+    ) -> Result<Vec<Vec<u8>>, SinkError> {
+        let mut answers = Vec::with_capacity(self.shards.len());
+        for shard in 0..self.shards.len() {
+            let answer = self
+                .on_shard(shard, |client| {
+                    let query = bind(self.scoped(&client, sql, partition));
+                    async move { query.fetch_bytes("TSV")?.collect().await.map(|b| b.to_vec()) }
+                })
+                .await?;
+            answers.push(answer);
         }
-        match errors::classify(error) {
-            errors::Class::Retryable => SinkError::retryable(message),
-            _ => SinkError::fatal(message),
-        }
+        Ok(answers)
     }
 
     /// Runs `request` on the replicas of `shard` in turn until one answers; a fatal error stops
@@ -78,7 +98,7 @@ impl ClickhouseLedger {
             match result {
                 Ok(value) => return Ok(value),
                 Err(error) => {
-                    let error = self.error(&error);
+                    let error = Failure::of(&error, &self.password).into_sink_error();
                     if !error.is_retryable() {
                         return Err(error);
                     }
@@ -102,11 +122,8 @@ impl ClickhouseLedger {
             LEDGER_COLUMNS.map(|(name, _)| format!("`{name}`")).join(", ")
         );
         self.on_shard(span.shard, |client| {
-            let mut query = client
-                .query_raw(&sql)
-                .param("pipeline", self.config.pipeline.as_str())
-                .param("topic", self.config.topic.as_str())
-                .param("partition", span.partition)
+            let mut query = self
+                .scoped(&client, &sql, span.partition)
                 .param("shard", span.shard as u32)
                 .param("first", span.first)
                 .param("last", span.last)
@@ -132,17 +149,7 @@ impl Ledger for ClickhouseLedger {
                 ledger_table(&self.table)
             );
             let mut highest = 0u64;
-            for shard in 0..self.shards.len() {
-                let text = self
-                    .on_shard(shard, |client| {
-                        let query = client
-                            .query_raw(&sql)
-                            .param("pipeline", self.config.pipeline.as_str())
-                            .param("topic", self.config.topic.as_str())
-                            .param("partition", partition);
-                        async move { query.fetch_bytes("TSV")?.collect().await }
-                    })
-                    .await?;
+            for text in self.select_everywhere(&sql, partition, |query| query).await? {
                 let text = String::from_utf8_lossy(&text);
                 let max = text.trim().parse::<u64>().map_err(|_| {
                     SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
@@ -182,19 +189,12 @@ impl Ledger for ClickhouseLedger {
                 table = format!("`{}`.`{}`", self.database, ledger_table(&self.table))
             );
             let mut recorded = Recorded::default();
-            for shard in 0..self.shards.len() {
-                let text = self
-                    .on_shard(shard, |client| {
-                        let query = client
-                            .query_raw(&sql)
-                            .param("hash", self.config.config_hash.as_str())
-                            .param("pipeline", self.config.pipeline.as_str())
-                            .param("topic", self.config.topic.as_str())
-                            .param("partition", partition)
-                            .param("above", watermark.unwrap_or(-1));
-                        async move { query.fetch_bytes("TSV")?.collect().await }
-                    })
-                    .await?;
+            let answers = self
+                .select_everywhere(&sql, partition, |query| {
+                    query.param("hash", self.config.config_hash.as_str()).param("above", watermark.unwrap_or(-1))
+                })
+                .await?;
+            for text in answers {
                 for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                     let line = String::from_utf8_lossy(line);
                     let fields: Vec<&str> = line.split('\t').collect();
@@ -209,7 +209,6 @@ impl Ledger for ClickhouseLedger {
                     match parsed {
                         Some((span, true, epoch)) => recorded.spans.push((span, epoch)),
                         Some((span, false, epoch)) => {
-                            recorded.other_config += usize::from(watermark.is_none_or(|w| span.last > w));
                             recorded.others.push((span, epoch));
                         }
                         None => {

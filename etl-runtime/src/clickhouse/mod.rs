@@ -220,6 +220,15 @@ struct Failure {
 }
 
 impl Failure {
+    /// `error`, classified, its message scrubbed of `password`.
+    fn of(error: &::clickhouse::error::Error, password: &str) -> Failure {
+        let mut message = errors::describe(error);
+        if !password.is_empty() {
+            message = message.replace(password, "********");
+        }
+        Failure { class: errors::classify(error), message }
+    }
+
     fn into_sink_error(self) -> SinkError {
         match self.class {
             Class::Retryable => SinkError::retryable(self.message),
@@ -385,11 +394,7 @@ impl ClickhouseSink {
     }
 
     fn failure(&self, error: &::clickhouse::error::Error) -> Failure {
-        let mut message = errors::describe(error);
-        if !self.password.is_empty() {
-            message = message.replace(&self.password, "********");
-        }
-        Failure { class: errors::classify(error), message }
+        Failure::of(error, &self.password)
     }
 
     /// Splits a batch into the units refused rows are isolated by: rows where the encoding can be

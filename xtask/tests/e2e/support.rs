@@ -192,9 +192,7 @@ impl Variant {
                     ch_exec(url, &format!("DROP TABLE IF EXISTS default.{} SYNC", self.table()));
                     // The exactly-once variant's DDL also creates its ledger table.
                     ch_exec(url, &format!("DROP TABLE IF EXISTS default.{}_etl_batches SYNC", self.table()));
-                    for statement in
-                        ddl.split(";\n").filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.starts_with("--")))
-                    {
+                    for statement in etl_gen::ddl::statements(&ddl) {
                         ch_exec(url, statement);
                     }
                 }
