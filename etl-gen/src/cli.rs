@@ -56,6 +56,10 @@ pub struct GenArgs {
     /// The git revision for --runtime-git.
     #[arg(long, requires = "runtime_git")]
     pub runtime_rev: Option<String>,
+    /// Compile the runtime's `ETL_FAULT` kill points into the binary. For the project's own
+    /// fault-injection tests; a binary built with it kills itself on request. `image` refuses it.
+    #[arg(long, hide = true)]
+    pub fault_injection: bool,
 }
 
 /// `build` arguments.
@@ -209,6 +213,7 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
         runtime: layout.runtime.clone(),
         lockfile: layout.lockfile.clone(),
         bench: false,
+        fault_injection: args.fault_injection,
     };
     let files = emit::generate(&pipeline, &options).map_err(|e| {
         eprintln!("error: {e}");
@@ -225,6 +230,10 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
 /// `image`: a static build and its OCI archive; returns the archive path and the manifest
 /// digest.
 pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
+    if args.gen_args.fault_injection {
+        eprintln!("error: --fault-injection is for the project's own tests; an image never carries fault hooks");
+        return Err(ExitCode::from(2));
+    }
     let fail = |message: String| {
         eprintln!("error: {message}");
         ExitCode::from(1)

@@ -17,6 +17,11 @@ pub mod model;
 pub mod plan;
 pub mod rules;
 pub mod schema;
+/// What is secret: the runtime's own definition, compiled here from the same file (it needs
+/// only `std`), so `--check`, logs and the generated README can never disagree about it.
+#[path = "../../etl-runtime/src/secret.rs"]
+#[allow(dead_code, unreachable_pub)]
+pub(crate) mod secret;
 pub mod source_map;
 pub mod template;
 pub mod units;

@@ -225,9 +225,11 @@ struct Shifts {
 
 impl Shifts {
     fn record(&mut self, original: &str) {
-        if let Some(open) = original.rfind('[')
-            && let Ok(index) = original[open + 1..original.len() - 1].parse()
-            && original.ends_with(']')
+        // A key may itself contain `[` (a user typo such as `wire[`): only a trailing `[digits]`
+        // is an index, and the slice is taken only once the closing `]` is known to follow.
+        if let Some(inner) = original.strip_suffix(']')
+            && let Some(open) = inner.rfind('[')
+            && let Ok(index) = inner[open + 1..].parse()
         {
             self.removed.push((original[..open].to_owned(), index));
         }

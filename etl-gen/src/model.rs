@@ -223,6 +223,44 @@ pub struct AvroFormat {
     /// resolved to the reader schema.
     #[serde(default)]
     pub registry: Option<Template>,
+    /// The registry id (or a list of ids) under which the reader schema is registered.
+    /// Messages framed with one of these ids are decoded directly. With `wire: confluent` and
+    /// no registry it is required, and a message with any other id is a record error, never
+    /// decoded as if it were the reader schema.
+    #[serde(default)]
+    pub schema_id: Option<SchemaIds>,
+    /// How long a failing schema registry lookup (no answer, an error, or an id the registry
+    /// does not know yet) is retried, the record's lane paused meanwhile, before the record
+    /// becomes a record error under `errors.policy`.
+    #[serde(default = "defaults::registry_timeout")]
+    pub registry_timeout: Duration,
+}
+
+/// `format.avro.schema_id`: one id, or a list of them.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum SchemaIds {
+    /// One id.
+    One(u32),
+    /// Several ids (the reader schema registered under several subjects or versions).
+    Many(Vec<u32>),
+}
+
+impl SchemaIds {
+    /// The ids, in the order written.
+    pub fn ids(&self) -> Vec<u32> {
+        match self {
+            SchemaIds::One(id) => vec![*id],
+            SchemaIds::Many(ids) => ids.clone(),
+        }
+    }
+}
+
+impl AvroFormat {
+    /// The reader schema's registry ids (empty when `schema_id` is not set).
+    pub fn schema_ids(&self) -> Vec<u32> {
+        self.schema_id.as_ref().map(SchemaIds::ids).unwrap_or_default()
+    }
 }
 
 /// The Avro wire format.
@@ -599,6 +637,9 @@ mod defaults {
     }
     pub(super) fn max_message_bytes() -> ByteSize {
         ByteSize::mib(1)
+    }
+    pub(super) fn registry_timeout() -> Duration {
+        Duration::from_secs(60)
     }
     pub(super) fn database() -> String {
         "default".to_owned()

@@ -61,6 +61,21 @@ pub enum AvroType {
     Uuid,
 }
 
+impl AvroType {
+    /// The fewest bytes one value of this type takes in Avro's binary encoding: the decoder's
+    /// guard against block counts that cannot fit in what is left of a message.
+    pub fn min_encoded_bytes(&self) -> u64 {
+        match self {
+            AvroType::Float => 4,
+            AvroType::Double => 8,
+            AvroType::Decimal { fixed_size: Some(n), .. } => *n as u64,
+            AvroType::Record(r) => r.fields.iter().map(|f| f.ty.min_encoded_bytes()).sum(),
+            // A varint, a length, an index or a block count: at least one byte each.
+            _ => 1,
+        }
+    }
+}
+
 /// A record and its fields, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordType {

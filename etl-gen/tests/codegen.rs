@@ -26,6 +26,7 @@ fn options(rel: &str, crate_dir: PathBuf) -> GenOptions {
         runtime: RuntimeDep::Path(root().join("etl-runtime")),
         lockfile: Some(root().join("Cargo.lock")),
         bench: false,
+        fault_injection: false,
     }
 }
 

@@ -43,6 +43,10 @@ pub struct RuntimeConfig {
     /// `sink.clickhouse.exactly_once`: batches per (partition, shard), spans recorded in the
     /// sink's ledger before each insert, replays re-cut at the recorded spans.
     pub exactly_once: bool,
+    /// `format.avro.registry_timeout`: how long a record whose dependency is unavailable (a
+    /// schema registry lookup that fails) is held and retried, its lane paused, before it
+    /// becomes a record error under `errors.policy`.
+    pub unavailable_timeout: Duration,
 }
 
 /// `backpressure.*`: the in-flight byte budget and the pause controller.
@@ -119,6 +123,7 @@ impl Default for RuntimeConfig {
             tombstones: TombstonePolicy::Skip,
             admin_listen: None,
             exactly_once: false,
+            unavailable_timeout: Duration::from_secs(60),
         }
     }
 }

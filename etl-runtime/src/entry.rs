@@ -27,15 +27,14 @@ pub enum Part {
     Var(&'static str, Option<&'static str>),
 }
 
-/// One run-time setting: its key path, its template, and whether it is a secret.
+/// One run-time setting: its key path and its template. Whether its value may be shown is
+/// decided by the key, in [`crate::secret`].
 #[derive(Debug, Clone, Copy)]
 pub struct Setting {
     /// The key path, e.g. `sink.clickhouse.password`.
     pub key: &'static str,
     /// The template.
     pub parts: &'static [Part],
-    /// Never printed or logged when true.
-    pub secret: bool,
 }
 
 /// Settings with their values from the environment.
@@ -70,7 +69,7 @@ impl Resolved {
     pub fn describe(&self) -> String {
         let mut out = String::new();
         for (setting, value) in &self.values {
-            let shown = if setting.secret && !value.is_empty() { "********" } else { value.as_str() };
+            let shown = crate::secret::shown_value(setting.key, value);
             out.push_str(&format!("{} = {shown}\n", setting.key));
         }
         out
@@ -174,13 +173,9 @@ mod tests {
     use super::*;
 
     static SETTINGS: &[Setting] = &[
-        Setting { key: "sink.file.path", parts: &[Part::Var("OUT", Some("out.ndjson"))], secret: false },
-        Setting { key: "sink.clickhouse.password", parts: &[Part::Var("PW", None)], secret: true },
-        Setting {
-            key: "source.kafka.rdkafka.sasl.username",
-            parts: &[Part::Lit("u-"), Part::Var("USER", None)],
-            secret: false,
-        },
+        Setting { key: "sink.file.path", parts: &[Part::Var("OUT", Some("out.ndjson"))] },
+        Setting { key: "sink.clickhouse.password", parts: &[Part::Var("PW", None)] },
+        Setting { key: "source.kafka.rdkafka.sasl.username", parts: &[Part::Lit("u-"), Part::Var("USER", None)] },
     ];
 
     #[test]

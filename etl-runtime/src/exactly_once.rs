@@ -20,7 +20,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sink::SinkError;
@@ -255,10 +254,17 @@ pub(crate) enum FaultPoint {
     InsertAcked,
 }
 
+/// Without the `fault-injection` feature (every production build) there is no fault point.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn fault(_point: FaultPoint) {}
+
 /// SIGKILLs the process at the `n`-th passage through `point` when `ETL_FAULT=<point>:<n>` is set
-/// (`span_recorded` or `insert_acked`). For the fault-injection tests; without the variable this
-/// is one relaxed load.
+/// (`span_recorded` or `insert_acked`). Compiled only with the `fault-injection` feature, which
+/// the end-to-end tests' builds enable; without the variable this is one relaxed load.
+#[cfg(feature = "fault-injection")]
 pub(crate) fn fault(point: FaultPoint) {
+    use std::sync::OnceLock;
     static PLAN: OnceLock<Option<(FaultPoint, u64)>> = OnceLock::new();
     static PASSED: AtomicU64 = AtomicU64::new(0);
     let plan = PLAN.get_or_init(|| {

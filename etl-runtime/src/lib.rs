@@ -87,6 +87,7 @@ mod pipeline;
 #[cfg(feature = "registry")]
 mod registry;
 mod run;
+pub mod secret;
 mod sink;
 mod source;
 #[cfg(test)]
@@ -110,7 +111,7 @@ pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::bench::{ChainHarness, sample_payloads};
+    pub use crate::bench::{ChainHarness, fuzz_chain, sample_payloads};
     pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};

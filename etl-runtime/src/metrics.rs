@@ -108,6 +108,12 @@ const CATALOGUE: &[MetricDoc] = &[
         labels: &["reason"],
         help: "Records that produced no row: reason is filtered (the chain emitted nothing), error (skipped by errors.policy), tombstone, dead_letter, or sink_refused (rows the sink refused, skipped by errors.policy).",
     },
+    MetricDoc {
+        name: "etl_records_unavailable_retries_total",
+        kind: "counter",
+        labels: &[],
+        help: "Times a record was held, its lane paused, because something it needs was unavailable (a schema registry lookup failed); it is tried again with backoff until format.avro.registry_timeout.",
+    },
     MetricDoc { name: "etl_sink_batch_rows", kind: "histogram", labels: &["shard"], help: "Rows per written batch." },
     MetricDoc {
         name: "etl_sink_batch_bytes",
@@ -219,6 +225,7 @@ pub(crate) struct Metrics {
     pub(crate) dropped_tombstone: IntCounter,
     pub(crate) dropped_dead_letter: IntCounter,
     pub(crate) dropped_sink_refused: IntCounter,
+    pub(crate) unavailable_retries: IntCounter,
     pub(crate) batch_rows: Vec<Histogram>,
     pub(crate) batch_bytes: Vec<Histogram>,
     pub(crate) insert_duration: Vec<Histogram>,
@@ -250,6 +257,7 @@ impl Metrics {
         let records_in = IntCounter::with_opts(opts("etl_records_in_total"))?;
         let records_out = IntCounter::with_opts(opts("etl_records_out_total"))?;
         let dropped = IntCounterVec::new(opts("etl_records_dropped_total"), &["reason"])?;
+        let unavailable_retries = IntCounter::with_opts(opts("etl_records_unavailable_retries_total"))?;
         let hist = |name: &str, buckets: Vec<f64>| {
             HistogramVec::new(HistogramOpts::new(name, help(name)).buckets(buckets), &["shard"])
         };
@@ -277,6 +285,7 @@ impl Metrics {
         reg(Box::new(records_in.clone()))?;
         reg(Box::new(records_out.clone()))?;
         reg(Box::new(dropped.clone()))?;
+        reg(Box::new(unavailable_retries.clone()))?;
         reg(Box::new(batch_rows.clone()))?;
         reg(Box::new(batch_bytes.clone()))?;
         reg(Box::new(insert_duration.clone()))?;
@@ -308,6 +317,7 @@ impl Metrics {
             dropped_tombstone: dropped.with_label_values(&["tombstone"]),
             dropped_sink_refused: dropped.with_label_values(&["sink_refused"]),
             dropped_dead_letter: dropped.with_label_values(&["dead_letter"]),
+            unavailable_retries,
             batch_rows: labels.iter().map(|l| batch_rows.with_label_values(&[l.as_str()])).collect(),
             batch_bytes: labels.iter().map(|l| batch_bytes.with_label_values(&[l.as_str()])).collect(),
             insert_duration: labels.iter().map(|l| insert_duration.with_label_values(&[l.as_str()])).collect(),

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::chain::{Chain, OpenBuffer, RecordErrorKind, RowOut};
+use crate::chain::{Chain, OpenBuffer, RecordError, RecordErrorKind, RowOut};
 use crate::checkpoint::Checkpointer;
 use crate::config::{ErrorPolicy, TombstonePolicy};
 use crate::exactly_once::{Cut, Fence, Recorded, Replay};
 use crate::handle::Shared;
 use crate::sink::{Chunk, ChunkOrigin, DeadLetterAck, DeadRecord};
-use crate::source::{Lane, SourceErrorKind};
+use crate::source::{Lane, Record, SourceErrorKind};
 
 /// How many records one lane may process before the thread looks at acks, control messages and its
 /// other lanes again. It bounds the gap between two iterations of the loop.
@@ -22,6 +22,13 @@ const BURST: usize = 256;
 /// How long an idle thread waits for an ack or a control message before it polls its lanes again.
 /// Short, so a lane whose source has new data is picked up at once ("keeps polling").
 const IDLE_WAIT: Duration = Duration::from_millis(2);
+
+/// The first wait before a record whose dependency is unavailable is run through the chain again;
+/// it doubles with every failure up to [`UNAVAILABLE_MAX_BACKOFF`].
+const UNAVAILABLE_FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The longest wait between two tries of a held record.
+const UNAVAILABLE_MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The final stored `next_offset` of each drained partition (`None`: nothing stored).
 pub(crate) type FinalOffsets = Vec<(i32, Option<i64>)>;
@@ -74,6 +81,61 @@ struct LaneState {
     lag_seconds: prometheus::Gauge,
     /// Exactly-once state; `None` at least-once.
     exact: Option<Exact>,
+    /// A record the chain could not process because something it needs is unavailable: the lane
+    /// is paused and the record is tried again (see [`Held`]).
+    held: Option<Held>,
+}
+
+/// A record held because a dependency it needs is unavailable (a schema registry lookup failed).
+/// Skipping it would lose a good record and stopping would crash-loop on a registry blip, so the
+/// lane pauses at the source (the consumer keeps polling) and the record is run through the
+/// chain again with capped exponential backoff; once `unavailable_timeout` has passed since the
+/// first failure it becomes a record error under `errors.policy`. Nothing of it is registered
+/// with the checkpointer until it is processed, so no offset passes it meanwhile.
+struct Held {
+    payload: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    since: Instant,
+    next_try: Instant,
+    backoff: Duration,
+    attempts: u32,
+}
+
+impl Held {
+    fn of(record: &Record<'_>, now: Instant) -> Held {
+        Held {
+            payload: record.payload.map(<[u8]>::to_vec),
+            key: record.key.map(<[u8]>::to_vec),
+            partition: record.partition,
+            offset: record.offset,
+            timestamp_ms: record.timestamp_ms,
+            since: now,
+            next_try: now,
+            backoff: Duration::ZERO,
+            attempts: 0,
+        }
+    }
+
+    fn record(&self) -> Record<'_> {
+        Record {
+            payload: self.payload.as_deref(),
+            key: self.key.as_deref(),
+            partition: self.partition,
+            offset: self.offset,
+            timestamp_ms: self.timestamp_ms,
+        }
+    }
+
+    /// Schedules the next try after another failure, never later than the deadline.
+    fn failed_again(&mut self, now: Instant, timeout: Duration) {
+        self.attempts += 1;
+        self.backoff = (self.backoff * 2).clamp(UNAVAILABLE_FIRST_BACKOFF, UNAVAILABLE_MAX_BACKOFF);
+        let deadline = self.since + timeout;
+        self.next_try = (now + self.backoff).min(deadline.max(now));
+    }
 }
 
 /// A lane's exactly-once state: where its replayed batches end, its fence, and the work the last
@@ -149,6 +211,8 @@ enum Poll {
     Record,
     Idle,
     Stop,
+    /// The record is held until a dependency is available again: pause the lane.
+    Wait,
 }
 
 pub(crate) struct PipelineThread<C: Chain> {
@@ -276,6 +340,7 @@ impl<C: Chain> PipelineThread<C> {
                     newest_timestamp_ms: None,
                     lag_seconds,
                     exact,
+                    held: None,
                 });
                 false
             }
@@ -360,6 +425,21 @@ impl<C: Chain> PipelineThread<C> {
             // Holding a batch its shard queue rejected (see `seal`).
             return false;
         }
+        if let Some(next_try) = self.lanes[i].held.as_ref().map(|h| h.next_try) {
+            // The lane stays paused at the source while its held record waits for its next try.
+            if Instant::now() < next_try {
+                return false;
+            }
+            match self.poll_one(i) {
+                Poll::Record => {
+                    if self.after_record(i) {
+                        return false;
+                    }
+                }
+                Poll::Wait | Poll::Stop | Poll::Idle => return false,
+            }
+            // Processed at last: the lane resumes below, once the pause controller agrees.
+        }
         if let Some(since) = self.lanes[i].paused_since {
             let lane = &self.lanes[i];
             let ready = lane.pending.is_empty()
@@ -375,7 +455,6 @@ impl<C: Chain> PipelineThread<C> {
             self.pause_lane(i);
             return false;
         }
-        let target = self.shared.config.chunk_target_bytes;
         let exact = self.lanes[i].exact.is_some();
         if exact {
             self.seal_lingering(i);
@@ -385,25 +464,14 @@ impl<C: Chain> PipelineThread<C> {
         }
         for _ in 0..BURST {
             match self.poll_one(i) {
-                Poll::Record if exact => {
-                    self.cut_exact(i);
-                    let lane = &self.lanes[i];
-                    if lane.paused_since.is_some() || lane.failed || !lane.pending.is_empty() {
+                Poll::Record => {
+                    if self.after_record(i) {
                         return false;
                     }
                 }
-                Poll::Record => {
-                    for shard in 0..self.queues.len() {
-                        if self.lanes[i].buffers[shard].bytes.len() >= target {
-                            self.seal(i, shard, false);
-                            if self.lanes[i].paused_since.is_some() {
-                                break;
-                            }
-                        }
-                    }
-                    if self.lanes[i].paused_since.is_some() || self.lanes[i].failed {
-                        return false;
-                    }
+                Poll::Wait => {
+                    self.pause_lane(i);
+                    return false;
                 }
                 Poll::Idle => {
                     let lane = &mut self.lanes[i];
@@ -433,7 +501,28 @@ impl<C: Chain> PipelineThread<C> {
         true
     }
 
-    /// Takes one record from the lane and runs it through the chain.
+    /// What follows each processed record: exactly-once cuts its batches; at-least-once seals the
+    /// buffers that reached the chunk target. Returns true when the lane must stop for now
+    /// (paused, failed, or holding a batch).
+    fn after_record(&mut self, i: usize) -> bool {
+        if self.lanes[i].exact.is_some() {
+            self.cut_exact(i);
+            let lane = &self.lanes[i];
+            return lane.paused_since.is_some() || lane.failed || !lane.pending.is_empty();
+        }
+        let target = self.shared.config.chunk_target_bytes;
+        for shard in 0..self.queues.len() {
+            if self.lanes[i].buffers[shard].bytes.len() >= target {
+                self.seal(i, shard, false);
+                if self.lanes[i].paused_since.is_some() {
+                    break;
+                }
+            }
+        }
+        self.lanes[i].paused_since.is_some() || self.lanes[i].failed
+    }
+
+    /// Takes one record from the lane (or the record it holds) and runs it through the chain.
     fn poll_one(&mut self, i: usize) -> Poll {
         let PipelineThread { lanes, chain, shared, snapshot, counts, ack_tx, .. } = self;
         let LaneState {
@@ -446,22 +535,29 @@ impl<C: Chain> PipelineThread<C> {
             newest_timestamp_ms,
             partition,
             exact,
+            held: held_slot,
             ..
         } = &mut lanes[i];
-        let record = match lane.next() {
-            None => return Poll::Idle,
-            Some(Err(error)) if error.kind == SourceErrorKind::Transient => {
-                tracing::warn!(partition = *partition, %error, "transient source error");
-                return Poll::Idle;
-            }
-            Some(Err(error)) => {
-                *failed = true;
-                shared.fatal.report(format!("partition {partition}: {error}"));
-                return Poll::Stop;
-            }
-            Some(Ok(record)) => record,
+        let held = held_slot.take();
+        let record = match &held {
+            Some(held) => held.record(),
+            None => match lane.next() {
+                None => return Poll::Idle,
+                Some(Err(error)) if error.kind == SourceErrorKind::Transient => {
+                    tracing::warn!(partition = *partition, %error, "transient source error");
+                    return Poll::Idle;
+                }
+                Some(Err(error)) => {
+                    *failed = true;
+                    shared.fatal.report(format!("partition {partition}: {error}"));
+                    return Poll::Stop;
+                }
+                Some(Ok(record)) => record,
+            },
         };
-        counts.records_in += 1;
+        if held.is_none() {
+            counts.records_in += 1;
+        }
         let offset = record.offset;
         if record.timestamp_ms.is_some() {
             *newest_timestamp_ms = record.timestamp_ms;
@@ -528,20 +624,42 @@ impl<C: Chain> PipelineThread<C> {
                 checkpointer.processed(offset);
                 Poll::Record
             }
-            Err(error) => {
+            Err(mut error) => {
                 // Rows pushed before the error are discarded so the record leaves nothing behind.
                 for (buffer, &(len, rows_before)) in buffers.iter_mut().zip(snapshot.iter()) {
                     buffer.bytes.truncate(len);
                     buffer.rows = rows_before;
                 }
-                // A dependency that is down (the schema registry) is not the record's fault:
-                // skipping or dead-lettering would lose good data, so it always stops.
-                let policy = if error.kind == RecordErrorKind::Unavailable {
-                    ErrorPolicy::Fail
-                } else {
-                    shared.config.error_policy
-                };
-                match (policy, shared.dead_letter.as_ref()) {
+                if error.kind == RecordErrorKind::Unavailable {
+                    // Not the record's fault: held and tried again until the timeout (see `Held`).
+                    let now = Instant::now();
+                    let timeout = shared.config.unavailable_timeout;
+                    let since = held.as_ref().map_or(now, |h| h.since);
+                    if now.duration_since(since) < timeout {
+                        let fresh = held.is_none().then(|| Held::of(&record, now));
+                        let mut waiting = match held {
+                            Some(held) => held,
+                            None => fresh.expect("a fresh hold for a record taken from the lane"),
+                        };
+                        waiting.failed_again(now, timeout);
+                        tracing::warn!(
+                            partition = *partition,
+                            offset,
+                            attempt = waiting.attempts,
+                            retry_in_ms = waiting.next_try.saturating_duration_since(now).as_millis() as u64,
+                            %error,
+                            "the record needs something unavailable; holding it with its lane paused"
+                        );
+                        shared.metrics.unavailable_retries.inc();
+                        *held_slot = Some(waiting);
+                        return Poll::Wait;
+                    }
+                    error = RecordError::new(
+                        RecordErrorKind::Decode,
+                        format!("{} (still failing after {timeout:?}: format.avro.registry_timeout)", error.message),
+                    );
+                }
+                match (shared.config.error_policy, shared.dead_letter.as_ref()) {
                     (ErrorPolicy::Skip, _) => {
                         tracing::debug!(partition = *partition, offset, %error, "record skipped");
                         counts.errors += 1;

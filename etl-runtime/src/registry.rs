@@ -1,15 +1,18 @@
 //! A Confluent-API schema registry client: writer schemas by id, resolved to the reader
 //! schema the binary was generated for.
 //!
-//! The generated decoder reads exactly the reader schema. A message whose writer schema is
-//! the same (by canonical form) takes that fast path untouched. One written with another
+//! The generated decoder reads exactly the reader schema. A message framed with one of the
+//! reader schema's own ids (`format.avro.schema_id`), or whose writer schema the registry says
+//! is the same (by canonical form), takes that fast path untouched. One written with another
 //! schema is decoded with apache-avro's schema resolution into a reader-shaped value,
 //! re-encoded with the reader schema, and then decoded by the generated code: a slower but
-//! correct path that keeps one decoder. Each id is fetched once and cached, including
-//! unknown ids (404), so the registry is asked once per schema, not per record. The first
-//! record with a new id waits for that fetch (bounded by a timeout) on its pipeline thread.
-//! A registry that cannot be reached is `RecordErrorKind::Unavailable`, which stops the
-//! pipeline instead of skipping good records.
+//! correct path that keeps one decoder.
+//!
+//! Schemas that were found are cached (at most [`CACHE_CAPACITY`] ids). A lookup that fails
+//! (no connection, an HTTP error, or a 404 because the registry lags the producer) is never
+//! cached: it is [`RecordErrorKind::Unavailable`], which makes the pipeline thread hold the
+//! record, pause its lane and ask again with capped backoff, until `format.avro.registry_timeout`
+//! turns it into a record error under `errors.policy` (see `pipeline`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -18,6 +21,15 @@ use std::time::Duration;
 use apache_avro::Schema;
 
 use crate::chain::{RecordError, RecordErrorKind};
+use crate::secret::redact_url;
+
+/// How many writer schemas the cache keeps. A topic sees a handful of schema versions; the
+/// bound only matters for a stream of corrupt ids, each of which the registry happens to know.
+pub(crate) const CACHE_CAPACITY: usize = 1024;
+
+/// How long one lookup may take. A pipeline thread waits for it, so it stays short; a registry
+/// that does not answer in time is retried like any other failure.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The datum to decode: the message's own bytes, or the reader-shaped re-encoding.
 #[derive(Debug)]
@@ -47,8 +59,11 @@ pub struct Registry {
 #[derive(Debug)]
 struct Inner {
     url: String,
+    /// The URL without credentials, for messages.
+    shown: String,
     reader: Schema,
     reader_canonical: String,
+    reader_ids: Vec<u32>,
     cache: RwLock<HashMap<u32, Arc<Entry>>>,
     agent: ureq::Agent,
 }
@@ -57,23 +72,26 @@ struct Inner {
 enum Entry {
     Same,
     Writer(Schema),
-    Unknown(String),
 }
 
 impl Registry {
-    /// A client of the registry at `url` for the reader schema `reader_json`.
-    pub fn new(url: &str, reader_json: &str) -> Result<Self, String> {
+    /// A client of the registry at `url` for the reader schema `reader_json`, registered under
+    /// `reader_ids` (which are decoded without asking the registry).
+    pub fn new(url: &str, reader_json: &str, reader_ids: &[u32]) -> Result<Self, String> {
         let reader = Schema::parse_str(reader_json).map_err(|e| format!("the reader schema: {e}"))?;
         let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
+            .timeout_global(Some(LOOKUP_TIMEOUT))
             .http_status_as_error(false)
             .build()
             .new_agent();
+        let url = url.trim_end_matches('/').to_owned();
         Ok(Registry {
             inner: Arc::new(Inner {
-                url: url.trim_end_matches('/').to_owned(),
+                shown: redact_url(&url),
+                url,
                 reader_canonical: reader.canonical_form(),
                 reader,
+                reader_ids: reader_ids.to_vec(),
                 cache: RwLock::new(HashMap::new()),
                 agent,
             }),
@@ -82,18 +100,26 @@ impl Registry {
 
     /// The datum of a message written with schema `id`, as the reader schema reads it.
     pub fn resolve<'a>(&self, id: u32, datum: &'a [u8]) -> Result<Datum<'a>, RecordError> {
+        if self.inner.reader_ids.contains(&id) {
+            return Ok(Datum::Same(datum));
+        }
         let cached = self.inner.cache.read().expect("registry cache lock").get(&id).cloned();
         let entry = match cached {
             Some(entry) => entry,
             None => {
                 let entry = Arc::new(self.fetch(id)?);
-                self.inner.cache.write().expect("registry cache lock").insert(id, entry.clone());
+                let mut cache = self.inner.cache.write().expect("registry cache lock");
+                if cache.len() >= CACHE_CAPACITY
+                    && let Some(&evicted) = cache.keys().next()
+                {
+                    cache.remove(&evicted);
+                }
+                cache.insert(id, entry.clone());
                 entry
             }
         };
         match entry.as_ref() {
             Entry::Same => Ok(Datum::Same(datum)),
-            Entry::Unknown(why) => Err(RecordError::new(RecordErrorKind::Decode, format!("schema id {id}: {why}"))),
             Entry::Writer(writer) => {
                 let mut reader = datum;
                 let value =
@@ -111,29 +137,36 @@ impl Registry {
         }
     }
 
+    /// Asks the registry for schema `id`. Every failure is `Unavailable` (retried by the caller)
+    /// except a schema that the registry returns but that does not parse, which no retry mends.
     fn fetch(&self, id: u32) -> Result<Entry, RecordError> {
         let url = format!("{}/schemas/ids/{id}", self.inner.url);
-        let unavailable =
-            |e: String| RecordError::new(RecordErrorKind::Unavailable, format!("schema registry {url}: {e}"));
+        let shown = &self.inner.shown;
+        let unavailable = |e: String| {
+            RecordError::new(
+                RecordErrorKind::Unavailable,
+                crate::secret::mask_userinfo(&format!("schema registry {shown}: schema id {id}: {e}")),
+            )
+        };
         let mut response = self.inner.agent.get(&url).call().map_err(|e| unavailable(e.to_string()))?;
         let status = response.status().as_u16();
         let body = response.body_mut().read_to_string().map_err(|e| unavailable(e.to_string()))?;
         match status {
             200 => {}
-            404 => {
-                tracing::warn!(id, "unknown schema id");
-                return Ok(Entry::Unknown("unknown to the schema registry".into()));
-            }
-            other => return Err(unavailable(format!("HTTP {other}: {body}"))),
+            // The registry may lag the producer that registered the schema: asked again later.
+            404 => return Err(unavailable("unknown to the schema registry (HTTP 404)".into())),
+            other => return Err(unavailable(format!("HTTP {other}: {}", body.chars().take(200).collect::<String>()))),
         }
         let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| unavailable(format!("bad JSON: {e}")))?;
         let Some(text) = json.get("schema").and_then(|s| s.as_str()) else {
             return Err(unavailable("the answer has no `schema`".into()));
         };
-        let writer = match Schema::parse_str(text) {
-            Ok(writer) => writer,
-            Err(e) => return Ok(Entry::Unknown(format!("the registry's schema does not parse: {e}"))),
-        };
+        let writer = Schema::parse_str(text).map_err(|e| {
+            RecordError::new(
+                RecordErrorKind::Decode,
+                format!("schema id {id}: the registry's schema does not parse: {e}"),
+            )
+        })?;
         if writer.canonical_form() == self.inner.reader_canonical {
             tracing::info!(id, "writer schema is the reader schema");
             Ok(Entry::Same)
@@ -148,29 +181,41 @@ impl Registry {
 mod tests {
     use super::*;
     use apache_avro::types::Value;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     const READER: &str = r#"{"type":"record","name":"Order","fields":[
         {"name":"id","type":"long"},{"name":"note","type":"string","default":"none"}]}"#;
     const WRITER_V1: &str = r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"long"}]}"#;
 
-    /// A Confluent-API registry on loopback that knows ids 1 (the reader) and 2 (an older
-    /// writer without `note`), and counts the requests.
-    fn registry_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    /// A Confluent-API registry on loopback that knows ids 1 (the reader) and 2 (an older writer
+    /// without `note`); id 3 (the reader again) is answered with 404 first, then 500, and only
+    /// the third time with the schema, as a registry that lags the producer would. Ids from 1000
+    /// on are copies of the reader. It counts the requests.
+    fn registry_server() -> (String, Arc<AtomicUsize>) {
         use axum::extract::Path;
         use axum::routing::get;
-        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let lagging = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();
         let app = axum::Router::new().route(
             "/schemas/ids/{id}",
             get(move |Path(id): Path<u32>| {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                counter.fetch_add(1, Ordering::SeqCst);
+                let lagging = lagging.clone();
                 async move {
-                    let schema = match id {
-                        1 => READER,
-                        2 => WRITER_V1,
-                        _ => return (axum::http::StatusCode::NOT_FOUND, String::from("{}")),
+                    let ok = |schema: &str| {
+                        (axum::http::StatusCode::OK, serde_json::json!({ "schema": schema }).to_string())
                     };
-                    (axum::http::StatusCode::OK, serde_json::json!({ "schema": schema }).to_string())
+                    match id {
+                        1 | 1000.. => ok(READER),
+                        2 => ok(WRITER_V1),
+                        3 => match lagging.fetch_add(1, Ordering::SeqCst) {
+                            0 => (axum::http::StatusCode::NOT_FOUND, String::from("{}")),
+                            1 => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, String::from("oops")),
+                            _ => ok(READER),
+                        },
+                        _ => (axum::http::StatusCode::NOT_FOUND, String::from("{}")),
+                    }
                 }
             }),
         );
@@ -181,42 +226,84 @@ mod tests {
         (format!("http://{addr}"), hits)
     }
 
+    fn datum(schema: &str, value: Value) -> Vec<u8> {
+        apache_avro::to_avro_datum(&Schema::parse_str(schema).unwrap(), value).unwrap()
+    }
+
     #[test]
     fn same_schema_is_untouched_and_other_writers_are_resolved() {
         let (url, hits) = registry_server();
-        let registry = Registry::new(&url, READER).unwrap();
+        let registry = Registry::new(&url, READER, &[]).unwrap();
         let reader = Schema::parse_str(READER).unwrap();
-        let same = apache_avro::to_avro_datum(
-            &reader,
+        let same = datum(
+            READER,
             Value::Record(vec![("id".into(), Value::Long(7)), ("note".into(), Value::String("x".into()))]),
-        )
-        .unwrap();
+        );
         assert!(matches!(registry.resolve(1, &same).unwrap(), Datum::Same(b) if b == same.as_slice()));
         // An older writer: the reader's default fills the missing field.
-        let writer = Schema::parse_str(WRITER_V1).unwrap();
-        let old = apache_avro::to_avro_datum(&writer, Value::Record(vec![("id".into(), Value::Long(9))])).unwrap();
+        let old = datum(WRITER_V1, Value::Record(vec![("id".into(), Value::Long(9))]));
         let resolved = registry.resolve(2, &old).unwrap();
         let value = apache_avro::from_avro_datum(&reader, &mut resolved.bytes(), None).unwrap();
         assert_eq!(
             value,
             Value::Record(vec![("id".into(), Value::Long(9)), ("note".into(), Value::String("none".into()))])
         );
-        // Unknown ids are record errors (errors.policy applies), cached like the others.
-        let err = registry.resolve(99, &old).unwrap_err();
-        assert_eq!(err.kind, RecordErrorKind::Decode);
         for _ in 0..10 {
             registry.resolve(1, &same).unwrap();
             registry.resolve(2, &old).unwrap();
-            assert!(registry.resolve(99, &old).is_err());
         }
-        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 3, "each id is fetched once");
+        assert_eq!(hits.load(Ordering::SeqCst), 2, "each schema that was found is fetched once");
     }
 
     #[test]
-    fn an_unreachable_registry_stops_rather_than_skips() {
+    fn the_reader_schemas_own_ids_are_decoded_without_asking() {
+        let (url, hits) = registry_server();
+        let registry = Registry::new(&url, READER, &[5]).unwrap();
+        assert!(matches!(registry.resolve(5, &[1, 2]).unwrap(), Datum::Same(_)));
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+    }
+
+    // A lookup that fails is retryable and never cached: a registry that answers 404, then 500,
+    // then the schema, serves the record on the third try.
+    #[test]
+    fn failed_lookups_are_unavailable_and_never_cached() {
+        let (url, hits) = registry_server();
+        let registry = Registry::new(&url, READER, &[]).unwrap();
+        let same = datum(
+            READER,
+            Value::Record(vec![("id".into(), Value::Long(1)), ("note".into(), Value::String("n".into()))]),
+        );
+        let first = registry.resolve(3, &same).unwrap_err();
+        assert_eq!(first.kind, RecordErrorKind::Unavailable, "{first}");
+        assert!(first.message.contains("404") && first.message.contains("schema id 3"), "{first}");
+        let second = registry.resolve(3, &same).unwrap_err();
+        assert_eq!(second.kind, RecordErrorKind::Unavailable, "{second}");
+        assert!(second.message.contains("500"), "{second}");
+        assert!(matches!(registry.resolve(3, &same).unwrap(), Datum::Same(_)));
+        registry.resolve(3, &same).unwrap();
+        assert_eq!(hits.load(Ordering::SeqCst), 3, "two failures asked again, the success cached");
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let (url, _) = registry_server();
+        let registry = Registry::new(&url, READER, &[]).unwrap();
+        let same = datum(
+            READER,
+            Value::Record(vec![("id".into(), Value::Long(1)), ("note".into(), Value::String("n".into()))]),
+        );
+        for id in 1000..1000 + CACHE_CAPACITY as u32 + 50 {
+            registry.resolve(id, &same).unwrap();
+        }
+        assert_eq!(registry.inner.cache.read().unwrap().len(), CACHE_CAPACITY);
+    }
+
+    #[test]
+    fn an_unreachable_registry_is_unavailable_and_its_credentials_are_not_shown() {
         // Port 1 on loopback: nothing listens there.
-        let registry = Registry::new("http://127.0.0.1:1", READER).unwrap();
+        let registry = Registry::new("http://me:hunter2@127.0.0.1:1", READER, &[]).unwrap();
         let err = registry.resolve(1, &[]).unwrap_err();
         assert_eq!(err.kind, RecordErrorKind::Unavailable, "{err}");
+        assert!(!err.message.contains("hunter2"), "{err}");
     }
 }

@@ -32,6 +32,7 @@ pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
         runtime: RuntimeDep::Path(root.join("etl-runtime")),
         lockfile: Some(root.join("Cargo.lock")),
         bench: true,
+        fault_injection: false,
     };
     let files = emit::generate(&v, &options).map_err(anyhow::Error::msg)?;
     emit::write(&crate_dir, &files)?;

@@ -49,7 +49,10 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
     let schema = apache_avro::Schema::parse_str(&pipeline.schema_text)?;
     let wire = match pipeline.model.format.avro.wire {
         etl_gen::model::Wire::Raw => Wire::Raw,
-        etl_gen::model::Wire::Confluent => Wire::Confluent { schema_id: 1 },
+        // Framed with the reader schema's own id, so the pipeline decodes them directly.
+        etl_gen::model::Wire::Confluent => {
+            Wire::Confluent { schema_id: pipeline.model.format.avro.schema_ids().first().copied().unwrap_or(1) }
+        }
     };
     create_topic(&args.brokers, &topic, args.partitions)?;
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()

@@ -19,6 +19,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         allow_unsafe_sizing: false,
         runtime_git: None,
         runtime_rev: None,
+        fault_injection: false,
     };
     eprintln!("==> generating and building {} (the first build compiles etl-runtime)", pipeline.display());
     let binary = etl_gen::cli::build(&args).map_err(|code| anyhow::anyhow!("build failed ({code:?})"))?;

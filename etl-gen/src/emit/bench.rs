@@ -29,10 +29,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
         Wire::Confluent => quote!(5),
         Wire::Raw => quote!(0),
     };
-    let wire = match v.model.format.avro.wire {
-        Wire::Confluent => quote!(rt::Wire::Confluent { schema_id: 1 }),
-        Wire::Raw => quote!(rt::Wire::Raw),
-    };
+    let wire = super::main_rs::datagen_wire(&v.model);
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -104,10 +104,10 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         Wire::Confluent => quote!(let (_schema_id, mut buf) = rt::avro::confluent(payload)?;),
         Wire::Raw => quote!(let mut buf = payload;),
     };
-    let framing = if uses_registry {
+    let framing = match v.model.format.avro.wire {
         // With a registry (its URL may resolve to empty at run time: then none), a writer
         // schema that differs from the reader schema is resolved and re-encoded first.
-        quote!(
+        Wire::Confluent if uses_registry => quote!(
             let (schema_id, datum) = rt::avro::confluent(payload)?;
             let resolved;
             let mut buf = match &self.registry {
@@ -115,11 +115,18 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                     resolved = registry.resolve(schema_id, datum)?;
                     resolved.bytes()
                 }
-                None => datum,
+                None => {
+                    rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
+                    datum
+                }
             };
-        )
-    } else {
-        bench_framing.clone()
+        ),
+        // Without a registry only the reader schema's own ids can be decoded.
+        Wire::Confluent => quote!(
+            let (schema_id, mut buf) = rt::avro::confluent(payload)?;
+            rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
+        ),
+        Wire::Raw => bench_framing.clone(),
     };
     let chain_struct = if uses_registry {
         quote!(
@@ -136,6 +143,14 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         )
     };
     let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
+    let schema_ids = v.model.format.avro.schema_ids();
+    let schema_ids_const = match v.model.format.avro.wire {
+        Wire::Confluent => quote!(
+            /// `format.avro.schema_id`: the registry ids of the reader schema, decoded directly.
+            const SCHEMA_IDS: &[u32] = &[#(#schema_ids),*];
+        ),
+        Wire::Raw => TokenStream::new(),
+    };
     let user_mods = inputs.user_files.iter().enumerate().map(|(i, (module, path))| {
         let m = format_ident!("{}", module);
         let row_ty = row_types.iter().find(|(idx, _)| *idx == i).map(|(_, name)| name.clone());
@@ -168,11 +183,24 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     };
     let main_fn = main_fn(inputs)?;
     let _ = row_structs;
+    let fuzz_wire = datagen_wire(&v.model);
+    let fuzz_test = quote!(
+        #[cfg(test)]
+        mod tests {
+            /// Random and damaged payloads are record errors (or rows), never a panic.
+            #[test]
+            fn random_payloads_never_panic() {
+                let schema = super::rt::apache_avro::Schema::parse_str(super::SCHEMA).expect("the schema was validated by gen");
+                super::rt::fuzz_chain(super::Chain::default, &schema, #fuzz_wire, 4000, 7);
+            }
+        }
+    );
 
     Ok(quote! {
         use etl_runtime::__private as rt;
 
         const MAX_MESSAGE_BYTES: usize = #max_message;
+        #schema_ids_const
 
         #(#enum_tables)*
         #(#record_defs)*
@@ -205,7 +233,21 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         #bench_decode
 
         #main_fn
+
+        #fuzz_test
     })
+}
+
+/// How synthesized records are framed: as the pipeline's wire says, with the reader schema's own
+/// id, so the chain decodes them directly.
+pub(super) fn datagen_wire(m: &crate::model::PipelineFile) -> TokenStream {
+    match m.format.avro.wire {
+        Wire::Raw => quote!(rt::Wire::Raw),
+        Wire::Confluent => {
+            let id = m.format.avro.schema_ids().first().copied().unwrap_or(1);
+            quote!(rt::Wire::Confluent { schema_id: #id })
+        }
+    }
 }
 
 /// The decoder's statements. A field the chain never reads (not in `live`) is read past, not
@@ -443,6 +485,15 @@ fn hash_bytes(ty: &Ty, x: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStr
 /// Every value the binary reads from its environment: key path, template, secret. The
 /// order is the order `--check` prints them in.
 pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
+    let mut out = settings_of(m)?;
+    for (key, _, secret) in &mut out {
+        *secret = crate::secret::is_secret_setting(key);
+    }
+    Ok(out)
+}
+
+/// The settings of [`settings`], before the shared definition decides which are secret.
+fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
     let mut out = vec![("admin.listen".to_owned(), m.admin.listen.clone(), false)];
     if let Source::Kafka(k) = &m.source {
         out.push(("source.kafka.brokers".into(), k.brokers.clone(), false));
@@ -451,7 +502,12 @@ pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Te
         for (name, value) in &k.rdkafka {
             let template =
                 Template::parse(&value.to_text()).map_err(|e| format!("source.kafka.rdkafka.{name}: {e}"))?;
-            out.push((format!("source.kafka.rdkafka.{name}"), template, is_secret(name)));
+            out.push((format!("source.kafka.rdkafka.{name}"), template, false));
+        }
+        // The framework's default, shown by `--check` like the properties the user wrote.
+        if !k.rdkafka.contains_key("auto.offset.reset") {
+            let earliest = Template::parse(DEFAULT_AUTO_OFFSET_RESET).expect("a literal");
+            out.push(("source.kafka.rdkafka.auto.offset.reset".into(), earliest, false));
         }
     }
     match &m.sink {
@@ -463,7 +519,7 @@ pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Te
                 }
             }
             out.push(("sink.clickhouse.user".into(), c.user.clone(), false));
-            out.push(("sink.clickhouse.password".into(), c.password.clone(), true));
+            out.push(("sink.clickhouse.password".into(), c.password.clone(), false));
             if let Some(ca_file) = &c.ca_file {
                 out.push(("sink.clickhouse.ca_file".into(), ca_file.clone(), false));
             }
@@ -483,10 +539,10 @@ pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Te
     Ok(out)
 }
 
-/// Passthrough properties whose values are secrets: never printed by `--check`.
-fn is_secret(name: &str) -> bool {
-    ["password", "secret", "key.pem", "private"].iter().any(|s| name.contains(s))
-}
+/// Where a partition without a committed offset starts unless `rdkafka:` says otherwise: the
+/// beginning, so a new consumer group never skips what the topic already holds (the runtime's
+/// Kafka source applies the same default to hand-written callers).
+pub(crate) const DEFAULT_AUTO_OFFSET_RESET: &str = "earliest";
 
 fn parts_tokens(t: &Template) -> TokenStream {
     let parts = t.parts().iter().map(|p| match p {
@@ -510,10 +566,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let source = match &m.source {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
-            let wire = match m.format.avro.wire {
-                Wire::Raw => quote!(rt::Wire::Raw),
-                Wire::Confluent => quote!(rt::Wire::Confluent { schema_id: 1 }),
-            };
+            let wire = datagen_wire(m);
             quote!(
                 let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
                 let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
@@ -612,8 +665,15 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let chains = if uses_registry {
         quote!(
             let registry = match resolved.get("format.avro.registry") {
+                "" if SCHEMA_IDS.is_empty() => {
+                    return rt::startup_error(
+                        "format.avro.registry resolved to an empty URL and format.avro.schema_id is not set: \
+                         Confluent-framed messages could not be told apart by writer schema; set the registry's \
+                         variable, or set format.avro.schema_id to the reader schema's registry id",
+                    );
+                }
                 "" => None,
-                url => match rt::Registry::new(url, SCHEMA) {
+                url => match rt::Registry::new(url, SCHEMA, SCHEMA_IDS) {
                     Ok(registry) => Some(registry),
                     Err(e) => return rt::startup_error(format!("format.avro.registry: {e}")),
                 },
@@ -673,6 +733,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     };
     let (attempts, initial, max_backoff) = retry;
     let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);
+    let registry_timeout = m.format.avro.registry_timeout.as_millis();
     let policy = match m.errors.policy {
         ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),
         ErrorPolicy::Fail => quote!(rt::ErrorPolicy::Fail),
@@ -682,10 +743,9 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         TombstonePolicy::Skip => quote!(rt::TombstonePolicy::Skip),
         TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
     };
-    let setting_items = settings.iter().map(|(key, t, secret)| {
-        let t = &t;
+    let setting_items = settings.iter().map(|(key, t, _)| {
         let parts = parts_tokens(t);
-        quote!(rt::Setting { key: #key, parts: #parts, secret: #secret })
+        quote!(rt::Setting { key: #key, parts: #parts })
     });
     Ok(quote! {
         /// The reader schema, compiled in.
@@ -737,6 +797,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 tombstones: #tombstones,
                 admin_listen: Some(admin_listen),
                 exactly_once: #exactly_once_runtime,
+                unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
             };
             #source
             #sink

@@ -49,6 +49,9 @@ pub struct GenOptions {
     pub lockfile: Option<PathBuf>,
     /// Add a criterion benchmark of the decoder and the chain (`cargo xtask bench-chain`).
     pub bench: bool,
+    /// Compile the runtime's `ETL_FAULT` kill points in (the fault-injection tests only; never
+    /// for a binary that ships).
+    pub fault_injection: bool,
 }
 
 /// A generated file.
@@ -163,6 +166,9 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
     if v.model.format.avro.registry.is_some() && v.model.format.avro.wire == crate::model::Wire::Confluent {
         features.push("\"registry\"");
     }
+    if options.fault_injection {
+        features.push("\"fault-injection\"");
+    }
     let runtime_features = features.join(", ");
     let base = context! {
         name => name, version => VERSION, config_hash => &hash, source => &source,
@@ -183,7 +189,15 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
         v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
     let settings: Vec<minijinja::Value> = main_rs::settings(&v.model)?
         .into_iter()
-        .map(|(key, template, secret)| context! { key => key, template => template.to_string(), secret => secret })
+        .map(|(key, template, secret)| {
+            // A secret written literally in pipeline.yaml is not repeated in the README.
+            let shown = if secret && template.is_literal() {
+                crate::secret::shown_value(&key, template.as_str())
+            } else {
+                crate::secret::mask_userinfo(&template.to_string())
+            };
+            context! { key => key, template => shown, secret => secret }
+        })
         .collect();
     let rows: Vec<minijinja::Value> = v
         .plan

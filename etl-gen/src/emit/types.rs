@@ -111,11 +111,12 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
             quote!(if rt::avro::union_index(&mut buf, 2)? == #null_index { None } else { Some(#inner) })
         }
         AvroType::Array(item) => {
+            let min = Literal::u64_unsuffixed(item.min_encoded_bytes());
             let item = decode(item);
             quote!({
                 let mut items = ::std::vec::Vec::new();
                 loop {
-                    let n = rt::avro::block_count(&mut buf)?;
+                    let n = rt::avro::block_count(&mut buf, #min)?;
                     if n == 0 {
                         break items;
                     }
@@ -127,11 +128,13 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
             })
         }
         AvroType::Map(value) => {
+            // A key takes at least its length byte.
+            let min = Literal::u64_unsuffixed(1 + value.min_encoded_bytes());
             let value = decode(value);
             quote!({
                 let mut entries = ::std::vec::Vec::new();
                 loop {
-                    let n = rt::avro::block_count(&mut buf)?;
+                    let n = rt::avro::block_count(&mut buf, #min)?;
                     if n == 0 {
                         break entries;
                     }
@@ -186,10 +189,11 @@ pub(super) fn skip(avro: &AvroType) -> TokenStream {
             let null_index = Literal::u32_unsuffixed(u32::from(*null_index));
             quote!(if rt::avro::union_index(&mut buf, 2)? != #null_index { #inner })
         }
-        AvroType::Array(item) => skip_blocks(skip(item)),
+        AvroType::Array(item) => skip_blocks(skip(item), item.min_encoded_bytes()),
         AvroType::Map(value) => {
+            let min = 1 + value.min_encoded_bytes();
             let value = skip(value);
-            skip_blocks(quote!(rt::avro::bytes(&mut buf)?; #value))
+            skip_blocks(quote!(rt::avro::bytes(&mut buf)?; #value), min)
         }
         AvroType::Record(r) => {
             let fields = r.fields.iter().map(|f| skip(&f.ty));
@@ -198,10 +202,12 @@ pub(super) fn skip(avro: &AvroType) -> TokenStream {
     }
 }
 
-/// Reads past the blocks of an array or map, `item` once per element.
-fn skip_blocks(item: TokenStream) -> TokenStream {
+/// Reads past the blocks of an array or map, `item` once per element (each of at least
+/// `min_item_bytes`).
+fn skip_blocks(item: TokenStream, min_item_bytes: u64) -> TokenStream {
+    let min = Literal::u64_unsuffixed(min_item_bytes);
     quote!(loop {
-        let n = rt::avro::block_count(&mut buf)?;
+        let n = rt::avro::block_count(&mut buf, #min)?;
         if n == 0 {
             break;
         }

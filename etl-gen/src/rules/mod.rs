@@ -24,6 +24,7 @@ pub mod missing_key;
 pub mod owned_property;
 pub mod pipeline_name;
 pub mod replica_url;
+pub mod schema_id;
 pub mod sizing;
 pub mod transform;
 pub mod unknown_key;
@@ -51,6 +52,7 @@ pub static CATALOGUE: &[&Rule] = &[
     &avro_schema::MISSING,
     &avro_schema::INVALID,
     &avro_schema::UNSUPPORTED,
+    &schema_id::RULE,
     &transform::SYNTAX,
     &transform::UNKNOWN_FIELD,
     &transform::TYPE_MISMATCH,
@@ -96,6 +98,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     watermarks::check(cx, out);
     chunk_size::check(cx, out);
     dlq_topic::check(cx, out);
+    schema_id::check(cx, out);
     exactly_once::check(cx, out);
 }
 

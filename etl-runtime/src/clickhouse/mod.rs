@@ -22,6 +22,7 @@ use prometheus::{IntCounter, IntGauge};
 
 use crate::exactly_once::Ledger;
 use crate::metrics::sink_metrics;
+use crate::secret::redact_url;
 use crate::sink::{Batch, Sink, SinkError, SinkErrorKind};
 
 use errors::Class;
@@ -222,10 +223,7 @@ struct Failure {
 impl Failure {
     /// `error`, classified, its message scrubbed of `password`.
     fn of(error: &::clickhouse::error::Error, password: &str) -> Failure {
-        let mut message = errors::describe(error);
-        if !password.is_empty() {
-            message = message.replace(password, "********");
-        }
+        let message = crate::secret::redact_message(&errors::describe(error), [password]);
         Failure { class: errors::classify(error), message }
     }
 
@@ -710,16 +708,6 @@ impl Sink for ClickhouseSink {
     }
 }
 
-/// A URL without credentials or query string: `https://user:pw@host:8443/?x=y` →
-/// `https://host:8443/`.
-fn redact_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    if scheme.is_empty() { format!("{host}{path}") } else { format!("{scheme}://{host}{path}") }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,8 +729,6 @@ mod tests {
 
     #[test]
     fn urls_are_shown_without_credentials() {
-        assert_eq!(redact_url("https://u:hunter2@ch.example:8443/?password=x"), "https://ch.example:8443/");
-        assert_eq!(redact_url("http://127.0.0.1:8123"), "http://127.0.0.1:8123");
         let shown = format!("{:?}", ClickhouseSinkConfig { password: "hunter2".into(), ..config() });
         assert!(!shown.contains("hunter2"), "{shown}");
     }

@@ -187,18 +187,30 @@ pub fn union_index(buf: &mut &[u8], branches: u32) -> Result<u32, DecodeError> {
     u32::try_from(i).ok().filter(|i| *i < branches).ok_or_else(|| invalid("Avro union index out of range"))
 }
 
+/// How many items of a type that takes no bytes (an empty record) one block may hold. Such a
+/// block is valid at any count, but each item still costs a loop turn (and a row, under
+/// `flat_map`), so a corrupt count must not spin for 2^63 turns.
+pub const MAX_ZERO_SIZE_ITEMS: u64 = 1 << 20;
+
 /// The item count of the next array or map block; 0 ends the container. A negative count
 /// is followed by the block's size in bytes, which is skipped over.
+///
+/// `min_item_bytes` is the fewest bytes one item can take (the generator knows it from the
+/// schema): a count that cannot fit in the bytes left is corrupt and must not reach
+/// `Vec::reserve`. Items that take no bytes are valid at any count up to
+/// [`MAX_ZERO_SIZE_ITEMS`].
 #[inline]
-pub fn block_count(buf: &mut &[u8]) -> Result<usize, DecodeError> {
+pub fn block_count(buf: &mut &[u8], min_item_bytes: u64) -> Result<usize, DecodeError> {
     let n = long(buf)?;
     if n < 0 {
         long(buf)?;
     }
     let n = n.unsigned_abs();
-    // Every item takes at least one byte, so a count beyond the remaining bytes is corrupt
-    // (and must not reach `Vec::with_capacity`).
-    if n > buf.len() as u64 + 1 {
+    let limit = match min_item_bytes {
+        0 => MAX_ZERO_SIZE_ITEMS,
+        min => buf.len() as u64 / min,
+    };
+    if n > limit {
         return Err(invalid("Avro block count exceeds the datum"));
     }
     Ok(n as usize)
@@ -229,6 +241,25 @@ pub fn uuid(text: &str) -> Result<u128, DecodeError> {
         value = value << 4 | u128::from(digit);
     }
     Ok(value)
+}
+
+/// Checks that a Confluent-framed message was written with the reader schema, when no registry
+/// can resolve other writer schemas: any other id is a record error, never decoded as if the
+/// reader schema had written it (a producer that evolved its schema would be mis-decoded).
+#[inline]
+pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
+    if reader_ids.contains(&id) { Ok(()) } else { Err(unknown_schema_id(id, reader_ids)) }
+}
+
+#[cold]
+fn unknown_schema_id(id: u32, reader_ids: &[u32]) -> RecordError {
+    RecordError::new(
+        RecordErrorKind::Decode,
+        format!(
+            "schema id {id} is not the reader schema's (format.avro.schema_id: {reader_ids:?}); without a registry \
+             its writer schema is unknown; set format.avro.registry to decode messages written with other schemas"
+        ),
+    )
 }
 
 /// Splits a Confluent-framed message into its schema id and the datum.
@@ -324,7 +355,7 @@ mod tests {
         assert_eq!(double(&mut buf).unwrap(), 2.5);
         let mut items = Vec::new();
         loop {
-            let n = block_count(&mut buf).unwrap();
+            let n = block_count(&mut buf, 1).unwrap();
             if n == 0 {
                 break;
             }
@@ -343,7 +374,13 @@ mod tests {
         assert!(long(&mut &[0x80u8][..]).is_err());
         assert!(string(&mut &[0x04u8, 0xff, 0xfe][..]).is_err());
         assert!(enum_index(&mut &[0x06u8][..], 3).is_err());
-        assert!(block_count(&mut &[0x7eu8][..]).is_err(), "a count beyond the datum");
+        assert!(block_count(&mut &[0x7eu8][..], 1).is_err(), "a count beyond the datum");
+        // Items that take no bytes (empty records) fit any count up to the spin guard.
+        assert_eq!(block_count(&mut &[0x7eu8][..], 0), Ok(63));
+        assert!(block_count(&mut &[0x80u8, 0x80, 0x80, 0x02][..], 0).is_err(), "2^21 empty items");
+        assert!(reader_schema_id(7, &[1, 7]).is_ok());
+        let error = reader_schema_id(2, &[1]).unwrap_err();
+        assert!(error.message.contains("schema id 2") && error.message.contains("format.avro.registry"), "{error}");
         assert!(confluent(&[1, 0, 0, 0, 1]).is_err());
         assert!(confluent(&[0, 0, 0]).is_err());
         assert_eq!(confluent(&[0, 0, 0, 0, 7, 42]).unwrap(), (7, &[42u8][..]));

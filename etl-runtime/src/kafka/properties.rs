@@ -7,6 +7,7 @@ use rdkafka::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
+use crate::secret::{MASK, is_secret_property, mask_userinfo, redact_message};
 use crate::source::SourceError;
 
 /// Default `queued.max.messages.kbytes`: 16 MiB. With split partition queues librdkafka applies it
@@ -28,6 +29,11 @@ pub(crate) const DEFAULT_FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 /// tests; 100 ms keeps idle fetches at ten per second per broker).
 pub(crate) const DEFAULT_FETCH_WAIT_MAX_MS: u64 = 100;
 
+/// Default `auto.offset.reset`: where a partition without a committed offset starts. The framework
+/// default is the beginning, so no record already in the topic is skipped; `rdkafka:` may say
+/// `latest`.
+pub(crate) const DEFAULT_AUTO_OFFSET_RESET: &str = "earliest";
+
 /// Properties the framework owns (with their aliases): setting them through `rdkafka:` would break the
 /// offset protocol or the threading model. `gen` rejects them already; the runtime checks again so a
 /// hand-written caller gets the same guarantee.
@@ -44,36 +50,19 @@ const DENIED: &[(&str, &str)] = &[
     ("group.protocol", "only the classic protocol with eager rebalancing is supported"),
 ];
 
-/// Whether the value of `key` must never appear in logs, errors or metrics.
-pub(crate) fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    key.contains("password")
-        || key.contains("secret")
-        || key.starts_with("ssl.key.")
-        || key == "ssl_key"
-        || key == "sasl.oauthbearer.config"
-        || key == "ssl.keystore.password"
-}
-
 /// `key=value` pairs for a log line, secret values masked.
 pub(crate) fn describe(properties: &[(String, String)]) -> String {
     properties
         .iter()
-        .map(|(k, v)| if is_secret(k) { format!("{k}=********") } else { format!("{k}={v}") })
+        .map(|(k, v)| if is_secret_property(k) { format!("{k}={MASK}") } else { format!("{k}={}", mask_userinfo(v)) })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// Replaces every secret value that occurs in `message` by `********`: librdkafka quotes values in
+/// Replaces every secret value that occurs in `message` by the mask: librdkafka quotes values in
 /// some of its configuration errors.
 pub(crate) fn redact(message: &str, properties: &[(String, String)]) -> String {
-    let mut message = message.to_owned();
-    for (key, value) in properties {
-        if is_secret(key) && !value.is_empty() {
-            message = message.replace(value.as_str(), "********");
-        }
-    }
-    message
+    redact_message(message, properties.iter().filter(|(k, _)| is_secret_property(k)).map(|(_, v)| v.as_str()))
 }
 
 /// Rejects the passthrough properties the framework owns, and cooperative assignment strategies.
@@ -109,6 +98,9 @@ pub(crate) fn consumer_properties(p: &ConsumerProperties<'_>) -> Vec<(String, St
         ("queued.min.messages".into(), DEFAULT_QUEUED_MIN_MESSAGES.to_string()),
         ("fetch.queue.backoff.ms".into(), DEFAULT_FETCH_QUEUE_BACKOFF_MS.to_string()),
         ("fetch.wait.max.ms".into(), DEFAULT_FETCH_WAIT_MAX_MS.to_string()),
+        // librdkafka's `latest` would make a new group (or one whose committed offsets expired)
+        // silently skip everything already in the topic.
+        ("auto.offset.reset".into(), DEFAULT_AUTO_OFFSET_RESET.into()),
     ];
     out.extend(p.passthrough.iter().cloned());
     out.extend([
@@ -188,6 +180,16 @@ mod tests {
         assert_eq!(last("enable.auto.commit"), Some("true"));
         assert_eq!(last("auto.commit.interval.ms"), Some("5000"));
         assert_eq!(last("statistics.interval.ms"), Some("0"));
+        assert_eq!(last("auto.offset.reset"), Some("earliest"));
+        let latest = props(&[("auto.offset.reset", "latest")]);
+        let all = consumer_properties(&ConsumerProperties {
+            brokers: "b:1",
+            group_id: "g",
+            commit_interval: Duration::from_secs(5),
+            statistics_interval: Duration::ZERO,
+            passthrough: &latest,
+        });
+        assert_eq!(all.iter().rev().find(|(k, _)| k == "auto.offset.reset").map(|(_, v)| v.as_str()), Some("latest"));
         assert!(client_config(&all, "consumer").is_ok());
     }
 
