@@ -34,9 +34,11 @@ pub fn create_table(v: &Validated) -> Result<String, String> {
         })
         .map(|name| quote_ident(&name))
         .unwrap_or_else(|| "tuple()".into());
+    // A table that remembers insert tokens drops a retried insert that the server had committed
+    // while its answer was lost (a timeout at the client), in both modes; under exactly-once it
+    // also drops replayed batches.
+    sql.push_str(&format!("ORDER BY {order}\nSETTINGS non_replicated_deduplication_window = 1000;\n"));
     if c.exactly_once {
-        // Replayed batches are dropped only by a table that remembers insert tokens.
-        sql.push_str(&format!("ORDER BY {order}\nSETTINGS non_replicated_deduplication_window = 1000;\n"));
         sql.push_str(&format!(
             "\n-- The exactly-once ledger: one row per batch span, written before the batch's insert.\n\
              CREATE TABLE IF NOT EXISTS {}.{}\n(\n    \
@@ -56,8 +58,6 @@ pub fn create_table(v: &Validated) -> Result<String, String> {
             quote_ident(&c.database),
             quote_ident(&format!("{}_etl_batches", c.table))
         ));
-    } else {
-        sql.push_str(&format!("ORDER BY {order};\n"));
     }
     Ok(sql)
 }

@@ -122,6 +122,23 @@ fn ddl_prints_the_deduplicating_table_and_the_ledger_under_exactly_once() {
     }
 }
 
+/// `gen --ddl` at least once: one statement, a table that deduplicates inserts all the same, so
+/// that an insert retried after its answer was lost lands once.
+#[test]
+fn ddl_prints_a_deduplicating_table_at_least_once_too() {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .args(["gen", "--ddl"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse/pipeline.yaml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ddl = String::from_utf8(out.stdout).unwrap();
+    let statements: Vec<&str> = etl_gen::ddl::statements(&ddl).collect();
+    assert_eq!(statements.len(), 1, "{ddl}");
+    assert!(statements[0].contains("ENGINE = MergeTree"), "{ddl}");
+    assert!(statements[0].contains("SETTINGS non_replicated_deduplication_window = 1000"), "{ddl}");
+}
+
 /// What `gen --memory --partitions 4` prints for `pipeline`.
 fn memory_bound(pipeline: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))

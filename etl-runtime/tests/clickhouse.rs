@@ -611,3 +611,88 @@ fn exactly_once_refuses_a_table_that_does_not_deduplicate() {
     assert!(error.message.contains("--ddl"), "{}", error.message);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
+
+/// A TCP proxy before a ClickHouse server that loses the answer to the first INSERT: it lets
+/// the request through, waits until the server answers (with `wait_end_of_query` the answer
+/// comes after the insert is committed), then closes the client's connection instead of
+/// passing the answer on, as a timeout between client and server would.
+struct LosingProxy {
+    url: String,
+    lost: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LosingProxy {
+    fn start(upstream: &str) -> LosingProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let lost = Arc::new(AtomicUsize::new(0));
+        let lost_count = lost.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(&upstream) else { continue };
+                let insert_sent = Arc::new(AtomicBool::new(false));
+                let (mut from_client, mut to_server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let sent = insert_sent.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 64 * 1024];
+                    while let Ok(n) = from_client.read(&mut buf) {
+                        if n == 0 || to_server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        if String::from_utf8_lossy(&buf[..n]).to_ascii_uppercase().contains("INSERT") {
+                            sent.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    let _ = to_server.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut from_server, mut to_client) = (server, client);
+                let lost = lost_count.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 64 * 1024];
+                    while let Ok(n) = from_server.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if insert_sent.load(Ordering::SeqCst)
+                            && lost.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+                        {
+                            // The server committed and answered; the client never hears of it.
+                            let _ = to_client.shutdown(std::net::Shutdown::Both);
+                            let _ = from_server.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        if to_client.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_client.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        LosingProxy { url, lost }
+    }
+}
+
+// A retried insert never duplicates rows: the answer to an insert is lost after the server
+// committed it, the sink retries under the same deduplication token, and the table that
+// `gen --ddl` prints in both modes (non_replicated_deduplication_window) keeps one copy.
+#[test]
+fn an_insert_whose_answer_is_lost_lands_once() {
+    let _servers = share_servers();
+    let (url, _) = clickhouse_urls();
+    let table = unique_table("ch_lost_answer");
+    create_table(&url, &table, ID_COLUMNS, "", DEDUP);
+    let proxy = LosingProxy::start(&url);
+    let sink = ClickhouseSink::new(sink_config(&[&proxy.url], &table, ID_COLUMNS)).unwrap();
+    let n = 3_000i64;
+    let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), None, Duration::from_secs(30));
+    assert_eq!(end.fatal, None);
+    assert_eq!(proxy.lost.load(std::sync::atomic::Ordering::SeqCst), 1, "one answer was lost");
+    assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), n, "the retry landed nothing twice");
+    assert_eq!(scalar(&url, &format!("SELECT uniqExact(id) FROM default.`{table}`")), n);
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}

@@ -164,6 +164,27 @@ fn consumes_every_offset_once_and_commits_the_end_offsets() {
     assert!(common::metric(&metrics, "etl_source_commits_total") > 0.0);
 }
 
+// A new consumer group does not silently start at the end of the topic: with no
+// `auto.offset.reset` in the passthrough properties, the framework's default (`earliest`) makes
+// a group without committed offsets read what the topic already held before it joined.
+#[test]
+fn a_new_group_without_auto_offset_reset_reads_from_the_beginning() {
+    let _broker = support::share_broker();
+    let brokers = kafka_brokers();
+    let (topic, group) = (unique("reset"), unique("reset-g"));
+    create_topic(&brokers, &topic, PARTITIONS);
+    let delivered = produce(&brokers, &topic, &fixtures(0, 2_000, PARTITIONS, 0));
+    let expected = delivered.with_payload();
+    let mut config = source_config(&brokers, &topic, &group, &[]);
+    config.properties.retain(|(k, _)| k != "auto.offset.reset");
+    let run = start(config, roomy(1), RecordingSink::default());
+    let arrived = wait_rows(&run.sink, &expected, Duration::from_secs(30));
+    let sink = run.sink.clone();
+    let (stored, _) = run.stop();
+    assert!(arrived, "every record already in the topic arrives ({} of {})", rows(&sink).len(), expected.len());
+    assert_eq!(stored, delivered.end_offsets().iter().map(|(&p, &o)| (p, Some(o))).collect());
+}
+
 /// A sink that holds every write until the gate opens.
 #[derive(Clone, Default)]
 struct GatedSink {

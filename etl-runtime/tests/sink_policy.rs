@@ -170,3 +170,82 @@ fn a_fatal_sink_check_stops_before_the_source_starts() {
     assert_eq!(outcome.exit_code(), 2);
     assert_eq!(started.load(Ordering::SeqCst), 0, "the source must not start");
 }
+
+/// Passes every record through, except that record `offset` finds its dependency (a schema
+/// registry) unavailable while `failures` lasts (forever when it starts at `u64::MAX`).
+struct UnavailableAt {
+    offset: i64,
+    failures: Arc<AtomicU64>,
+}
+
+impl etl_runtime::Chain for UnavailableAt {
+    fn process(
+        &mut self,
+        record: &etl_runtime::Record<'_>,
+        out: &mut etl_runtime::RowOut<'_>,
+    ) -> Result<(), etl_runtime::RecordError> {
+        if record.offset == self.offset && self.failures.load(Ordering::SeqCst) > 0 {
+            self.failures.fetch_sub(u64::from(self.failures.load(Ordering::SeqCst) != u64::MAX), Ordering::SeqCst);
+            return Err(etl_runtime::RecordError::new(
+                etl_runtime::RecordErrorKind::Unavailable,
+                "schema registry: HTTP 503",
+            ));
+        }
+        common::PassThrough.process(record, out)
+    }
+}
+
+fn run_with_unavailable(failures: u64, timeout: Duration) -> (common::RecordingSink, Stored, String, Duration) {
+    let sink = common::RecordingSink::default();
+    let mut cfg = config(1, 1);
+    cfg.error_policy = ErrorPolicy::Skip;
+    cfg.unavailable_timeout = timeout;
+    let failures = Arc::new(AtomicU64::new(failures));
+    let pipeline =
+        Pipeline::start(cfg, move || UnavailableAt { offset: 10, failures: failures.clone() }, sink.clone(), None)
+            .unwrap();
+    let stored = Stored::default();
+    let started = std::time::Instant::now();
+    pipeline.handle().add_lane(Box::new(MemLane::new(0, Some(1_000), &stored)));
+    let mut stored_below = true;
+    let done = wait_for(Duration::from_secs(30), || {
+        let next = stored.lock().unwrap().get(&0).copied().unwrap_or(0);
+        // While the record at offset 10 is held, nothing at or past it is stored.
+        stored_below &= next <= 10 || sink.rows.lock().unwrap().contains_key(&(0, 10)) || started.elapsed() >= timeout;
+        next == 1_000
+    });
+    let elapsed = started.elapsed();
+    let metrics = pipeline.metrics_text();
+    let report = pipeline.shutdown(Duration::from_secs(5));
+    assert!(done, "every offset is stored in the end: {:?}", stored.lock().unwrap());
+    assert!(stored_below, "no offset was stored past the held record");
+    assert!(report.fatal.is_none(), "an unavailable dependency never stops the pipeline: {:?}", report.fatal);
+    (sink, stored, metrics, elapsed)
+}
+
+// A dependency that is down for a while (a registry blip) neither drops the record nor stops the
+// pipeline: the record is held with its lane paused and tried again with backoff, and every record
+// arrives once, the held one included.
+#[test]
+fn an_unavailable_dependency_holds_the_record_and_loses_nothing() {
+    let (sink, stored, metrics, _) = run_with_unavailable(3, Duration::from_secs(60));
+    let total = sink.assert_exactly_once(&stored.lock().unwrap());
+    assert_eq!(total, 1_000);
+    assert_eq!(metric(&metrics, "etl_records_unavailable_retries_total"), 3.0, "{metrics}");
+    assert!(metric(&metrics, "etl_backpressure_pause_events_total") >= 1.0, "the lane paused while it waited");
+}
+
+// A dependency that stays down makes the record a record error only once `unavailable_timeout`
+// (`format.avro.registry_timeout`) has passed since its first failure; `errors.policy: skip`
+// then drops it and the lane goes on.
+#[test]
+fn an_unavailable_dependency_holds_the_record_until_the_timeout() {
+    let timeout = Duration::from_millis(700);
+    let (sink, _, metrics, elapsed) = run_with_unavailable(u64::MAX, timeout);
+    assert!(elapsed >= timeout, "the record was given up after {elapsed:?}, before the timeout {timeout:?}");
+    let rows = sink.rows.lock().unwrap();
+    assert!(!rows.contains_key(&(0, 10)), "the record that never decoded is skipped");
+    assert_eq!(rows.len(), 999, "every other record arrives");
+    assert_eq!(metric(&metrics, r#"etl_records_dropped_total{reason="error"}"#), 1.0, "{metrics}");
+    assert!(metric(&metrics, "etl_records_unavailable_retries_total") >= 3.0, "retried with backoff: {metrics}");
+}

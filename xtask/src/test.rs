@@ -19,6 +19,39 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let root = crate::workspace_root();
     step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
+    step(
+        "clippy",
+        Command::new(cargo()).current_dir(&root).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    // Generated code passes clippy too: the flagship (Kafka, a registry, a transform, two
+    // shards) and the kitchen sink (every type and operator), in the shared target directory.
+    for (pipeline, name) in [
+        ("examples/kafka_avro_to_clickhouse/pipeline.yaml", "clippy-flagship"),
+        ("etl-gen/tests/pipelines/kitchen_sink/pipeline.yaml", "clippy-kitchen-sink"),
+    ] {
+        let crate_dir = root.join("target/etl-clippy").join(name);
+        step(
+            "generate a crate for clippy",
+            Command::new(cargo()).current_dir(&root).args(["xtask", "gen", pipeline, "-o"]).arg(&crate_dir),
+        )?;
+        step(
+            "clippy on generated code",
+            Command::new(cargo())
+                .current_dir(&root)
+                .args(["clippy", "--all-targets", "--manifest-path"])
+                .arg(crate_dir.join("Cargo.toml"))
+                .env("CARGO_TARGET_DIR", root.join("target"))
+                .args(["--", "-D", "warnings"]),
+        )?;
+    }
     // The image tests (xtask/tests/image.rs) run the image in podman; they fail without it.
     println!("==> podman for the image tests");
     crate::podman::install()?;

@@ -35,7 +35,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};
         use etl_runtime::__private as rt;
 
-        #[allow(dead_code, unused_imports, clippy::all)]
+        #[allow(dead_code, unused_imports)]
         #[path = "../src/main.rs"]
         mod pipeline;
 

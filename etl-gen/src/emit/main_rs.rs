@@ -155,7 +155,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         let m = format_ident!("{}", module);
         let row_ty = row_types.iter().find(|(idx, _)| *idx == i).map(|(_, name)| name.clone());
         let alias = row_ty.map(|name| quote!(#[allow(unused_imports)] use super::rows::#name as Row;));
-        quote!(#[allow(dead_code, clippy::all)] mod #m { #alias include!(#path); })
+        quote!(#[allow(dead_code)] mod #m { #alias include!(#path); })
     });
     let row_structs = row_types.iter().map(|(_, name)| {
         let _ = name;
@@ -187,11 +187,13 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let fuzz_test = quote!(
         #[cfg(test)]
         mod tests {
+            use super::rt;
+
             /// Random and damaged payloads are record errors (or rows), never a panic.
             #[test]
             fn random_payloads_never_panic() {
-                let schema = super::rt::apache_avro::Schema::parse_str(super::SCHEMA).expect("the schema was validated by gen");
-                super::rt::fuzz_chain(super::Chain::default, &schema, #fuzz_wire, 4000, 7);
+                let schema = rt::apache_avro::Schema::parse_str(super::SCHEMA).expect("the schema was validated by gen");
+                rt::fuzz_chain(super::Chain::default, &schema, #fuzz_wire, 4000, 7);
             }
         }
     );

@@ -499,13 +499,11 @@ impl ClickhouseSink {
         })
     }
 
-    /// Exactly-once: on one replica of every shard, the target table must deduplicate inserts and
-    /// the ledger table must exist with its columns. Either problem is fatal: replays would keep
-    /// duplicates, or no span could be recorded.
-    async fn check_exactly_once(&self) -> Result<(), SinkError> {
-        let ledger_name = ledger_table(&self.table);
-        let expected: Vec<(String, String)> =
-            ledger::LEDGER_COLUMNS.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
+    /// Why the target table does not deduplicate inserts on one replica of each shard (empty: it
+    /// does everywhere), each problem prefixed with its shard. A table that does not remembers no
+    /// insert token, so a retry of an insert whose answer was lost after the server committed it
+    /// lands twice.
+    async fn deduplication_problems(&self) -> Result<Vec<String>, SinkError> {
         let mut problems = Vec::new();
         for (index, shard) in self.shards.iter().enumerate() {
             let replica = &shard.replicas[shard.pick()];
@@ -528,12 +526,43 @@ impl ClickhouseSink {
                 let engine = row["engine"].as_str().unwrap_or_default();
                 let create = row["create_table_query"].as_str().unwrap_or_default();
                 if let Some(problem) = ledger::deduplication_problem(engine, create) {
-                    problems.push(format!(
-                        "{at}: exactly_once needs table {}.{} to deduplicate inserts: {problem}",
-                        self.database, self.table
-                    ));
+                    problems.push(format!("{at}: {problem}"));
                 }
             }
+        }
+        Ok(problems)
+    }
+
+    /// At-least-once: a table that does not deduplicate inserts still works, but a retried insert
+    /// may land twice, so the start-up check warns (and does not refuse).
+    async fn warn_unless_deduplicating(&self) -> Result<(), SinkError> {
+        for problem in self.deduplication_problems().await? {
+            tracing::warn!(
+                table = %format!("{}.{}", self.database, self.table),
+                %problem,
+                "the table does not deduplicate inserts: an insert retried after a lost answer can land twice; \
+                 create it with the CREATE TABLE of `gen --ddl`"
+            );
+        }
+        Ok(())
+    }
+
+    /// Exactly-once: on one replica of every shard, the target table must deduplicate inserts and
+    /// the ledger table must exist with its columns. Either problem is fatal: replays would keep
+    /// duplicates, or no span could be recorded.
+    async fn check_exactly_once(&self) -> Result<(), SinkError> {
+        let ledger_name = ledger_table(&self.table);
+        let expected: Vec<(String, String)> =
+            ledger::LEDGER_COLUMNS.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
+        let mut problems: Vec<String> = self
+            .deduplication_problems()
+            .await?
+            .into_iter()
+            .map(|p| format!("exactly_once needs table {}.{} to deduplicate inserts: {p}", self.database, self.table))
+            .collect();
+        for (index, shard) in self.shards.iter().enumerate() {
+            let replica = &shard.replicas[shard.pick()];
+            let at = format!("shard {index} ({})", replica.shown);
             let live =
                 self.columns_of(replica, &ledger_name).await.map_err(|error| self.failure(&error).into_sink_error())?;
             if live.is_empty() {
@@ -702,6 +731,8 @@ impl Sink for ClickhouseSink {
         }
         if self.ledger.is_some() {
             self.check_exactly_once().await?;
+        } else {
+            self.warn_unless_deduplicating().await?;
         }
         tracing::info!(table = %table, shards = self.shards.len(), "ClickHouse table matches the pipeline's columns");
         Ok(())

@@ -1,0 +1,178 @@
+//! Bad input never panics the front end: mutated pipeline files (every corpus file and
+//! example, damaged at random) and random YAML-shaped text go through loading, every rule and
+//! planning, and each outcome is a set of diagnostics or a validated pipeline.
+
+use std::path::{Path, PathBuf};
+
+use etl_gen::{Options, validate_str};
+use proptest::prelude::*;
+
+/// Every pipeline file of the corpus and the examples, with its directory (schemas are found
+/// relative to it).
+fn seeds() -> Vec<(PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["tests/corpus/valid", "tests/corpus/invalid"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    for entry in std::fs::read_dir(root.join("../examples")).unwrap() {
+        let path = entry.unwrap().path().join("pipeline.yaml");
+        if path.exists() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files.into_iter().map(|p| (p.parent().unwrap().to_owned(), std::fs::read_to_string(&p).unwrap())).collect()
+}
+
+/// Characters that mean something to YAML, or to the pipeline's own syntax (templates, sizes,
+/// expressions, key paths).
+const SIGNIFICANT: &[char] = &[
+    '[', ']', '{', '}', ':', ',', '-', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`', ' ', '\n', '\t', '$',
+    '.', '0', '9', 'a', 'z', '_', '?', '\\', '\u{0}', '\u{feff}', 'é',
+];
+
+/// One damage to a file's text, at a char boundary.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Insert {
+        at: usize,
+        text: String,
+    },
+    /// Inserted right before the `n`-th colon (mod their count): damage inside a key, where the
+    /// loader's key paths are built.
+    BeforeColon {
+        n: usize,
+        text: String,
+    },
+    Delete {
+        at: usize,
+        len: usize,
+    },
+    DuplicateLine {
+        line: usize,
+    },
+    SwapLines {
+        a: usize,
+        b: usize,
+    },
+    Truncate {
+        at: usize,
+    },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let text = proptest::collection::vec(proptest::sample::select(SIGNIFICANT), 1..6)
+        .prop_map(|chars| chars.into_iter().collect::<String>());
+    prop_oneof![
+        (any::<usize>(), text.clone()).prop_map(|(at, text)| Mutation::Insert { at, text }),
+        (any::<usize>(), proptest::sample::select(SIGNIFICANT))
+            .prop_map(|(n, c)| Mutation::BeforeColon { n, text: c.to_string() }),
+        (any::<usize>(), text).prop_map(|(n, text)| Mutation::BeforeColon { n, text }),
+        (any::<usize>(), 1usize..12).prop_map(|(at, len)| Mutation::Delete { at, len }),
+        any::<usize>().prop_map(|line| Mutation::DuplicateLine { line }),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::SwapLines { a, b }),
+        any::<usize>().prop_map(|at| Mutation::Truncate { at }),
+    ]
+}
+
+fn apply(text: &str, mutation: &Mutation) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut lines: Vec<&str> = text.lines().collect();
+    match mutation {
+        Mutation::Insert { at, text } => {
+            let at = at % (chars.len() + 1);
+            chars[..at].iter().chain(text.chars().collect::<Vec<_>>().iter()).chain(chars[at..].iter()).collect()
+        }
+        Mutation::BeforeColon { n, text } => {
+            let colons: Vec<usize> = chars.iter().enumerate().filter(|(_, c)| **c == ':').map(|(i, _)| i).collect();
+            if colons.is_empty() {
+                return text.clone();
+            }
+            let at = colons[n % colons.len()];
+            chars[..at].iter().chain(text.chars().collect::<Vec<_>>().iter()).chain(chars[at..].iter()).collect()
+        }
+        Mutation::Delete { at, len } => {
+            let at = at % (chars.len() + 1);
+            let end = (at + len).min(chars.len());
+            chars[..at].iter().chain(chars[end..].iter()).collect()
+        }
+        Mutation::DuplicateLine { line } if !lines.is_empty() => {
+            let i = line % lines.len();
+            lines.insert(i, lines[i]);
+            lines.join("\n")
+        }
+        Mutation::SwapLines { a, b } if !lines.is_empty() => {
+            let n = lines.len();
+            lines.swap(a % n, b % n);
+            lines.join("\n")
+        }
+        Mutation::Truncate { at } => chars[..at % (chars.len() + 1)].iter().collect(),
+        _ => text.to_owned(),
+    }
+}
+
+/// Validates `text` as if it were a file in `dir`; every outcome is diagnostics or a pipeline,
+/// and an outcome without errors has a pipeline. A panic fails the property.
+fn front_end(dir: &Path, text: &str) {
+    let outcome = validate_str("mutated.yaml", text, dir, &Options::default());
+    let rendered = outcome.report.render();
+    if outcome.report.has_errors() {
+        assert!(outcome.pipeline.is_none(), "an invalid file yields no pipeline:\n{rendered}");
+        assert!(!rendered.is_empty());
+    } else {
+        assert!(outcome.pipeline.is_some(), "a file without errors yields a pipeline:\n{rendered}\n{text}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_pipeline_files_are_diagnosed_never_panic(
+        seed in any::<prop::sample::Index>(),
+        mutations in proptest::collection::vec(mutation(), 1..4),
+    ) {
+        let seeds = seeds_cached();
+        let (dir, text) = &seeds[seed.index(seeds.len())];
+        let mutated = mutations.iter().fold(text.clone(), |t, m| apply(&t, m));
+        front_end(dir, &mutated);
+    }
+
+    #[test]
+    fn random_yaml_is_diagnosed_never_panic(
+        text in proptest::collection::vec(
+            prop_oneof![
+                proptest::sample::select(SIGNIFICANT).prop_map(String::from),
+                proptest::sample::select(&[
+                    "pipeline:", "source:", "kafka:", "format:", "avro:", "sink:", "clickhouse:", "file:",
+                    "transform:", "- filter: ", "- map: ", "schema: order.avsc", "wire[: confluent", "name: x",
+                    "${A:-b}", "512MiB", "1s", "[", "]", "shards:", "replicas: [", "rdkafka:", "  ", "\n  ",
+                ][..]).prop_map(String::from),
+            ],
+            0..60,
+        ).prop_map(|parts| parts.concat()),
+    ) {
+        let seeds = seeds_cached();
+        front_end(&seeds[0].0, &text);
+    }
+}
+
+/// The seeds, read once per test binary.
+fn seeds_cached() -> &'static [(PathBuf, String)] {
+    static SEEDS: std::sync::OnceLock<Vec<(PathBuf, String)>> = std::sync::OnceLock::new();
+    SEEDS.get_or_init(seeds)
+}
+
+/// The key that ends in `[` which once panicked while its location was looked up.
+#[test]
+fn a_key_that_ends_in_a_bracket_is_a_diagnostic() {
+    let seeds = seeds_cached();
+    let (dir, text) = seeds.iter().find(|(_, t)| t.contains("wire: confluent")).expect("a confluent seed");
+    front_end(dir, &text.replace("wire: confluent", "wire[: confluent"));
+}
