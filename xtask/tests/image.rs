@@ -207,6 +207,13 @@ fn flagship_image_checks_then_consumes_kafka_into_clickhouse_on_the_host_network
     let built = build_and_load(FLAGSHIP);
     let image = built.reference.as_str();
 
+    // A binary that ships carries no self-kill hook: the `ETL_FAULT` kill points are compiled only
+    // with the `fault-injection` feature, which `image` (and `build`) never enable.
+    let binary = root().join("target/x86_64-unknown-linux-gnu/release/orders");
+    let bytes = std::fs::read(&binary).unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+    assert!(bytes.len() > 1 << 20, "the image's static binary");
+    assert!(!bytes.windows(9).any(|w| w == b"ETL_FAULT"), "{} has a fault hook", binary.display());
+
     let version = run_locked_down(image, &[], &["--version"]);
     assert!(stdout(&version).starts_with("orders 0.1.0 (config "), "{version:?}");
     // --check resolves the run-time settings in the container and masks the secret.
