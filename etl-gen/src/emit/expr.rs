@@ -49,7 +49,20 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             let to = e.ty.non_null().clone();
             let x = value(inner, scope);
             let conv = convert(&from, &to, quote!(x));
-            if inner.ty.is_nullable() { quote!(#x.map(|x| #conv)) } else { quote!({ let x = #x; #conv }) }
+            if conv.to_string() == "x" {
+                // Already of the target's Rust type: no conversion to write.
+                x
+            } else if inner.ty.is_nullable() {
+                quote!(#x.map(|x| #conv))
+            } else {
+                quote!({ let x = #x; #conv })
+            }
+        }
+        // `!is_null(x)` reads as `x.is_some()`.
+        TKind::Unary(UnOp::Not, inner) if matches!(&inner.kind, TKind::Call(Func::IsNull, _)) => {
+            let TKind::Call(_, args) = &inner.kind else { unreachable!("matched above") };
+            let v = value(&args[0], scope);
+            quote!(#v.is_some())
         }
         TKind::Unary(UnOp::Not, inner) => {
             let c = condition(inner, scope);
@@ -75,7 +88,7 @@ pub(super) fn condition(e: &TExpr, scope: &Scope) -> TokenStream {
     if e.ty.is_nullable() { quote!((#v == Some(true))) } else { v }
 }
 
-fn is_copy(ty: &Ty) -> bool {
+pub(super) fn is_copy(ty: &Ty) -> bool {
     match ty {
         Ty::Nullable(t) => is_copy(t),
         Ty::String | Ty::Bytes | Ty::Array(_) | Ty::Map(_) | Ty::Record(_) => false,
@@ -90,6 +103,8 @@ fn convert(from: &Ty, to: &Ty, x: TokenStream) -> TokenStream {
             let s = Literal::u32_unsuffixed(*scale);
             quote!(rt::ops::decimal_to_f64(#x, #s))
         }
+        // Already of the target's Rust type (timestamps are `i64`s).
+        (Ty::Float64, Ty::Float64) | (Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros, Ty::Int64) => x,
         (_, Ty::Float64) => quote!((#x as f64)),
         (_, Ty::Int64) => quote!(i64::from(#x)),
         _ => x,

@@ -7,7 +7,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::expr::{Scope, condition, value};
-use super::types::{decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
+use super::types::{Val, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
 use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
 use crate::load::Validated;
 use crate::model::{ErrorPolicy, FileFormat, Sink, Source, TombstonePolicy, Wire};
@@ -330,8 +330,12 @@ fn steps(
     let mut rust_index = rust_index;
     match step {
         Step::Filter { cond } => {
+            // A named condition reads as the YAML does and keeps clippy's boolean rewrites away.
             let c = condition(cond, scope);
-            out.extend(quote!(if !#c { #skip; }));
+            out.extend(quote!(
+                let keep: bool = #c;
+                if !keep { #skip; }
+            ));
         }
         Step::Map { assigns } => {
             let mut temps = Vec::new();
@@ -404,7 +408,7 @@ fn steps(
             let inits = row_ty.iter().map(|c| {
                 let id = field_ident(&c.name);
                 let local = &scope[&c.name];
-                quote!(#id: #local.clone())
+                if super::expr::is_copy(&c.ty) { quote!(#id: #local) } else { quote!(#id: #local.clone()) }
             });
             let r = format_ident!("row_{}", index);
             out.extend(quote!(
@@ -448,7 +452,7 @@ fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Valid
             .iter()
             .map(|c| {
                 let local = &scope[&c.name];
-                rowbinary(&c.ty, quote!((&#local)), enums)
+                rowbinary(&c.ty, &Val::Place(quote!(#local)), enums)
             })
             .collect(),
         Sink::File(f) => {
@@ -458,7 +462,7 @@ fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Valid
                 let local = &scope[&c.name];
                 let key = Literal::byte_string(format!("{}\"{}\":", if i == 0 { "{" } else { "," }, c.name).as_bytes());
                 parts.push(quote!(buf.extend_from_slice(#key);));
-                parts.push(json(&c.ty, quote!((&#local)), enums));
+                parts.push(json(&c.ty, &Val::Place(quote!(#local)), enums));
             }
             parts.push(quote!(buf.extend_from_slice(b"}\n");));
             parts
