@@ -113,7 +113,9 @@ pub struct KafkaSource {
     pub statistics_interval: Duration,
     /// Raw librdkafka properties, checked by librdkafka's own parser at gen time, then
     /// applied verbatim. Properties the framework owns are rejected (docs/diagnostics.md).
-    /// Values may be strings, numbers or booleans, and may use `${VAR}`.
+    /// Values may be strings, numbers or booleans, and may use `${VAR}`. Unless given here,
+    /// `auto.offset.reset` is `earliest` (librdkafka's `latest` would make a new group skip
+    /// what the topic already holds); `--check` shows the value in force.
     #[serde(default)]
     pub rdkafka: IndexMap<String, ScalarValue>,
 }
