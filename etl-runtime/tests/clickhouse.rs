@@ -447,7 +447,10 @@ fn a_retried_batch_lands_once() {
     for (dedup, expected) in [(true, n), (false, 2 * n)] {
         let table = unique_table("ch_dedup");
         create_table(&url, &table, ID_COLUMNS, "", if dedup { DEDUP } else { "" });
-        let mut sink = Observed::new(ClickhouseSink::new(sink_config(&[&url], &table, ID_COLUMNS)).unwrap());
+        let inner = ClickhouseSink::new(sink_config(&[&url], &table, ID_COLUMNS)).unwrap();
+        // At least once, a table that does not deduplicate is warned about, not refused.
+        block_on(inner.check()).expect("the start-up check passes either way");
+        let mut sink = Observed::new(inner);
         sink.twice = true;
         let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), None, Duration::from_secs(30));
         assert_eq!(end.fatal, None);
