@@ -72,8 +72,7 @@ fn happy_path_one_million() {
         took.as_secs_f64(),
         stats.uniq as f64 / took.as_secs_f64()
     );
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
-    assert_eq!(committed, produced.end_offsets, "committed offsets = end offsets from the delivery reports");
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     p.stop_cleanly();
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     assert_eq!(stats.count, N, "no duplicates on the happy path ({stats:?})");
@@ -116,7 +115,7 @@ fn crash_three_times() {
     let mut last = spawn(Variant::Skip, "crash-final", &topic, &group, &[]);
     let produced = producer.join().unwrap();
     await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let (status, _) = last.terminate(Duration::from_secs(60));
     assert!(status.success(), "SIGTERM exits 0: {status}");
     processes.push(last);
@@ -124,7 +123,6 @@ fn crash_three_times() {
         p.assert_no_panic();
     }
     let stats_final = assert_all_arrived(Variant::Skip.table(), N);
-    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
     eprintln!("crash: {} duplicates after 3 kills (bound {bound})", stats_final.duplicates());
     assert!(
         stats_final.duplicates() <= bound,
@@ -133,24 +131,41 @@ fn crash_three_times() {
     );
 }
 
-/// Scenario 3: both ClickHouse servers frozen (SIGSTOP) for 20 s mid-run. The pipeline pauses
-/// (`etl_backpressure_paused` = 1), keeps its partitions (no revocation although the outage is
-/// longer than max.poll.interval.ms), its peak RSS stays under the memory bound, and it resumes
-/// by itself without losing anything.
+/// Scenario 3: both ClickHouse servers frozen (SIGSTOP) for 20 s mid-run, with several memory
+/// bounds' worth of orders in the topic. The pipeline pauses (`etl_backpressure_paused` = 1), its
+/// in-flight bytes stay within the budget plus one chunk per lane, it keeps its partitions (no
+/// revocation although the outage is longer than max.poll.interval.ms), its peak RSS stays under
+/// the memory bound, and it resumes by itself without losing anything.
 #[test]
 fn sink_outage_twenty_seconds() {
     let _serial = serial();
-    prepare(Variant::Skip);
+    prepare(Variant::Bounded);
     let _t = Timer::start("sink outage");
-    let config = Config::of(Variant::Skip);
-    const N: i64 = 500_000;
+    let config = Config::of(Variant::Bounded);
+    let table = Variant::Bounded.table();
+    // ~830-byte orders (under max_message_bytes): 330k of them are ~3.2 times the bound, so a
+    // pipeline that read the backlog into memory instead of leaving it in the broker would exceed
+    // it, while the broker holds only ~270 MiB more.
+    const N: i64 = 330_000;
+    const COUPON: usize = 800;
+    let bound = config.memory_bound(PARTITIONS as u64);
+    let data = orders_bytes(0..N, COUPON);
+    let ratio = data as f64 / bound as f64;
+    assert!(ratio >= 3.0, "the topic holds {:.1} MiB, not 3 × the bound {:.1} MiB", mib(data), mib(bound));
     let (topic, group) = (unique("e2e-outage"), unique("e2e-outage"));
     create_topic(&topic, PARTITIONS);
+    let started = Instant::now();
     let producer = Producer::new(&topic);
-    producer.send_orders(0..N, 0, None);
+    producer.send_orders(0..N, COUPON, None);
     let produced = producer.finish();
+    eprintln!(
+        "outage: produced {N} orders, {:.1} MiB = {ratio:.2} × the memory bound {:.1} MiB, in {:.1}s",
+        mib(data),
+        mib(bound),
+        started.elapsed().as_secs_f64()
+    );
 
-    let mut p = spawn(Variant::Skip, "outage", &topic, &group, &[]);
+    let mut p = spawn(Variant::Bounded, "outage", &topic, &group, &[]);
     p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let (mut paused_seen, mut max_inflight, mut in_at_freeze, mut in_at_thaw) = (0.0f64, 0.0f64, 0.0, 0.0);
     {
@@ -170,16 +185,32 @@ fn sink_outage_twenty_seconds() {
         }
         drop(frozen);
     }
+    let inflight_bound = config.inflight_bound(PARTITIONS as u64);
     eprintln!(
-        "outage: records in {in_at_freeze} at the freeze, {in_at_thaw} at the thaw; paused {paused_seen}; max in-flight {:.1} MiB",
-        mib(max_inflight as u64)
+        "outage: records in {in_at_freeze} at the freeze, {in_at_thaw} at the thaw; paused {paused_seen}; max in-flight \
+         {:.2} MiB (bound {:.2} MiB)",
+        mib(max_inflight as u64),
+        mib(inflight_bound)
     );
     assert_eq!(paused_seen, 1.0, "etl_backpressure_paused = 1 during the outage");
+    // Nothing is durable while the servers are frozen, so sealed chunks stay in flight: a zero here
+    // would mean the gauge (or the outage) is missing and the bound below checks nothing.
+    assert!(max_inflight > 0.0, "in-flight bytes were counted during the outage");
+    assert!(
+        max_inflight <= inflight_bound as f64,
+        "in-flight bytes {:.2} MiB exceed the budget + one chunk per lane, {:.2} MiB (Invariant 7)",
+        mib(max_inflight as u64),
+        mib(inflight_bound)
+    );
     assert!(in_at_thaw < N as f64, "the backlog stayed in the broker during the outage");
-    let stats = await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
+    let stats = await_rows(table, N, Duration::from_secs(180));
     let peak = p.peak_rss();
-    let bound = config.memory_bound(PARTITIONS as u64);
-    eprintln!("outage: peak RSS {:.1} MiB, bound {:.1} MiB; {stats:?}", mib(peak), mib(bound));
+    eprintln!(
+        "outage: peak RSS {:.1} MiB, bound {:.1} MiB (the topic holds {ratio:.2} bounds); {stats:?}",
+        mib(peak),
+        mib(bound)
+    );
+    assert_eq!(stats.uniq, N, "every order arrives after the thaw ({stats:?})");
     // Before SIGTERM: shutting down revokes the partitions, which is fine.
     assert_eq!(p.log_lines("partitions revoked").len(), 0, "stayed in the group:\n{}", p.log_tail());
     assert_eq!(p.log_lines("assignment lost").len(), 0, "never evicted");
@@ -187,23 +218,32 @@ fn sink_outage_twenty_seconds() {
     assert!(peak <= bound, "peak RSS {:.1} MiB exceeds the bound {:.1} MiB", mib(peak), mib(bound));
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     p.stop_cleanly();
-    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    let stats = assert_all_arrived(table, N);
     eprintln!("outage: {} duplicates", stats.duplicates());
 }
 
 /// Scenario 4: inserts throttled to 256 KiB/s per shard (a proxy on loopback) for 30 s while the
-/// topic grows much faster. RSS stays bounded, lanes pause without flapping (pause events ≤
+/// topic grows much faster, to several memory bounds. RSS stays bounded, in-flight bytes stay
+/// within the budget plus one chunk per lane, lanes pause without flapping (pause events ≤
 /// lanes × (elapsed / min_pause + 1), Invariant 6), the lag grows in the broker (committed
 /// offsets fall behind) while the process does not read everything into memory, no eviction;
 /// then the throttle goes and everything arrives.
 #[test]
 fn slow_sink_thirty_seconds() {
     let _serial = serial();
-    prepare(Variant::Skip);
+    prepare(Variant::Bounded);
     let _t = Timer::start("slow sink");
-    let config = Config::of(Variant::Skip);
-    const N: i64 = 400_000;
-    const COUPON: usize = 120; // ~170-byte rows that LZ4 cannot shrink much
+    let config = Config::of(Variant::Bounded);
+    let table = Variant::Bounded.table();
+    const READY: i64 = 160_000;
+    const N: i64 = 330_000;
+    // ~830-byte rows (under max_message_bytes) that LZ4 cannot shrink much: the 330k orders are
+    // ~3.2 times the memory bound.
+    const COUPON: usize = 800;
+    let bound = config.memory_bound(PARTITIONS as u64);
+    let data = orders_bytes(0..N, COUPON);
+    let ratio = data as f64 / bound as f64;
+    assert!(ratio >= 3.0, "the topic holds {:.1} MiB, not 3 × the bound {:.1} MiB", mib(data), mib(bound));
     let (topic, group) = (unique("e2e-slow"), unique("e2e-slow"));
     create_topic(&topic, PARTITIONS);
     let proxies = [
@@ -211,14 +251,19 @@ fn slow_sink_thirty_seconds() {
         ThrottledProxy::start(&infra().clickhouse[1], 256 << 10),
     ];
     let (url_a, url_b) = (proxies[0].url(), proxies[1].url());
-    // 100k ready, 300k more over 30 s: 10k orders/s (~1.7 MB/s) against ~0.5 MB/s of inserts.
+    // 160k ready, 170k more over 30 s: ~5.7k orders/s (~4.7 MB/s) against ~0.5 MB/s of inserts.
     let producer = Producer::new(&topic);
-    producer.send_orders(0..100_000, COUPON, None);
+    producer.send_orders(0..READY, COUPON, None);
     let first = producer.finish();
-    let (sent, producer) = produce_in_background(&topic, 100_000..N, COUPON, 10_000);
+    let (sent, producer) = produce_in_background(&topic, READY..N, COUPON, (N - READY) as u64 / 30);
+    eprintln!(
+        "slow sink: producing {N} orders, {:.1} MiB = {ratio:.2} × the memory bound {:.1} MiB",
+        mib(data),
+        mib(bound)
+    );
 
     let mut p = spawn(
-        Variant::Skip,
+        Variant::Bounded,
         "slow",
         &topic,
         &group,
@@ -229,15 +274,16 @@ fn slow_sink_thirty_seconds() {
     let pauses_before = m0.sum("etl_backpressure_pause_events_total");
     let lag = || {
         let committed = committed_total(&group, &topic, PARTITIONS);
-        sent.load(std::sync::atomic::Ordering::Relaxed) as i64 + 100_000 - committed
+        sent.load(std::sync::atomic::Ordering::Relaxed) as i64 + READY - committed
     };
     std::thread::sleep(Duration::from_secs(5));
     let lag_early = lag();
-    let mut paused_seen = 0.0f64;
+    let (mut paused_seen, mut max_inflight) = (0.0f64, 0.0f64);
     let mut last = m0.clone();
     while started.elapsed() < Duration::from_secs(30) {
         if let Some(m) = p.metrics() {
             paused_seen = paused_seen.max(m.sum("etl_backpressure_paused"));
+            max_inflight = max_inflight.max(m.sum("etl_backpressure_inflight_bytes"));
             last = m;
         }
         assert!(p.try_exit().is_none(), "the pipeline survives the slow sink:\n{}", p.log_tail());
@@ -245,7 +291,7 @@ fn slow_sink_thirty_seconds() {
     }
     let elapsed = started.elapsed();
     let lag_late = lag();
-    let sent_late = sent.load(std::sync::atomic::Ordering::Relaxed) as i64 + 100_000;
+    let sent_late = sent.load(std::sync::atomic::Ordering::Relaxed) as i64 + READY;
     let records_in = last.sum("etl_records_in_total") as i64;
     let records_out = last.sum("etl_records_out_total") as i64;
     let pauses = last.sum("etl_backpressure_pause_events_total") - pauses_before;
@@ -255,23 +301,40 @@ fn slow_sink_thirty_seconds() {
     }
     let lanes = PARTITIONS as f64;
     let pause_bound = lanes * (elapsed.as_secs_f64() / config.min_pause.as_secs_f64() + 1.0);
+    let inflight_bound = config.inflight_bound(PARTITIONS as u64);
     eprintln!(
         "slow sink: {:.0}s throttled; {forwarded} bytes to ClickHouse; in {records_in}, out {records_out}, sent \
          {sent_late}; broker lag {lag_early} → {lag_late}; paused {paused_seen}; {pauses} pause events (bound \
-         {pause_bound:.0}); source lag metric {}",
+         {pause_bound:.0}); max in-flight {:.2} MiB (bound {:.2} MiB); source lag metric {}",
         elapsed.as_secs_f64(),
+        mib(max_inflight as u64),
+        mib(inflight_bound),
         last.sum("etl_source_lag_records")
     );
     assert_eq!(paused_seen, 1.0, "the lanes paused");
+    // The sink is slower than the source, so sealed chunks wait in flight (a zero would check
+    // nothing).
+    assert!(max_inflight > 0.0, "in-flight bytes were counted while throttled");
+    assert!(
+        max_inflight <= inflight_bound as f64,
+        "in-flight bytes {:.2} MiB exceed the budget + one chunk per lane, {:.2} MiB (Invariant 7)",
+        mib(max_inflight as u64),
+        mib(inflight_bound)
+    );
+    assert!(forwarded > 0, "inserts went through the throttle");
     assert!(pauses <= pause_bound, "pause events {pauses} > {pause_bound:.0}: flapping");
     assert!(lag_late > lag_early, "the lag grows in the broker ({lag_early} → {lag_late})");
     assert!(records_in < sent_late, "the process did not pull the whole backlog into memory");
 
     let produced = producer.join().unwrap();
-    let stats = await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
+    let stats = await_rows(table, N, Duration::from_secs(180));
     let peak = p.peak_rss();
-    let bound = config.memory_bound(PARTITIONS as u64);
-    eprintln!("slow sink: peak RSS {:.1} MiB, bound {:.1} MiB; {stats:?}", mib(peak), mib(bound));
+    eprintln!(
+        "slow sink: peak RSS {:.1} MiB, bound {:.1} MiB (the topic holds {ratio:.2} bounds); {stats:?}",
+        mib(peak),
+        mib(bound)
+    );
+    assert_eq!(stats.uniq, N, "every order arrives after the throttle goes ({stats:?})");
     assert_eq!(p.log_lines("partitions revoked").len(), 0, "no eviction:\n{}", p.log_tail());
     assert_eq!(p.log_lines("assignment lost").len(), 0, "never evicted");
     assert_eq!(p.log_lines("partitions assigned").len(), 1, "one assignment, no rebalance");
@@ -282,7 +345,7 @@ fn slow_sink_thirty_seconds() {
     }
     await_committed(&group, &topic, &end, Duration::from_secs(30));
     p.stop_cleanly();
-    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    let stats = assert_all_arrived(table, N);
     eprintln!("slow sink: {} duplicates", stats.duplicates());
 }
 
@@ -313,7 +376,7 @@ fn rebalance_second_instance_joins_first_leaves() {
     assert!(took < config.drain_timeout + Duration::from_secs(3), "a's exit took {took:?}");
     let produced = producer.join().unwrap();
     await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let b_in = b.metrics().map_or(0.0, |m| m.sum("etl_records_in_total"));
     let (status, _) = b.terminate(Duration::from_secs(60));
     assert!(status.success(), "SIGTERM exits 0: {status}");
@@ -321,7 +384,6 @@ fn rebalance_second_instance_joins_first_leaves() {
     b.assert_no_panic();
     assert!(a_in > 0.0 && b_in > 0.0, "both instances did work ({a_in}, {b_in})");
     assert!(!b.log_lines("partitions revoked").is_empty(), "b took part in a rebalance");
-    assert_eq!(committed, produced.end_offsets, "everything committed");
     let stats = assert_all_arrived(Variant::Skip.table(), N);
     let abandoned = a.abandoned() + b.abandoned();
     eprintln!(
@@ -428,12 +490,11 @@ fn poison_skip() {
     let registry = stub_registry();
     let mut p = spawn(Variant::Skip, "poison-skip", &topic, &group, &[("SCHEMA_REGISTRY_URL", registry.as_str())]);
     let stats = await_rows(Variant::Skip.table(), good, Duration::from_secs(60));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
     p.stop_cleanly();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
     assert_eq!(ch_checksum(Variant::Skip.table(), "1"), checksum(0..good));
-    assert_eq!(committed, produced.end_offsets, "committed past every poison");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), 5.0, "decode and oversize errors counted");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0, "the tombstone counted");
 }
@@ -471,11 +532,10 @@ fn poison_dead_letter() {
         &[("DLQ_TOPIC", dlq.as_str()), ("SCHEMA_REGISTRY_URL", registry.as_str())],
     );
     let stats = await_rows(Variant::Dlq.table(), good, Duration::from_secs(60));
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
     p.stop_cleanly();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
-    assert_eq!(committed, produced.end_offsets, "committed past every poison");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), letters_expected as f64);
     assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0);
     let letters = read_topic(&dlq, 1, letters_expected, Duration::from_secs(30));
@@ -601,6 +661,15 @@ fn sigterm_during_sink_outage_respects_drain_timeout() {
     );
     p.assert_no_panic();
     assert!(status.success(), "SIGTERM exits 0 even when the drain times out: {status}\n{}", p.log_tail());
+    // The drain must have given up, not completed: an exit that passes the bound below because the
+    // writes happened to finish would not show that drain_timeout bounds a hung sink.
+    let gave_up = p.log_lines("drain deadline passed");
+    assert!(
+        !gave_up.is_empty(),
+        "the drain timed out with the sink frozen (no drain-deadline warning):\n{}",
+        p.log_tail()
+    );
+    assert!(took >= config.drain_timeout, "exit took {took:?}, less than drain_timeout: the drain did not wait it out");
     assert!(took < config.drain_timeout + Duration::from_secs(3), "exit took {took:?}, more than drain_timeout + 3s");
     // Writes that reached the frozen servers may still complete after the thaw; what was committed
     // must be in the table by then (Invariant 3).
@@ -641,8 +710,7 @@ fn tls_to_broker_and_clickhouse() {
     let mut p = spawn(Variant::Tls, "tls", &topic, &group, &[]);
     let stats = await_rows(Variant::Tls.table(), N, Duration::from_secs(120));
     assert_eq!(stats.uniq, N, "every order arrives over TLS ({stats:?})");
-    let committed = await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
-    assert_eq!(committed, produced.end_offsets, "committed offsets = end offsets from the delivery reports");
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     p.stop_cleanly();
     let stats = assert_all_arrived(Variant::Tls.table(), N);
     assert_eq!(stats.count, N, "no duplicates ({stats:?})");
@@ -679,11 +747,10 @@ fn finish_exactly_once(
 ) -> ChStats {
     let produced = producer.join().unwrap();
     await_rows(Variant::Exactly.table(), n, Duration::from_secs(180));
-    let committed = await_committed(group, topic, &produced.end_offsets, Duration::from_secs(30));
+    await_committed(group, topic, &produced.end_offsets, Duration::from_secs(30));
     let metrics = last.metrics().expect("the final run serves /metrics");
     assert!(metrics.sum("etl_exactly_once_spans_recorded_total") > 0.0, "spans are counted");
     last.stop_cleanly();
-    assert_eq!(committed, produced.end_offsets, "everything committed in the end");
     assert_exactly_once(n)
 }
 
@@ -740,9 +807,13 @@ fn exactly_once_survives_kills_at_every_step() {
     for p in &processes {
         p.assert_no_panic();
     }
-    let replayed: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
-    assert!(replayed > 0, "restarts read replay plans");
-    eprintln!("exactly-once kills: {stats:?} after 7 kills");
+    // Every assignment logs a plan, most with replayed_batches=0: count the batches, not the lines,
+    // or the scenario would pass without ever replaying one.
+    let plans: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
+    let replayed: i64 = processes.iter().map(Process::replayed_batches).sum();
+    eprintln!("exactly-once kills: {stats:?} after 7 kills; {plans} replay plans, {replayed} batches replayed");
+    assert!(plans > 0, "every assignment reads a replay plan");
+    assert!(replayed > 0, "restarts replayed recorded batches ({plans} plans, none with replayed_batches > 0)");
 }
 
 /// Scenario 11: a second instance joins mid-stream (partitions move while batches are in
@@ -780,10 +851,9 @@ fn exactly_once_across_rebalances() {
     for p in [&a, &b, &c] {
         p.assert_no_panic();
     }
-    let replayed: usize = [&b, &c].iter().map(|p| p.log_lines("replayed_batches=0").len()).sum();
-    let plans: usize = [&b, &c].iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
-    assert!(replayed < plans, "some hand-over replayed recorded batches");
-    eprintln!("exactly-once rebalance: {stats:?}");
+    let replayed: i64 = [&b, &c].iter().map(|p| p.replayed_batches()).sum();
+    eprintln!("exactly-once rebalance: {stats:?}; {replayed} batches replayed by b and c");
+    assert!(replayed > 0, "some hand-over replayed recorded batches");
 }
 
 /// Scenario 12: both ClickHouse servers frozen for 8 s while the pipeline runs (it retries and
@@ -814,5 +884,9 @@ fn exactly_once_through_clickhouse_outages() {
     let mut last = spawn(Variant::Exactly, "eo-outage-2", &topic, &group, &[]);
     let stats = finish_exactly_once(&mut last, producer, (&topic, &group), N);
     p.assert_no_panic();
-    eprintln!("exactly-once outage: {stats:?}");
+    let replayed = last.replayed_batches();
+    eprintln!("exactly-once outage: {stats:?}; the restart replayed {replayed} batches");
+    // The batches recorded before the kill and not committed (their inserts hung on the frozen
+    // servers) are what this scenario is about: without a replay it checked nothing.
+    assert!(replayed > 0, "the restart replayed the batches in flight at the kill");
 }

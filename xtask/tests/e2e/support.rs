@@ -124,8 +124,8 @@ fn xtask() -> Command {
     command
 }
 
-/// The three pipelines of `xtask/tests/e2e/`, one binary each (errors.policy and errors.tombstones
-/// are compiled in).
+/// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
+/// sizing knobs are compiled in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
     /// `pipeline.yaml`: errors.policy skip, tombstones skip.
@@ -138,6 +138,9 @@ pub enum Variant {
     Tls,
     /// `pipeline-eo.yaml`: `pipeline.yaml` with `exactly_once: true`.
     Exactly,
+    /// `pipeline-bounded.yaml`: `pipeline.yaml` with a small budget and prefetch, so that its
+    /// memory bound is small enough for the memory scenarios to put several bounds in the topic.
+    Bounded,
 }
 
 impl Variant {
@@ -148,6 +151,7 @@ impl Variant {
             Variant::Fail => "pipeline-fail.yaml",
             Variant::Tls => "pipeline-tls.yaml",
             Variant::Exactly => "pipeline-eo.yaml",
+            Variant::Bounded => "pipeline-bounded.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -159,6 +163,7 @@ impl Variant {
             Variant::Fail => "e2e_orders_fail",
             Variant::Tls => "e2e_orders_tls",
             Variant::Exactly => "e2e_orders_eo",
+            Variant::Bounded => "e2e_orders_bounded",
         }
     }
 
@@ -169,11 +174,18 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 5] = [const { OnceLock::new() }; 5];
+        static BINARIES: [OnceLock<PathBuf>; 6] = [const { OnceLock::new() }; 6];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
-                let output = xtask().arg("build").arg(self.yaml()).output().expect("running cargo xtask build");
+                // The fault points (`ETL_FAULT`) are compiled in only on request; every e2e binary
+                // gets them, so all variants share one build of the runtime.
+                let output = xtask()
+                    .arg("build")
+                    .arg(self.yaml())
+                    .arg("--fault-injection")
+                    .output()
+                    .expect("running cargo xtask build");
                 let stdout = String::from_utf8_lossy(&output.stdout);
                 assert!(
                     output.status.success(),
@@ -184,6 +196,9 @@ impl Variant {
                 let binary = PathBuf::from(stdout.lines().last().expect("build prints the binary").trim());
                 assert!(binary.is_absolute() && binary.exists(), "{} is the built binary", binary.display());
                 eprintln!("built {} in {:.1}s", binary.display(), started.elapsed().as_secs_f64());
+                // The counterpart of the image test's check that a shipped binary has no hook.
+                let bytes = std::fs::read(&binary).expect("reading the built binary");
+                assert!(bytes.windows(9).any(|w| w == b"ETL_FAULT"), "--fault-injection compiles the fault points in");
 
                 let ddl = xtask().args(["gen", "--ddl"]).arg(self.yaml()).output().expect("running gen --ddl");
                 assert!(ddl.status.success(), "gen --ddl: {}", String::from_utf8_lossy(&ddl.stderr));
@@ -259,6 +274,11 @@ pub fn order(id: i64, coupon_len: usize) -> Vec<u8> {
     let mut payload = CONFLUENT_HEADER.to_vec();
     payload.extend(order_datum(id, coupon_len));
     payload
+}
+
+/// The bytes [`Producer::send_orders`] puts in the topic for orders `ids`: keys and payloads.
+pub fn orders_bytes(ids: std::ops::Range<i64>, coupon_len: usize) -> u64 {
+    ids.map(|id| (id.to_string().len() + CONFLUENT_HEADER.len() + order_datum(id, coupon_len).len()) as u64).sum()
 }
 
 /// The per-key checksum of a set of distinct order ids, as `ChStats::checksum` computes it in
@@ -445,14 +465,20 @@ pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
     committed(group, topic, partitions).values().sum()
 }
 
-/// Waits until the group's committed offsets equal `end`; returns the last ones read.
-pub fn await_committed(group: &str, topic: &str, end: &BTreeMap<i32, i64>, timeout: Duration) -> BTreeMap<i32, i64> {
+/// Waits until the group's committed offsets equal `end`; panics with both maps if they do not
+/// within `timeout` (a caller that forgot to compare would otherwise pass on a timeout).
+pub fn await_committed(group: &str, topic: &str, end: &BTreeMap<i32, i64>, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     loop {
         let now = committed(group, topic, end.len() as i32);
-        if &now == end || Instant::now() > deadline {
-            return now;
+        if &now == end {
+            return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "group {group} on {topic}: committed offsets did not reach the end offsets within {timeout:?}\n  \
+             expected  {end:?}\n  committed {now:?}"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
 }
@@ -802,14 +828,29 @@ impl Process {
         assert!(panics.is_empty(), "[{}] panicked:\n{}", self.label, panics.join("\n"));
     }
 
+    /// The sum of the integer field `field=N` over the log's lines (the logs are plain text: the
+    /// runtime colours them only on a terminal).
+    pub fn log_field_sum(&self, field: &str) -> i64 {
+        self.log_text().lines().filter_map(|l| field_value(l, field)).sum()
+    }
+
     /// Records a revocation's drain left undurable (logged with `abandoned=N`).
     pub fn abandoned(&self) -> i64 {
-        self.log_text()
-            .lines()
-            .filter_map(|l| l.split("abandoned=").nth(1))
-            .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse::<i64>().ok())
-            .sum()
+        self.log_field_sum("abandoned")
     }
+
+    /// Recorded batches the exactly-once replay plans of this process replay: the sum of
+    /// `replayed_batches=N` over its "exactly-once replay plan" lines (one per assigned partition,
+    /// most of them 0).
+    pub fn replayed_batches(&self) -> i64 {
+        self.log_lines("exactly-once replay plan").iter().filter_map(|l| field_value(l, "replayed_batches")).sum()
+    }
+}
+
+/// The integer of `field=N` in a log line.
+fn field_value(line: &str, field: &str) -> Option<i64> {
+    let rest = line.split(&format!("{field}=")).nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 impl Drop for Process {
@@ -823,27 +864,125 @@ impl Drop for Process {
 // ---------------------------------------------------------------------------------------------
 // Faults
 
-fn infra_pid(file: &str) -> u32 {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    let path = target.join("etl-infra").join(file);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (freezing needs the servers of `cargo xtask infra up`)", path.display()))
-        .trim()
-        .parse()
-        .unwrap()
+/// The local processes that listen on the TCP port of `url` (a loopback address), found the way
+/// `ss -ltnp` finds them: the listening sockets' inodes in /proc/net/tcp{,6}, then the processes
+/// holding `socket:[inode]` among their file descriptors. What matters is which process serves the
+/// URL the pipeline uses, not what `cargo xtask infra` started: with `$CLICKHOUSE_URL` pointing
+/// elsewhere the infra's pid files name servers nobody talks to. Panics when no local process
+/// listens there, since freezing nothing would make the outage scenarios pass without an outage.
+pub fn listening_pids(url: &str) -> Vec<u32> {
+    let addr = host_port(url);
+    let (host, port) = addr.rsplit_once(':').unwrap_or_else(|| panic!("{url}: no port to freeze the server of"));
+    let port: u16 = port.parse().unwrap_or_else(|_| panic!("{url}: bad port"));
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    assert!(
+        loopback,
+        "cannot freeze the server of {url}: {host} is not a loopback address, so it is no process of this machine \
+         (the outage scenarios need local servers)"
+    );
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(local), Some(&"0A"), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
+                continue; // not LISTEN
+            };
+            let Some((ip, p)) = local.split_once(':') else { continue };
+            if u16::from_str_radix(p, 16) != Ok(port) || !accepts_loopback(ip) {
+                continue;
+            }
+            inodes.push(format!("socket:[{inode}]"));
+        }
+    }
+    assert!(
+        !inodes.is_empty(),
+        "cannot freeze the server of {url}: no process listens on loopback port {port} (is it up? the outage \
+         scenarios need its server to run on this machine)"
+    );
+    let me = std::process::id();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+        });
+        if holds {
+            pids.push(pid);
+        }
+    }
+    assert!(
+        !pids.contains(&me),
+        "the server of {url} is this test process (a proxy?): freezing it would freeze the test"
+    );
+    assert!(
+        !pids.is_empty(),
+        "cannot freeze the server of {url}: port {port} listens ({inodes:?}) but no process of ours holds the socket \
+         (another user's or a container's server cannot be frozen from here)"
+    );
+    pids
 }
 
-/// Both ClickHouse servers SIGSTOPped (they accept connections into the backlog and answer
-/// nothing, like hung servers); dropping the guard SIGCONTs them, also when the test fails.
+/// Whether a listening socket's local address from /proc/net/tcp{,6} (hex, 32-bit words in host
+/// order) takes connections to loopback: a loopback address or the wildcard.
+fn accepts_loopback(hex: &str) -> bool {
+    let words: Vec<u32> =
+        (0..hex.len() / 8).filter_map(|i| u32::from_str_radix(&hex[i * 8..i * 8 + 8], 16).ok()).collect();
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    match bytes.len() {
+        4 => {
+            let ip = std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]);
+            ip.is_loopback() || ip.is_unspecified()
+        }
+        16 => {
+            let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).unwrap());
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback() || v4.is_unspecified())
+        }
+        _ => false,
+    }
+}
+
+/// The state letter of /proc/PID/stat (`T` = stopped), `None` once the process is gone.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Both ClickHouse servers of the scenarios (the processes listening on the ports of
+/// `infra().clickhouse`) SIGSTOPped: they accept connections into the backlog and answer nothing,
+/// like hung servers. Dropping the guard SIGCONTs them, also when the test fails.
 pub struct FrozenClickhouse(Vec<u32>);
 
 pub fn freeze_clickhouse() -> FrozenClickhouse {
-    let pids = vec![infra_pid("clickhouse.pid"), infra_pid("clickhouse-2.pid")];
-    for pid in &pids {
-        let ok = Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success();
-        assert!(ok, "kill -STOP {pid}");
+    let mut frozen = FrozenClickhouse(Vec::new());
+    for url in &infra().clickhouse {
+        for pid in listening_pids(url) {
+            if frozen.0.contains(&pid) {
+                continue;
+            }
+            let ok = Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success();
+            assert!(ok, "kill -STOP {pid} (the server of {url})");
+            // Pushed before the check, so that the guard thaws it whatever happens next.
+            frozen.0.push(pid);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while process_state(pid) != Some('T') {
+                assert!(
+                    Instant::now() < deadline,
+                    "pid {pid} (the server of {url}) did not stop: {:?}",
+                    process_state(pid)
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            eprintln!("froze pid {pid}, the server of {url}");
+        }
     }
-    FrozenClickhouse(pids)
+    frozen
 }
 
 impl Drop for FrozenClickhouse {
@@ -972,6 +1111,10 @@ pub struct Config {
     pub drain_timeout: Duration,
     pub commit_interval: Duration,
     pub max_message_bytes: u64,
+    /// What one lane may hold over the budget (Invariant 7): `chunk.target_bytes`, or under
+    /// exactly-once (where a lane's chunk is a whole batch) `batch.max_bytes`, as in
+    /// `etl_gen::memory`.
+    pub chunk_bytes: u64,
 }
 
 impl Config {
@@ -986,7 +1129,18 @@ impl Config {
             drain_timeout: v.model.checkpoint.drain_timeout.to_std(),
             commit_interval: kafka.commit_interval.to_std(),
             max_message_bytes: v.model.format.max_message_bytes.bytes(),
+            chunk_bytes: match &v.model.sink {
+                etl_gen::model::Sink::Clickhouse(c) if c.exactly_once => c.batch.max_bytes.bytes(),
+                sink => sink.flow().chunk.target_bytes.bytes(),
+            },
         }
+    }
+
+    /// The most in-flight bytes `lanes` lanes may hold (Invariant 7): the budget plus one chunk per
+    /// lane. (A chunk is sealed at its target plus one row; the room between the high watermark,
+    /// where lanes pause, and the budget covers that row.)
+    pub fn inflight_bound(&self, lanes: u64) -> u64 {
+        self.max_inflight_bytes + lanes * self.chunk_bytes
     }
 
     /// The process's memory bound with `partitions` owned partitions (Invariant 7): exactly what
