@@ -131,6 +131,17 @@ fn crash_three_times() {
     );
 }
 
+/// The bytes `n` orders with `coupon`-byte coupons put in the topic, the memory bound at
+/// [`PARTITIONS`], and their ratio, asserted to be at least 3: a pipeline that read the backlog
+/// into memory instead of leaving it in the broker would exceed its bound.
+fn several_bounds(config: &Config, n: i64, coupon: usize) -> (u64, u64, f64) {
+    let bound = config.memory_bound(PARTITIONS as u64);
+    let data = orders_bytes(0..n, coupon);
+    let ratio = data as f64 / bound as f64;
+    assert!(ratio >= 3.0, "the topic holds {:.1} MiB, not 3 × the bound {:.1} MiB", mib(data), mib(bound));
+    (data, bound, ratio)
+}
+
 /// Scenario 3: both ClickHouse servers frozen (SIGSTOP) for 20 s mid-run, with several memory
 /// bounds' worth of orders in the topic. The pipeline pauses (`etl_backpressure_paused` = 1), its
 /// in-flight bytes stay within the budget plus one chunk per lane, it keeps its partitions (no
@@ -148,10 +159,7 @@ fn sink_outage_twenty_seconds() {
     // it, while the broker holds only ~270 MiB more.
     const N: i64 = 330_000;
     const COUPON: usize = 800;
-    let bound = config.memory_bound(PARTITIONS as u64);
-    let data = orders_bytes(0..N, COUPON);
-    let ratio = data as f64 / bound as f64;
-    assert!(ratio >= 3.0, "the topic holds {:.1} MiB, not 3 × the bound {:.1} MiB", mib(data), mib(bound));
+    let (data, bound, ratio) = several_bounds(&config, N, COUPON);
     let (topic, group) = (unique("e2e-outage"), unique("e2e-outage"));
     create_topic(&topic, PARTITIONS);
     let started = Instant::now();
@@ -240,10 +248,7 @@ fn slow_sink_thirty_seconds() {
     // ~830-byte rows (under max_message_bytes) that LZ4 cannot shrink much: the 330k orders are
     // ~3.2 times the memory bound.
     const COUPON: usize = 800;
-    let bound = config.memory_bound(PARTITIONS as u64);
-    let data = orders_bytes(0..N, COUPON);
-    let ratio = data as f64 / bound as f64;
-    assert!(ratio >= 3.0, "the topic holds {:.1} MiB, not 3 × the bound {:.1} MiB", mib(data), mib(bound));
+    let (data, bound, ratio) = several_bounds(&config, N, COUPON);
     let (topic, group) = (unique("e2e-slow"), unique("e2e-slow"));
     create_topic(&topic, PARTITIONS);
     let proxies = [
