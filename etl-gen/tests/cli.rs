@@ -170,3 +170,34 @@ fn etl_gen_binary_works_outside_the_repository() {
     assert!(manifest.contains(&format!("path = \"{}\"", runtime.display())), "{manifest}");
     assert!(dir.path().join("crate/src/main.rs").exists());
 }
+
+/// The fault points are opt-in: `gen` (and so `build` and `image`) generates a crate without the
+/// runtime's `fault-injection` feature; only the hidden `--fault-injection` of the project's own
+/// tests asks for it, and `image` refuses that flag.
+#[test]
+fn fault_injection_is_never_enabled_unless_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart/pipeline.yaml");
+    let manifest = |extra: &[&str], name: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .arg("gen")
+            .arg(&pipeline)
+            .arg("-o")
+            .arg(dir.path().join(name))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(dir.path().join(name).join("Cargo.toml")).unwrap()
+    };
+    assert!(!manifest(&[], "plain").contains("fault-injection"));
+    assert!(manifest(&["--fault-injection"], "faulty").contains("\"fault-injection\""));
+    let image = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .arg("image")
+        .arg(&pipeline)
+        .arg("--fault-injection")
+        .output()
+        .unwrap();
+    assert_eq!(image.status.code(), Some(2), "{}", String::from_utf8_lossy(&image.stderr));
+    assert!(String::from_utf8_lossy(&image.stderr).contains("never carries fault hooks"));
+}

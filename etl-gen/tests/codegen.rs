@@ -72,6 +72,9 @@ fn build(rel: &str) -> (Validated, PathBuf) {
         .unwrap();
     assert!(status.success(), "the generated crate for {rel} must compile");
     let binary = root().join("target/debug").join(&name);
+    // What `gen` generates carries no self-kill hook (only `--fault-injection` compiles it in).
+    let bytes = std::fs::read(&binary).unwrap();
+    assert!(!bytes.windows(9).any(|w| w == b"ETL_FAULT"), "{} has the ETL_FAULT hook", binary.display());
     (v, binary)
 }
 
@@ -409,6 +412,26 @@ fn secrets_never_appear_in_check_logs_or_metrics() {
     assert!(leaked(&metrics).is_empty(), "/metrics shows {:?}:\n{metrics}", leaked(&metrics));
     assert_eq!(output.status.code(), Some(2), "no broker: a start-up error after startup_timeout: {log}");
     assert!(leaked(&log).is_empty(), "the start-up log shows {:?}:\n{log}", leaked(&log));
+}
+
+/// The secret properties this build of librdkafka refuses at start-up (OIDC's client secret,
+/// the internal `ssl_key`) are masked all the same: in `--check`, and in the log of the start-up
+/// they fail.
+#[test]
+fn refused_secret_properties_are_not_shown_either() {
+    let rel = "etl-gen/tests/pipelines/secrets-rejected/pipeline.yaml";
+    let (_, binary) = build(rel);
+    let markers = [("OAUTHBEARER_CLIENT_SECRET", "marker-client-secret"), ("SSL_KEY", "marker-ssl-key")];
+    let leaked = |text: &str| -> Vec<&str> { markers.iter().map(|(_, m)| *m).filter(|m| text.contains(m)).collect() };
+    let check = Command::new(&binary).arg("--check").envs(markers.iter().copied()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert!(leaked(&stdout).is_empty(), "--check shows {:?}:\n{stdout}", leaked(&stdout));
+    assert!(stdout.contains("source.kafka.rdkafka.ssl_key = ********"), "{stdout}");
+    let failed = Command::new(&binary).envs(markers.iter().copied()).env("RUST_LOG", "debug").output().unwrap();
+    let log = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(2), "librdkafka refuses the properties at start-up: {log}");
+    assert!(leaked(&log).is_empty(), "the failed start-up log shows {:?}:\n{log}", leaked(&log));
 }
 
 /// A plain HTTP/1.1 GET on loopback; the body.

@@ -126,7 +126,22 @@ fn front_end(dir: &Path, text: &str) {
         assert!(outcome.pipeline.is_none(), "an invalid file yields no pipeline:\n{rendered}");
         assert!(!rendered.is_empty());
     } else {
-        assert!(outcome.pipeline.is_some(), "a file without errors yields a pipeline:\n{rendered}\n{text}");
+        let v = outcome.pipeline.as_ref().unwrap_or_else(|| panic!("no errors but no pipeline:\n{rendered}\n{text}"));
+        // What runs after validation must not panic on a valid mutant either: the DDL, the memory
+        // bound and the emission of every file of the crate (in memory; nothing is written).
+        let _ = etl_gen::ddl::create_table(v);
+        let _ = etl_gen::memory::render(v, 4);
+        let options = etl_gen::emit::GenOptions {
+            source: dir.join("mutated.yaml"),
+            source_name: "mutated.yaml".into(),
+            crate_dir: std::env::temp_dir().join("etl-front-end-props"),
+            target_dir: std::env::temp_dir().join("etl-front-end-props-target"),
+            runtime: etl_gen::emit::RuntimeDep::Path(dir.to_owned()),
+            lockfile: None,
+            bench: false,
+            fault_injection: false,
+        };
+        let _ = etl_gen::emit::generate(v, &options);
     }
 }
 
