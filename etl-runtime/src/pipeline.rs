@@ -426,8 +426,12 @@ impl<C: Chain> PipelineThread<C> {
             return false;
         }
         if let Some(next_try) = self.lanes[i].held.as_ref().map(|h| h.next_try) {
-            // The lane stays paused at the source while its held record waits for its next try.
+            // The lane stays paused at the source while its held record waits for its next try;
+            // exactly-once batches of the records before it still end at their linger.
             if Instant::now() < next_try {
+                if self.lanes[i].exact.is_some() {
+                    self.seal_lingering(i);
+                }
                 return false;
             }
             match self.poll_one(i) {
@@ -438,7 +442,7 @@ impl<C: Chain> PipelineThread<C> {
                 }
                 Poll::Wait | Poll::Stop | Poll::Idle => return false,
             }
-            // Processed at last: the lane resumes below, once the pause controller agrees.
+            // Processed at last: the lane resumes on a later turn, once the pause controller agrees.
         }
         if let Some(since) = self.lanes[i].paused_since {
             let lane = &self.lanes[i];
@@ -470,6 +474,15 @@ impl<C: Chain> PipelineThread<C> {
                     }
                 }
                 Poll::Wait => {
+                    // The rows of the records before the held one are written now rather than
+                    // after the hold: their offsets can then be stored meanwhile.
+                    if self.lanes[i].exact.is_some() {
+                        self.seal_lingering(i);
+                    } else {
+                        for shard in 0..self.queues.len() {
+                            self.seal(i, shard, false);
+                        }
+                    }
                     self.pause_lane(i);
                     return false;
                 }

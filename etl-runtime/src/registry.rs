@@ -15,8 +15,8 @@
 //! turns it into a record error under `errors.policy` (see `pipeline`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 
@@ -27,9 +27,10 @@ use crate::secret::redact_url;
 /// bound only matters for a stream of corrupt ids, each of which the registry happens to know.
 pub(crate) const CACHE_CAPACITY: usize = 1024;
 
-/// How long one lookup may take. A pipeline thread waits for it, so it stays short; a registry
-/// that does not answer in time is retried like any other failure.
-const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one lookup may take. The pipeline thread waits for it (and with it the thread's other
+/// lanes, acks and drains), so it stays short; a registry that does not answer in time is retried
+/// like any other failure.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The datum to decode: the message's own bytes, or the reader-shaped re-encoding.
 #[derive(Debug)]
@@ -56,7 +57,6 @@ pub struct Registry {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     url: String,
     /// The URL without credentials, for messages.
@@ -65,7 +65,25 @@ struct Inner {
     reader_canonical: String,
     reader_ids: Vec<u32>,
     cache: RwLock<HashMap<u32, Arc<Entry>>>,
+    /// When the lookups of each id that is failing now began to fail (at most
+    /// [`CACHE_CAPACITY`] ids). Not a cache of the failure: every record asks again. It lets a
+    /// record whose id has been failing for longer than `timeout` become a record error at its
+    /// first failed lookup, so a stream of messages with an id nobody knows costs one
+    /// `registry_timeout`, not one per message.
+    failing: Mutex<HashMap<u32, Instant>>,
+    /// `format.avro.registry_timeout`.
+    timeout: Duration,
     agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Inner {
+    // By hand: the URL may carry credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("url", &self.shown)
+            .field("reader_ids", &self.reader_ids)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -76,8 +94,13 @@ enum Entry {
 
 impl Registry {
     /// A client of the registry at `url` for the reader schema `reader_json`, registered under
-    /// `reader_ids` (which are decoded without asking the registry).
-    pub fn new(url: &str, reader_json: &str, reader_ids: &[u32]) -> Result<Self, String> {
+    /// `reader_ids` (which are decoded without asking the registry). An id whose lookups have
+    /// failed for `timeout` makes its records record errors.
+    pub fn new(url: &str, reader_json: &str, reader_ids: &[u32], timeout: Duration) -> Result<Self, String> {
+        let url = url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("`{}` is not an http:// or https:// URL", redact_url(url)));
+        }
         let reader = Schema::parse_str(reader_json).map_err(|e| format!("the reader schema: {e}"))?;
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(LOOKUP_TIMEOUT))
@@ -93,6 +116,8 @@ impl Registry {
                 reader,
                 reader_ids: reader_ids.to_vec(),
                 cache: RwLock::new(HashMap::new()),
+                failing: Mutex::new(HashMap::new()),
+                timeout,
                 agent,
             }),
         })
@@ -107,7 +132,8 @@ impl Registry {
         let entry = match cached {
             Some(entry) => entry,
             None => {
-                let entry = Arc::new(self.fetch(id)?);
+                let entry = Arc::new(self.fetch(id).map_err(|error| self.failed(id, error))?);
+                self.inner.failing.lock().expect("registry failing lock").remove(&id);
                 let mut cache = self.inner.cache.write().expect("registry cache lock");
                 if cache.len() >= CACHE_CAPACITY
                     && let Some(&evicted) = cache.keys().next()
@@ -134,6 +160,35 @@ impl Registry {
                 })?;
                 Ok(Datum::Reencoded(bytes))
             }
+        }
+    }
+
+    /// A failed lookup of `id`: still `Unavailable` (the record is held and tried again) until
+    /// the lookups of this id have failed for `timeout`, then a record error.
+    fn failed(&self, id: u32, error: RecordError) -> RecordError {
+        if error.kind != RecordErrorKind::Unavailable {
+            return error;
+        }
+        let now = Instant::now();
+        let mut failing = self.inner.failing.lock().expect("registry failing lock");
+        if failing.len() >= CACHE_CAPACITY
+            && !failing.contains_key(&id)
+            && let Some(&oldest) = failing.iter().min_by_key(|(_, since)| **since).map(|(id, _)| id)
+        {
+            failing.remove(&oldest);
+        }
+        let since = *failing.entry(id).or_insert(now);
+        let failing_for = now.duration_since(since);
+        if failing_for >= self.inner.timeout {
+            RecordError::new(
+                RecordErrorKind::Decode,
+                format!(
+                    "{} (lookups of this id have failed for {failing_for:?}: format.avro.registry_timeout is {:?})",
+                    error.message, self.inner.timeout
+                ),
+            )
+        } else {
+            error
         }
     }
 
@@ -233,7 +288,7 @@ mod tests {
     #[test]
     fn same_schema_is_untouched_and_other_writers_are_resolved() {
         let (url, hits) = registry_server();
-        let registry = Registry::new(&url, READER, &[]).unwrap();
+        let registry = Registry::new(&url, READER, &[], Duration::from_secs(60)).unwrap();
         let reader = Schema::parse_str(READER).unwrap();
         let same = datum(
             READER,
@@ -258,7 +313,7 @@ mod tests {
     #[test]
     fn the_reader_schemas_own_ids_are_decoded_without_asking() {
         let (url, hits) = registry_server();
-        let registry = Registry::new(&url, READER, &[5]).unwrap();
+        let registry = Registry::new(&url, READER, &[5], Duration::from_secs(60)).unwrap();
         assert!(matches!(registry.resolve(5, &[1, 2]).unwrap(), Datum::Same(_)));
         assert_eq!(hits.load(Ordering::SeqCst), 0);
     }
@@ -268,7 +323,7 @@ mod tests {
     #[test]
     fn failed_lookups_are_unavailable_and_never_cached() {
         let (url, hits) = registry_server();
-        let registry = Registry::new(&url, READER, &[]).unwrap();
+        let registry = Registry::new(&url, READER, &[], Duration::from_secs(60)).unwrap();
         let same = datum(
             READER,
             Value::Record(vec![("id".into(), Value::Long(1)), ("note".into(), Value::String("n".into()))]),
@@ -284,10 +339,37 @@ mod tests {
         assert_eq!(hits.load(Ordering::SeqCst), 3, "two failures asked again, the success cached");
     }
 
+    // An id whose lookups keep failing past the timeout makes its records record errors at their
+    // first failed lookup (one timeout in all, not one per record); still asked every time, so a
+    // registry that catches up is heard at once.
+    #[test]
+    fn an_id_failing_longer_than_the_timeout_is_a_record_error() {
+        let (url, hits) = registry_server();
+        let url = url.replace("http://", "http://me:hunter2@");
+        let registry = Registry::new(&url, READER, &[], Duration::from_millis(300)).unwrap();
+        assert_eq!(registry.resolve(99, &[]).unwrap_err().kind, RecordErrorKind::Unavailable);
+        std::thread::sleep(Duration::from_millis(350));
+        for _ in 0..3 {
+            let error = registry.resolve(99, &[]).unwrap_err();
+            assert_eq!(error.kind, RecordErrorKind::Decode, "{error}");
+            assert!(error.message.contains("registry_timeout"), "{error}");
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 4, "every record asks again");
+        assert!(!format!("{registry:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn only_http_urls_are_registries() {
+        let error = Registry::new("registry:8081", READER, &[], Duration::from_secs(1)).unwrap_err();
+        assert!(error.contains("http://"), "{error}");
+        let shown = Registry::new("ftp://me:hunter2@r", READER, &[], Duration::from_secs(1)).unwrap_err();
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
     #[test]
     fn the_cache_is_bounded() {
         let (url, _) = registry_server();
-        let registry = Registry::new(&url, READER, &[]).unwrap();
+        let registry = Registry::new(&url, READER, &[], Duration::from_secs(60)).unwrap();
         let same = datum(
             READER,
             Value::Record(vec![("id".into(), Value::Long(1)), ("note".into(), Value::String("n".into()))]),
@@ -301,7 +383,7 @@ mod tests {
     #[test]
     fn an_unreachable_registry_is_unavailable_and_its_credentials_are_not_shown() {
         // Port 1 on loopback: nothing listens there.
-        let registry = Registry::new("http://me:hunter2@127.0.0.1:1", READER, &[]).unwrap();
+        let registry = Registry::new("http://me:hunter2@127.0.0.1:1", READER, &[], Duration::from_secs(60)).unwrap();
         let err = registry.resolve(1, &[]).unwrap_err();
         assert_eq!(err.kind, RecordErrorKind::Unavailable, "{err}");
         assert!(!err.message.contains("hunter2"), "{err}");

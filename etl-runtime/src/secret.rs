@@ -60,38 +60,71 @@ pub fn shown_value(key: &str, value: &str) -> String {
     }
 }
 
-/// `text` with the userinfo of every URL in it masked: `https://u:pw@host/x` becomes
-/// `https://********@host/x`. Text without `://` comes back unchanged.
+/// `text` with the credentials of every URL in it masked: the userinfo (`https://u:pw@host/x`
+/// becomes `https://********@host/x`) and the values of query parameters whose names say they
+/// hold one (`?password=…`, `secret`, `token`, `key`). A password need not be percent-encoded
+/// to be masked: everything up to the last `@` of the URL counts as userinfo, even past a `#`,
+/// `?` or `/` (which over-masks a URL whose path holds an `@`, never under-masks).
+/// Text without `://` comes back unchanged.
 pub fn mask_userinfo(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
         let (head, tail) = rest.split_at(at + 3);
         out.push_str(head);
-        // The authority ends at the first character that cannot be part of it.
-        let end = tail.find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c == '"' || c == '\'');
-        let authority = &tail[..end.unwrap_or(tail.len())];
-        match authority.rfind('@') {
+        // The URL ends where the text around it resumes.
+        let end = tail.find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>')).unwrap_or(tail.len());
+        let url = &tail[..end];
+        let url = match url.rfind('@') {
             Some(userinfo_end) => {
                 out.push_str(MASK);
-                out.push_str(&authority[userinfo_end..]);
+                &url[userinfo_end..]
             }
-            None => out.push_str(authority),
-        }
-        rest = &tail[authority.len()..];
+            None => url,
+        };
+        out.push_str(&mask_query(url));
+        rest = &tail[end..];
     }
     out.push_str(rest);
     out
 }
 
+/// `url` (from its host on) with the values of credential-bearing query parameters masked.
+fn mask_query(url: &str) -> String {
+    let Some((before, query)) = url.split_once('?') else { return url.to_owned() };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, value)) if is_credential_name(name) && !value.is_empty() => format!("{name}={MASK}"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    let mut out = format!("{before}?{}", params.join("&"));
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
+}
+
+/// Whether a query parameter's name says its value is a credential.
+fn is_credential_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token", "key"].iter().any(|word| name.contains(word))
+}
+
 /// `url` without credentials, query string or fragment, for logs and metric labels:
-/// `https://user:pw@host:8443/?password=x` becomes `https://host:8443/`.
+/// `https://user:pw@host:8443/?password=x` becomes `https://host:8443/`. As in
+/// [`mask_userinfo`], everything up to the last `@` is userinfo.
 pub fn redact_url(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    if scheme.is_empty() { format!("{host}{path}") } else { format!("{scheme}://{host}{path}") }
+    if scheme.is_empty() { rest.to_owned() } else { format!("{scheme}://{rest}") }
 }
 
 /// `message` with every non-empty secret value of `values` replaced by the mask, and the userinfo
@@ -144,6 +177,22 @@ mod tests {
         assert_eq!(shown_value("sink.clickhouse.shards[0].replicas[0]", "https://u:pw@h/"), "https://********@h/");
         assert_eq!(redact_url("https://u:hunter2@ch.example:8443/?password=x"), "https://ch.example:8443/");
         assert_eq!(redact_url("http://127.0.0.1:8123"), "http://127.0.0.1:8123");
+    }
+
+    #[test]
+    fn credentials_in_queries_and_unencoded_passwords_are_masked() {
+        assert_eq!(
+            mask_userinfo("https://ch:8443/?user=etl&password=hunter2"),
+            "https://ch:8443/?user=etl&password=********"
+        );
+        assert_eq!(mask_userinfo("http://r/?api_key=k1&x=1#f"), "http://r/?api_key=********&x=1#f");
+        assert_eq!(mask_userinfo("http://user:pa#ss@reg:8081/x"), "http://********@reg:8081/x");
+        assert_eq!(mask_userinfo("http://user:p/w?d@reg:8081"), "http://********@reg:8081");
+        assert_eq!(redact_url("http://user:pa#ss@reg:8081/x?token=t"), "http://reg:8081/x");
+        assert_eq!(
+            shown_value("format.avro.registry", "https://u:p@r/?secret=s"),
+            "https://********@r/?secret=********"
+        );
     }
 
     #[test]

@@ -667,10 +667,11 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             )
         }
     };
+    let registry_timeout = m.format.avro.registry_timeout.as_millis();
     let uses_registry = m.format.avro.registry.is_some() && m.format.avro.wire == Wire::Confluent;
     let chains = if uses_registry {
         quote!(
-            let registry = match resolved.get("format.avro.registry") {
+            let registry = match resolved.get("format.avro.registry").trim() {
                 "" if SCHEMA_IDS.is_empty() => {
                     return rt::startup_error(
                         "format.avro.registry resolved to an empty URL and format.avro.schema_id is not set: \
@@ -679,7 +680,7 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                     );
                 }
                 "" => None,
-                url => match rt::Registry::new(url, SCHEMA, SCHEMA_IDS) {
+                url => match rt::Registry::new(url, SCHEMA, SCHEMA_IDS, ::std::time::Duration::from_millis(#registry_timeout)) {
                     Ok(registry) => Some(registry),
                     Err(e) => return rt::startup_error(format!("format.avro.registry: {e}")),
                 },
@@ -739,7 +740,6 @@ fn main_fn(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     };
     let (attempts, initial, max_backoff) = retry;
     let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);
-    let registry_timeout = m.format.avro.registry_timeout.as_millis();
     let policy = match m.errors.policy {
         ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),
         ErrorPolicy::Fail => quote!(rt::ErrorPolicy::Fail),

@@ -111,12 +111,16 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
             quote!(if rt::avro::union_index(&mut buf, 2)? == #null_index { None } else { Some(#inner) })
         }
         AvroType::Array(item) => {
-            let min = Literal::u64_unsuffixed(item.min_encoded_bytes());
+            let min_bytes = item.min_encoded_bytes();
+            let min = Literal::u64_unsuffixed(min_bytes);
+            let (total, count) = zero_size_guard(min_bytes);
             let item = decode(item);
             quote!({
                 let mut items = ::std::vec::Vec::new();
+                #total
                 loop {
                     let n = rt::avro::block_count(&mut buf, #min)?;
+                    #count
                     if n == 0 {
                         break items;
                     }
@@ -202,12 +206,24 @@ pub(super) fn skip(avro: &AvroType) -> TokenStream {
     }
 }
 
+/// For an array whose items take no bytes (empty records): a running total of its items and the
+/// check that keeps it within the runtime's limit. Nothing for any other array.
+fn zero_size_guard(min_item_bytes: u64) -> (TokenStream, TokenStream) {
+    if min_item_bytes == 0 {
+        (quote!(let mut total = 0u64;), quote!(rt::avro::zero_size_items(&mut total, n)?;))
+    } else {
+        (TokenStream::new(), TokenStream::new())
+    }
+}
+
 /// Reads past the blocks of an array or map, `item` once per element (each of at least
 /// `min_item_bytes`).
 fn skip_blocks(item: TokenStream, min_item_bytes: u64) -> TokenStream {
     let min = Literal::u64_unsuffixed(min_item_bytes);
-    quote!(loop {
+    let (total, count) = zero_size_guard(min_item_bytes);
+    quote!(#total loop {
         let n = rt::avro::block_count(&mut buf, #min)?;
+        #count
         if n == 0 {
             break;
         }

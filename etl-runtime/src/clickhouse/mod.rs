@@ -534,9 +534,17 @@ impl ClickhouseSink {
     }
 
     /// At-least-once: a table that does not deduplicate inserts still works, but a retried insert
-    /// may land twice, so the start-up check warns (and does not refuse).
+    /// may land twice, so the start-up check warns (and does not refuse). Not being able to tell
+    /// (no grant on `system.tables`, a slow answer) is not a reason to refuse either.
     async fn warn_unless_deduplicating(&self) -> Result<(), SinkError> {
-        for problem in self.deduplication_problems().await? {
+        let problems = match self.deduplication_problems().await {
+            Ok(problems) => problems,
+            Err(error) => {
+                tracing::warn!(%error, "could not read the table's definition to check that it deduplicates inserts");
+                return Ok(());
+            }
+        };
+        for problem in problems {
             tracing::warn!(
                 table = %format!("{}.{}", self.database, self.table),
                 %problem,

@@ -192,6 +192,18 @@ pub fn union_index(buf: &mut &[u8], branches: u32) -> Result<u32, DecodeError> {
 /// `flat_map`), so a corrupt count must not spin for 2^63 turns.
 pub const MAX_ZERO_SIZE_ITEMS: u64 = 1 << 20;
 
+/// Adds a block's count to the running total of an array whose items take no bytes, so that the
+/// whole array, not only each block, stays within [`MAX_ZERO_SIZE_ITEMS`]: a few bytes per block
+/// could otherwise describe 2^38 items in one message.
+#[inline]
+pub fn zero_size_items(total: &mut u64, n: usize) -> Result<(), DecodeError> {
+    *total += n as u64;
+    if *total > MAX_ZERO_SIZE_ITEMS {
+        return Err(invalid("more items of a zero-byte type than one Avro datum may hold"));
+    }
+    Ok(())
+}
+
 /// The item count of the next array or map block; 0 ends the container. A negative count
 /// is followed by the block's size in bytes, which is skipped over.
 ///
@@ -378,6 +390,9 @@ mod tests {
         // Items that take no bytes (empty records) fit any count up to the spin guard.
         assert_eq!(block_count(&mut &[0x7eu8][..], 0), Ok(63));
         assert!(block_count(&mut &[0x80u8, 0x80, 0x80, 0x02][..], 0).is_err(), "2^21 empty items");
+        let mut total = 0;
+        assert!(zero_size_items(&mut total, 1 << 19).is_ok() && zero_size_items(&mut total, 1 << 19).is_ok());
+        assert!(zero_size_items(&mut total, 1).is_err(), "the limit holds across blocks");
         assert!(reader_schema_id(7, &[1, 7]).is_ok());
         let error = reader_schema_id(2, &[1]).unwrap_err();
         assert!(error.message.contains("schema id 2") && error.message.contains("format.avro.registry"), "{error}");

@@ -75,8 +75,11 @@ impl KafkaDeadLetter {
         }
         let mut all: Vec<(String, String)> = properties.to_vec();
         all.push(("bootstrap.servers".into(), brokers.to_owned()));
-        let config = properties::client_config(&all, "dead-letter producer")?;
-        tracing::info!(topic, properties = %properties::describe(&all), "kafka dead-letter producer configured");
+        // `auto.offset.reset` (which the generated code always passes, defaulted) means nothing to
+        // a producer, and librdkafka would warn about it at every start.
+        let producing: Vec<(String, String)> = all.iter().filter(|(k, _)| k != "auto.offset.reset").cloned().collect();
+        let config = properties::client_config(&producing, "dead-letter producer")?;
+        tracing::info!(topic, properties = %properties::describe(&producing), "kafka dead-letter producer configured");
         let producer = create_producer(&config)?;
         let (tx, rx) = crossbeam_channel::unbounded();
         let dlq_topic = topic.to_owned();
