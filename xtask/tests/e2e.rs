@@ -142,6 +142,19 @@ fn several_bounds(config: &Config, n: i64, coupon: usize) -> (u64, u64, f64) {
     (data, bound, ratio)
 }
 
+/// Invariant 7 on the largest sampled `etl_backpressure_inflight_bytes`: within the budget plus one
+/// chunk per lane, and above zero (a zero would mean the gauge, or the slowdown, is missing and the
+/// bound checks nothing).
+fn assert_inflight_within(max_inflight: f64, bound: u64, when: &str) {
+    assert!(max_inflight > 0.0, "in-flight bytes were counted {when}");
+    assert!(
+        max_inflight <= bound as f64,
+        "in-flight bytes {:.2} MiB exceed the budget + one chunk per lane, {:.2} MiB (Invariant 7)",
+        mib(max_inflight as u64),
+        mib(bound)
+    );
+}
+
 /// Scenario 3: both ClickHouse servers frozen (SIGSTOP) for 20 s mid-run, with several memory
 /// bounds' worth of orders in the topic. The pipeline pauses (`etl_backpressure_paused` = 1), its
 /// in-flight bytes stay within the budget plus one chunk per lane, it keeps its partitions (no
@@ -201,15 +214,8 @@ fn sink_outage_twenty_seconds() {
         mib(inflight_bound)
     );
     assert_eq!(paused_seen, 1.0, "etl_backpressure_paused = 1 during the outage");
-    // Nothing is durable while the servers are frozen, so sealed chunks stay in flight: a zero here
-    // would mean the gauge (or the outage) is missing and the bound below checks nothing.
-    assert!(max_inflight > 0.0, "in-flight bytes were counted during the outage");
-    assert!(
-        max_inflight <= inflight_bound as f64,
-        "in-flight bytes {:.2} MiB exceed the budget + one chunk per lane, {:.2} MiB (Invariant 7)",
-        mib(max_inflight as u64),
-        mib(inflight_bound)
-    );
+    // Nothing is durable while the servers are frozen, so sealed chunks stay in flight.
+    assert_inflight_within(max_inflight, inflight_bound, "during the outage");
     assert!(in_at_thaw < N as f64, "the backlog stayed in the broker during the outage");
     let stats = await_rows(table, N, Duration::from_secs(180));
     let peak = p.peak_rss();
@@ -317,15 +323,8 @@ fn slow_sink_thirty_seconds() {
         last.sum("etl_source_lag_records")
     );
     assert_eq!(paused_seen, 1.0, "the lanes paused");
-    // The sink is slower than the source, so sealed chunks wait in flight (a zero would check
-    // nothing).
-    assert!(max_inflight > 0.0, "in-flight bytes were counted while throttled");
-    assert!(
-        max_inflight <= inflight_bound as f64,
-        "in-flight bytes {:.2} MiB exceed the budget + one chunk per lane, {:.2} MiB (Invariant 7)",
-        mib(max_inflight as u64),
-        mib(inflight_bound)
-    );
+    // The sink is slower than the source, so sealed chunks wait in flight.
+    assert_inflight_within(max_inflight, inflight_bound, "while throttled");
     assert!(forwarded > 0, "inserts went through the throttle");
     assert!(pauses <= pause_bound, "pause events {pauses} > {pause_bound:.0}: flapping");
     assert!(lag_late > lag_early, "the lag grows in the broker ({lag_early} → {lag_late})");
