@@ -1,6 +1,6 @@
 //! The command line shared by `cargo xtask` and the `etl-gen` binary.
 //!
-//! Exit codes (DESIGN §6): 0 ok; 1 invalid configuration (including YAML syntax errors and
+//! Exit codes (docs/diagnostics.md): 0 ok; 1 invalid configuration (including YAML syntax errors and
 //! a missing or invalid schema) or a failed build; 2 usage error or an unreadable
 //! pipeline.yaml.
 

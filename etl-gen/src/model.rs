@@ -621,7 +621,7 @@ default_impls! {
     Admin { listen: defaults::listen() }
 }
 
-/// The defaults of DESIGN §3; with them the sizing rule holds for 1 to 3 shards.
+/// The defaults (docs/configuration.md); with them the sizing rule holds for 1 to 3 shards.
 mod defaults {
     use super::*;
 

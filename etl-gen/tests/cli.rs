@@ -1,4 +1,4 @@
-//! The `etl-gen gen --check` command's exit codes (DESIGN §6) and output streams.
+//! The `etl-gen gen --check` command's exit codes (docs/diagnostics.md) and output streams.
 
 use std::path::Path;
 use std::process::Command;

@@ -53,7 +53,7 @@ mod tests {
         (status, response)
     }
 
-    // The admin server answers /healthz, exports every metric of DESIGN §5 on /metrics, and /readyz
+    // The admin server answers /healthz, exports every metric of docs/METRICS.md on /metrics, and /readyz
     // turns from 503 to 200 once the source reports ready (the null sink's check passes at once).
     #[test]
     fn admin_endpoints() {

@@ -220,7 +220,7 @@ async fn write_batch<K: Sink>(
         let started = Instant::now();
         let refused = match sink.write(shard, &batch).await {
             Ok(()) => 0,
-            // The sink wrote every other row (DESIGN §3 `errors.policy` applies to the rows a
+            // The sink wrote every other row (`errors.policy` applies to the rows a
             // sink refuses, not to the whole batch, so one bad row cannot crash-loop the
             // pipeline). Under `skip` the batch is complete; otherwise the pipeline stops.
             Err(SinkError { kind: SinkErrorKind::Data { rows }, message })

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Everything the runtime needs to know at start-up.
 ///
 /// The generated code builds this from the validated configuration; the runtime does not parse
-/// YAML. [`RuntimeConfig::default`] carries the defaults of DESIGN §3, which satisfy the sizing rule
+/// YAML. [`RuntimeConfig::default`] carries the defaults of docs/configuration.md, which satisfy the sizing rule
 /// for one to three shards.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {

@@ -35,7 +35,7 @@
 //!   `drain_partitions` (synchronous, bounded by a timeout: what a Kafka revocation callback
 //!   needs, Invariant 4), `request_shutdown`, readiness and lag reporting.
 //! * [`run`] is what a generated `main` calls: it adds the admin server, signal handling and the
-//!   source to a [`Pipeline`], and maps the outcome to the exit codes of DESIGN §6.
+//!   source to a [`Pipeline`], and maps the outcome to the exit codes (0 clean, 1 fatal, 2 start-up; see the README).
 //!
 //! # Choices and deviations worth knowing
 //!

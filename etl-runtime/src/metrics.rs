@@ -1,4 +1,4 @@
-//! The Prometheus metrics of DESIGN §5, registered in one registry the runtime owns.
+//! The Prometheus metrics (docs/METRICS.md, generated from the catalogue here), registered in one registry the runtime owns.
 
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -343,7 +343,7 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    // Every name of DESIGN §5 is registered and rendered, so scrapes and dashboards find them.
+    // Every name of the catalogue is registered and rendered, so scrapes and dashboards find them.
     #[test]
     fn catalogue_matches_registry() {
         let metrics = Metrics::new(2, "orders", "abc", "0.1.0").unwrap();

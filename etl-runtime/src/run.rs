@@ -9,7 +9,7 @@ use crate::handle::{Pipeline, Wake};
 use crate::sink::{DeadLetter, Sink};
 use crate::source::Source;
 
-/// How a run ended; [`RunOutcome::exit_code`] gives the process exit code of DESIGN §6.
+/// How a run ended; [`RunOutcome::exit_code`] gives the process exit code (0 clean, 1 fatal, 2 start-up).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
     /// A signal, a shutdown request or the end of a finite source; drained and stored. Exit code 0.

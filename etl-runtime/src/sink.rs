@@ -214,7 +214,7 @@ impl DeadRecord {
     }
 }
 
-/// Where `errors.policy: dlq` sends failed records (the Kafka issue implements it on a producer).
+/// Where `errors.policy: dlq` sends failed records (`KafkaDeadLetter` writes them to a topic).
 ///
 /// `send` must not block the pipeline thread: it hands the record off and calls
 /// [`DeadLetterAck::complete`] later, from any thread, once the write is durable or has failed. The

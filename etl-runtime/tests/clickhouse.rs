@@ -74,7 +74,7 @@ impl Sink for Observed {
     }
 }
 
-/// Every type of the DESIGN §3 mapping, as the DDL `gen --ddl` emits them.
+/// Every type of the mapping in docs/configuration.md, as the DDL `gen --ddl` emits them.
 const ALL_TYPES: &[(&str, &str)] = &[
     ("id", "Int64"),
     ("i32", "Int32"),
@@ -111,7 +111,7 @@ fn create_table(url: &str, table: &str, columns: &[(&str, &str)], extra: &str, s
     );
 }
 
-// Invariant 3 and the DESIGN §3 type mapping: rows encoded with the runtime's RowBinary encoders
+// Invariant 3 and the type mapping of docs/configuration.md: rows encoded with the runtime's RowBinary encoders
 // (what generated code calls) land through a pipeline with every value intact, read back as
 // ClickHouse renders them: UUID byte order, decimal widths, pre-1970 timestamps and dates, nulls,
 // empty and nested containers.
@@ -487,7 +487,7 @@ fn a_dead_replica_is_rotated_out() {
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
 
-// `https://` replicas (DESIGN §3 `shards`): the sink's rustls client trusts Mozilla's roots plus
+// `https://` replicas (`sink.clickhouse.shards`): the sink's rustls client trusts Mozilla's roots plus
 // `ca_file`. Through the HTTPS front of the local ClickHouse, whose certificate comes from a
 // private CA, the start-up check and every insert work with `ca_file` set. Without it the check
 // fails on the certificate as a fatal error that says so: a CA mismatch does not heal by retrying.

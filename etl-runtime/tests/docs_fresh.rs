@@ -9,6 +9,6 @@ fn metrics_doc_is_fresh() {
         "docs/METRICS.md is stale: run `cargo xtask codegen` and commit it"
     );
     for name in ["etl_queue_depth", "etl_backpressure_paused", "etl_source_lag_records", "etl_build_info"] {
-        assert!(actual.contains(&format!("`{name}`")), "DESIGN §5 names {name}");
+        assert!(actual.contains(&format!("`{name}`")), "docs/METRICS.md names {name}");
     }
 }

@@ -366,7 +366,7 @@ fn mock_cluster_fetch_and_commit_errors_are_survived() {
     assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), delivered.end_offsets());
 }
 
-// DESIGN §3 `startup_timeout`: unreachable brokers end `run` with a start-up error (exit code 2) that
+// `source.kafka.startup_timeout`: unreachable brokers end `run` with a start-up error (exit code 2) that
 // says so, within about startup_timeout.
 #[test]
 fn startup_timeout_names_unreachable_brokers() {
@@ -387,7 +387,7 @@ fn startup_timeout_names_unreachable_brokers() {
     assert!(elapsed < Duration::from_secs(8), "took {elapsed:?}");
 }
 
-// DESIGN §3 `startup_timeout`: a topic that does not exist is a start-up error that says so.
+// `source.kafka.startup_timeout`: a topic that does not exist is a start-up error that says so.
 #[test]
 fn startup_timeout_names_a_missing_topic() {
     let _broker = support::share_broker();

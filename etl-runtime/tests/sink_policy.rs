@@ -1,5 +1,5 @@
 //! What the runtime does with rows a sink refuses, and with a sink whose start-up check
-//! fails: DESIGN §3 `errors.policy` for refused rows, exit code 2 for a bad sink.
+//! fails: `errors.policy` for refused rows, exit code 2 for a bad sink.
 
 mod common;
 

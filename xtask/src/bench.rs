@@ -1,5 +1,5 @@
 //! `cargo xtask bench`: the flagship pipeline end to end against the local broker and ClickHouse
-//! (`cargo xtask infra up`), next to the raw limits of both, in one run (issue "Performance").
+//! (`cargo xtask infra up`), next to the raw limits of both, in one run.
 //! Results and how to read them: docs/BENCHMARKS.md. Never part of `cargo xtask test`.
 //!
 //! One run, one phase after the other so that they do not share the two cores:

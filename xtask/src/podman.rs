@@ -1,5 +1,5 @@
 //! Podman for the image tests: installed from Debian's packages and configured the way
-//! that works on these machines (see shared/INFRA.md, "Minimal container images").
+//! that works on these machines (stock podman cannot raise rlimits here and crun refuses hybrid cgroups).
 //!
 //! Stock podman fails here: it cannot raise rlimits, crun refuses the hybrid cgroup setup,
 //! and overlay storage needs kernel support the sandbox lacks. runc, cgroupfs, the file
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// containers.conf: see the module comment for why each setting.
-pub(crate) const CONTAINERS_CONF: &str = r#"# Written by `cargo xtask test` (xtask/src/podman.rs); see shared/INFRA.md.
+pub(crate) const CONTAINERS_CONF: &str = r#"# Written by `cargo xtask test`; xtask/src/podman.rs says why.
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 
@@ -23,7 +23,7 @@ events_logger = "file"
 /// storage.conf: vfs, with the store under `dir` so it goes away with `cargo clean`.
 pub(crate) fn storage_conf(dir: &Path) -> String {
     format!(
-        "# Written by `cargo xtask test` (xtask/src/podman.rs); see shared/INFRA.md.\n[storage]\ndriver = \"vfs\"\n\
+        "# Written by `cargo xtask test`; xtask/src/podman.rs says why.\n[storage]\ndriver = \"vfs\"\n\
          graphroot = \"{}\"\nrunroot = \"{}\"\n",
         dir.join("storage").display(),
         dir.join("run").display()

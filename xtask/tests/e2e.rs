@@ -1,4 +1,4 @@
-//! End to end (issue 7): Kafka (Tansu) → the binary `cargo xtask build` makes of
+//! End to end: Kafka (Tansu) → the binary `cargo xtask build` makes of
 //! `xtask/tests/e2e/pipeline*.yaml` → two ClickHouse shards, with the services of
 //! `cargo xtask infra up`. Happy path, crashes, a sink outage, a slow sink, a rebalance, poison
 //! input under each errors.policy, SIGTERM, TLS to both services, and exactly-once through kills,
@@ -721,7 +721,7 @@ fn tls_to_broker_and_clickhouse() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Exactly-once (issue 10): `pipeline-eo.yaml`, `sink.clickhouse.exactly_once: true`.
+// Exactly-once: `pipeline-eo.yaml`, `sink.clickhouse.exactly_once: true`.
 
 /// Exactly once: every order of `0..n` is in the table once, with the right content
 /// (count = uniqExact(key) = N, and the per-key checksum), and the ledger recorded batches.

@@ -5,7 +5,7 @@
 //!   directory; rebuilding gives the same digest.
 //! - flagship (kafka_avro_to_clickhouse): `--check`, then the container on the host network
 //!   (`--network host`; it reaches the broker and ClickHouse of `cargo xtask infra up` on
-//!   127.0.0.1, as shared/INFRA.md verified) consumes a topic into both ClickHouse shards
+//!   127.0.0.1) consumes a topic into both ClickHouse shards
 //!   and stops cleanly on SIGTERM.
 //!
 //! Podman is required, not optional: `cargo xtask test` installs it (xtask/src/podman.rs)

@@ -383,7 +383,7 @@ mod tests {
         LiveColumn { name: name.into(), ty: ty.into(), default_kind: default_kind.into() }
     }
 
-    // Every type of the DESIGN §3 mapping parses, and unknown ones do not.
+    // Every type of the mapping in docs/configuration.md parses, and unknown ones do not.
     #[test]
     fn parses_the_mapped_types() {
         assert_eq!(Ty::parse("Int32"), Some(Ty::Fixed(4)));

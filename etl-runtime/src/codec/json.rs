@@ -1,4 +1,4 @@
-//! NDJSON values as `sink.file` writes them (DESIGN §3): timestamps as RFC 3339 UTC, dates
+//! NDJSON values as `sink.file` writes them (docs/configuration.md, `sink.file`): timestamps as RFC 3339 UTC, dates
 //! as `YYYY-MM-DD`, decimals and UUIDs as strings, non-finite floats as null.
 
 use std::io::Write as _;

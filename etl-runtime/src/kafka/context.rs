@@ -146,7 +146,7 @@ impl SourceContext {
         }
         self.counters.assignments.fetch_add(1, Ordering::Relaxed);
         tracing::info!(topic = %self.topic, ?partitions, "partitions assigned");
-        // Joined the group, even with no partition: /readyz says so (DESIGN §5).
+        // Joined the group, even with no partition: /readyz says so (docs/METRICS.md).
         self.pipeline.set_source_ready(true);
         let mut startup = self.startup.lock().expect("startup lock");
         startup.owned = partitions.len();

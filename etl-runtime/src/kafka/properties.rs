@@ -20,7 +20,7 @@ pub(crate) const DEFAULT_QUEUED_MIN_MESSAGES: u64 = 10_000;
 
 /// Default `fetch.queue.backoff.ms`: how long a partition waits before fetching again once its queue
 /// is at the cap. librdkafka's 1000 ms collapses consumption about 40-fold when the cap is small
-/// (INFRA.md); 10 ms keeps the fetcher busy.
+/// (measured against the local broker); 10 ms keeps the fetcher busy.
 pub(crate) const DEFAULT_FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 
 /// Default `fetch.wait.max.ms`: how long the broker may hold a fetch when no partition in it has new

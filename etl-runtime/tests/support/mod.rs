@@ -141,7 +141,7 @@ pub struct Delivered {
 
 impl Delivered {
     /// The end offset (last + 1) of each partition, from the delivery reports (the broker's
-    /// ListOffsets is unreliable, INFRA.md).
+    /// ListOffsets is unreliable on the local broker).
     pub fn end_offsets(&self) -> BTreeMap<i32, i64> {
         let mut end = BTreeMap::new();
         for &(partition, offset) in &self.all {

@@ -336,7 +336,7 @@ impl ProducerContext for Reports {
 }
 
 /// A producer that keeps every delivery report: the end offsets come from them, because Tansu's
-/// ListOffsets(latest) is wrong (INFRA.md).
+/// ListOffsets(latest) is wrong (Tansu answers the last batch's base offset + 1).
 pub struct Producer {
     inner: BaseProducer<Reports>,
     topic: String,
