@@ -281,6 +281,11 @@ mod tests {
         (format!("http://{addr}"), hits)
     }
 
+    /// A datum of the reader schema with id `id`.
+    fn reader_datum(id: i64) -> Vec<u8> {
+        datum(READER, Value::Record(vec![("id".into(), Value::Long(id)), ("note".into(), Value::String("n".into()))]))
+    }
+
     fn datum(schema: &str, value: Value) -> Vec<u8> {
         apache_avro::to_avro_datum(&Schema::parse_str(schema).unwrap(), value).unwrap()
     }
@@ -324,10 +329,7 @@ mod tests {
     fn failed_lookups_are_unavailable_and_never_cached() {
         let (url, hits) = registry_server();
         let registry = Registry::new(&url, READER, &[], Duration::from_secs(60)).unwrap();
-        let same = datum(
-            READER,
-            Value::Record(vec![("id".into(), Value::Long(1)), ("note".into(), Value::String("n".into()))]),
-        );
+        let same = reader_datum(1);
         let first = registry.resolve(3, &same).unwrap_err();
         assert_eq!(first.kind, RecordErrorKind::Unavailable, "{first}");
         assert!(first.message.contains("404") && first.message.contains("schema id 3"), "{first}");
@@ -370,10 +372,7 @@ mod tests {
     fn the_cache_is_bounded() {
         let (url, _) = registry_server();
         let registry = Registry::new(&url, READER, &[], Duration::from_secs(60)).unwrap();
-        let same = datum(
-            READER,
-            Value::Record(vec![("id".into(), Value::Long(1)), ("note".into(), Value::String("n".into()))]),
-        );
+        let same = reader_datum(1);
         for id in 1000..1000 + CACHE_CAPACITY as u32 + 50 {
             registry.resolve(id, &same).unwrap();
         }
