@@ -10,8 +10,8 @@ use std::process::{Command as Process, ExitCode};
 
 use clap::{Args, Subcommand};
 
-use crate::emit::{self, GenOptions, RuntimeDep};
-use crate::load::{Validated, validate_file};
+use crate::emit::{self, GenOptions, GeneratedFile, RuntimeDep};
+use crate::load::{Validated, read_lockfile, validate_file};
 use crate::rules::Options;
 
 /// The generator's sub-commands.
@@ -126,7 +126,7 @@ struct Layout {
     crate_dir: PathBuf,
     target_dir: PathBuf,
     runtime: RuntimeDep,
-    lockfile: Option<PathBuf>,
+    lockfile: PathBuf,
 }
 
 fn layout(args: &GenArgs, name: &str) -> Result<Layout, String> {
@@ -162,7 +162,7 @@ fn layout(args: &GenArgs, name: &str) -> Result<Layout, String> {
         }
     };
     let crate_dir = args.out.clone().map(|o| absolute(&o)).unwrap_or_else(|| target_dir.join("etl").join(name));
-    Ok(Layout { crate_dir, target_dir, runtime, lockfile: lockfile.exists().then_some(lockfile) })
+    Ok(Layout { crate_dir, target_dir, runtime, lockfile })
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -205,13 +205,16 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
     if args.check || args.ddl || args.memory {
         return Ok((pipeline, layout));
     }
+    let lockfile = read_lockfile(&layout.lockfile).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(1)
+    })?;
     let options = GenOptions {
-        source: args.path.clone(),
         source_name: args.path.display().to_string(),
         crate_dir: layout.crate_dir.clone(),
         target_dir: layout.target_dir.clone(),
         runtime: layout.runtime.clone(),
-        lockfile: layout.lockfile.clone(),
+        lockfile,
         bench: false,
         fault_injection: args.fault_injection,
     };
@@ -219,12 +222,31 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
         eprintln!("error: {e}");
         ExitCode::from(1)
     })?;
-    emit::write(&layout.crate_dir, &files).map_err(|e| {
+    write(&layout.crate_dir, &files).map_err(|e| {
         eprintln!("error: writing {}: {e}", layout.crate_dir.display());
         ExitCode::from(1)
     })?;
-    eprintln!("generated {} (config {})", layout.crate_dir.display(), emit::config_hash(&pipeline));
+    eprintln!("generated {} (config {})", layout.crate_dir.display(), pipeline.config_hash);
     Ok((pipeline, layout))
+}
+
+/// Writes `files` under `dir`, replacing what a previous generation wrote.
+pub fn write(dir: &Path, files: &[GeneratedFile]) -> std::io::Result<()> {
+    let src = dir.join("src");
+    if src.exists() {
+        std::fs::remove_dir_all(&src)?;
+    }
+    for f in files {
+        let path = dir.join(&f.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        // Only rewrite what changed, so cargo does not rebuild an unchanged crate.
+        if std::fs::read(&path).ok().as_deref() != Some(&f.contents[..]) {
+            std::fs::write(&path, &f.contents)?;
+        }
+    }
+    Ok(())
 }
 
 /// `image`: a static build and its OCI archive; returns the archive path and the manifest
@@ -253,7 +275,7 @@ pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
     let (pipeline, layout, binary_path) = cargo_build(&args.gen_args, Some(&target))?;
     let name = &pipeline.model.pipeline.name;
     let binary = std::fs::read(&binary_path).map_err(|e| fail(format!("reading {}: {e}", binary_path.display())))?;
-    let hash = emit::config_hash(&pipeline);
+    let hash = pipeline.config_hash.clone();
     let reference = crate::image::reference(name, args.tag.as_deref().unwrap_or(&hash));
     // The admin port as deployed by default (`${ADMIN_LISTEN:-0.0.0.0:9464}` → 9464); a
     // port chosen at run time (0, or a variable without default) is not declared.

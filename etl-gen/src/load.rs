@@ -1,4 +1,10 @@
-//! Reading pipeline.yaml: YAML syntax, structure (serde), then the semantic rules.
+//! Loading: every input read once (pipeline.yaml, the Avro schema, the user Rust files),
+//! then YAML syntax, structure (serde), the semantic rules and the plan, into one
+//! [`Validated`] value that carries the inputs' text and the config hash.
+//!
+//! This module orchestrates: it depends on `model`, `rules` and `plan`, and nothing below it
+//! depends on it. It is the only place where the generator reads the files a pipeline names;
+//! emission is a pure function of what it returns.
 //!
 //! serde stops at the first error, but a user wants every problem of a file at once. So
 //! the document is read into a `serde_yaml::Value`, deserialized, and on each error the
@@ -6,36 +12,21 @@
 //! back to their defaults; a removed required key ends the structural pass silently,
 //! since its error is already reported.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
+use sha2::{Digest as _, Sha256};
 
 use crate::diag::{Diagnostic, Report};
-use crate::model::{PipelineFile, Source};
+use crate::model::{Operator, PipelineFile, TEMPLATED_KEYS};
+use crate::plan::{Plan, RustSource, Step};
 use crate::rules::{
     self, Context, Options, avro_schema, invalid_value, literal_required, missing_key, unknown_key, yaml_syntax,
 };
 use crate::schema::RecordType;
 use crate::source_map::{SourceMap, join, parent};
 
-/// Key paths whose values may use `${VAR}`; `*` matches one map key or list index, and a
-/// trailing `.*` any property name (librdkafka names contain dots).
-pub const TEMPLATED_KEYS: &[&str] = &[
-    "source.kafka.brokers",
-    "source.kafka.topic",
-    "source.kafka.group_id",
-    "source.kafka.rdkafka.*",
-    "format.avro.registry",
-    "sink.clickhouse.shards[*].replicas[*]",
-    "sink.clickhouse.user",
-    "sink.clickhouse.password",
-    "sink.clickhouse.ca_file",
-    "sink.clickhouse.settings.*",
-    "sink.file.path",
-    "errors.dlq_topic",
-    "admin.listen",
-];
 
 /// A configuration that passed every rule, with what the generator needs next.
 #[derive(Clone, Debug)]
@@ -43,15 +34,35 @@ pub struct Validated {
     /// The typed configuration.
     pub model: PipelineFile,
     /// The reader schema.
-    pub schema: RecordType,
+    pub(crate) schema: RecordType,
     /// The schema file's text, compiled into the binary.
     pub schema_text: String,
+    /// The schema file, absolute.
+    pub schema_path: PathBuf,
+    /// pipeline.yaml, absolute.
+    pub pipeline_path: PathBuf,
     /// The directory of pipeline.yaml.
     pub base_dir: PathBuf,
     /// pipeline.yaml's text.
     pub yaml_text: String,
     /// The typed operator chain and the output columns.
-    pub plan: crate::plan::Plan,
+    pub(crate) plan: Plan,
+    /// The user Rust files of `rust` operators, in chain order.
+    pub(crate) user_files: Vec<UserFile>,
+    /// The config hash: the first 16 hex digits of sha256 over the normalized configuration,
+    /// the schema and the user Rust files.
+    pub config_hash: String,
+}
+
+/// A user Rust file a `rust` operator names, as read.
+#[derive(Clone, Debug)]
+pub(crate) struct UserFile {
+    /// The operator's position in `transform`.
+    pub(crate) index: usize,
+    /// The file, canonical.
+    pub(crate) path: PathBuf,
+    /// Its text.
+    pub(crate) text: String,
 }
 
 /// The result of validating one file: the findings and, if there was no error, the model.
@@ -79,37 +90,64 @@ pub fn validate_file(path: &Path, options: &Options) -> Result<Outcome, ReadErro
     let text = std::fs::read_to_string(path).map_err(|source| ReadError { path: path.to_owned(), source })?;
     let base_dir = path.parent().map(Path::to_owned).unwrap_or_default();
     let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
-    Ok(validate_str(&path.display().to_string(), &text, &base_dir, options))
+    Ok(validate(&path.display().to_string(), &absolute(path), &text, &base_dir, options))
 }
 
 /// Validates `text` as if read from `file_name` in `base_dir`.
 pub fn validate_str(file_name: &str, text: &str, base_dir: &Path, options: &Options) -> Outcome {
+    let file = Path::new(file_name);
+    let path = if file.is_absolute() { file.to_owned() } else { absolute(&base_dir.join(file)) };
+    validate(file_name, &path, text, base_dir, options)
+}
+
+/// Reads a Cargo.lock to start a generated crate from; `None` when there is none.
+pub fn read_lockfile(path: &Path) -> Result<Option<Vec<u8>>, ReadError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ReadError { path: path.to_owned(), source }),
+    }
+}
+
+fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, options: &Options) -> Outcome {
     let source_map = SourceMap::new(text);
     let mut diagnostics = Vec::new();
     let model = read_model(text, &mut diagnostics);
     let mut pipeline = None;
     if let Some(model) = model {
-        let schema = match avro_schema::load(base_dir, &model.format.avro.schema) {
+        let relative = &model.format.avro.schema;
+        let schema_file = base_dir.join(relative);
+        let schema = match std::fs::read_to_string(&schema_file) {
+            Err(e) => Err(vec![avro_schema::unreadable(relative, &e)]),
+            Ok(text) => avro_schema::convert(relative, &text).map(|record| (text, record)),
+        };
+        let schema = match schema {
             Ok(loaded) => Some(loaded),
             Err(found) => {
                 diagnostics.extend(found);
                 None
             }
         };
-        let cx = Context {
-            model: &model,
-            source_map: &source_map,
-            base_dir,
-            schema: schema.as_ref().map(|(_, s)| s),
-            options,
-        };
+        let cx = Context { model: &model, source_map: &source_map, schema: schema.as_ref().map(|(_, s)| s), options };
         rules::check(&cx, &mut diagnostics);
         if let Some((schema_text, schema)) = schema {
-            match crate::plan::plan(&model, &schema, base_dir) {
+            let sources = read_rust_sources(&model, base_dir);
+            match crate::plan::plan(&model, &schema, &sources) {
                 Ok(plan) => {
-                    let base_dir = base_dir.to_owned();
-                    pipeline =
-                        Some(Validated { model, schema, schema_text, base_dir, yaml_text: text.to_owned(), plan });
+                    let user_files = user_files(&plan, sources);
+                    let config_hash = config_hash(&model, &schema_text, &user_files);
+                    pipeline = Some(Validated {
+                        model,
+                        schema,
+                        schema_text,
+                        schema_path: absolute(&schema_file),
+                        pipeline_path: pipeline_path.to_owned(),
+                        base_dir: base_dir.to_owned(),
+                        yaml_text: text.to_owned(),
+                        plan,
+                        user_files,
+                        config_hash,
+                    });
                 }
                 Err(found) => diagnostics.extend(found),
             }
@@ -121,6 +159,57 @@ pub fn validate_str(file_name: &str, text: &str, base_dir: &Path, options: &Opti
         pipeline = None;
     }
     Outcome { report, pipeline }
+}
+
+/// Reads the file of every `rust` operator, by its position in `transform`.
+fn read_rust_sources(model: &PipelineFile, base_dir: &Path) -> BTreeMap<usize, std::io::Result<RustSource>> {
+    let mut out = BTreeMap::new();
+    for (index, op) in model.transform.iter().enumerate() {
+        if let Operator::Rust(r) = op {
+            let file = base_dir.join(&r.file);
+            let read = std::fs::read_to_string(&file).map(|text| {
+                let path = file.canonicalize().unwrap_or(file);
+                RustSource { path, text }
+            });
+            out.insert(index, read);
+        }
+    }
+    out
+}
+
+/// The user files the plan kept, in chain order.
+fn user_files(plan: &Plan, mut sources: BTreeMap<usize, std::io::Result<RustSource>>) -> Vec<UserFile> {
+    plan.steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Rust { index, .. } => match sources.remove(index) {
+                Some(Ok(RustSource { path, text })) => Some(UserFile { index: *index, path, text }),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// The config hash: sha256 over the normalized configuration, the schema and the user Rust
+/// files; the first 16 hex digits.
+fn config_hash(model: &PipelineFile, schema_text: &str, user_files: &[UserFile]) -> String {
+    let mut h = Sha256::new();
+    let normalized = serde_json::to_string(model).expect("the model serializes");
+    h.update((normalized.len() as u64).to_le_bytes());
+    h.update(normalized.as_bytes());
+    h.update((schema_text.len() as u64).to_le_bytes());
+    h.update(schema_text.as_bytes());
+    for file in user_files {
+        h.update((file.text.len() as u64).to_le_bytes());
+        h.update(file.text.as_bytes());
+    }
+    hex::encode(h.finalize())[..16].to_owned()
+}
+
+/// `p` made absolute: canonical when it exists, else against the working directory.
+fn absolute(p: &Path) -> PathBuf {
+    p.canonicalize().or_else(|_| std::path::absolute(p)).unwrap_or_else(|_| p.to_owned())
 }
 
 /// Parses and deserializes, reporting every structural problem it can reach.
@@ -451,16 +540,6 @@ fn walk<'v>(value: &'v mut Value, path: &str) -> Option<&'v mut Value> {
     let tail = &path[key.len()..];
     let tail = tail.strip_prefix('.').unwrap_or(tail);
     walk(map.get_mut(key.as_str())?, tail)
-}
-
-/// The pipeline's name if the model has one, for messages outside diagnostics.
-pub fn pipeline_name(model: &PipelineFile) -> &str {
-    &model.pipeline.name
-}
-
-/// True when the source is Kafka.
-pub fn is_kafka(model: &PipelineFile) -> bool {
-    matches!(model.source, Source::Kafka(_))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! These doc comments are the source of docs/configuration.md (`cargo xtask codegen`), so
 //! they are written for users. Every struct rejects unknown keys. Keys whose value may be
 //! read from the environment have the type [`Template`]; every other key must be a literal
-//! because a build-time check depends on it (see `crate::load::TEMPLATED_KEYS`).
+//! because a build-time check depends on it (see [`TEMPLATED_KEYS`]).
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -11,6 +11,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::template::Template;
 use crate::units::{ByteSize, Duration, Ratio};
+
+/// Key paths whose values may use `${VAR}`; `*` matches one map key or list index, and a
+/// trailing `.*` any property name (librdkafka names contain dots).
+pub const TEMPLATED_KEYS: &[&str] = &[
+    "source.kafka.brokers",
+    "source.kafka.topic",
+    "source.kafka.group_id",
+    "source.kafka.rdkafka.*",
+    "format.avro.registry",
+    "sink.clickhouse.shards[*].replicas[*]",
+    "sink.clickhouse.user",
+    "sink.clickhouse.password",
+    "sink.clickhouse.ca_file",
+    "sink.clickhouse.settings.*",
+    "sink.file.path",
+    "errors.dlq_topic",
+    "admin.listen",
+];
 
 /// A whole pipeline.yaml.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]

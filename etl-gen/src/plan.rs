@@ -4,8 +4,8 @@
 //! Everything a user can get wrong in `transform:` is reported here, pointing at the YAML
 //! line, so that generated code always compiles.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 use crate::diag::Diagnostic;
 use crate::expr::{self, BinOp, Expr, Lit, UnOp};
@@ -177,15 +177,29 @@ impl TExpr {
     }
 }
 
+/// A `rust` operator's file as the loader read it.
+#[derive(Debug)]
+pub(crate) struct RustSource {
+    /// The file, canonical.
+    pub(crate) path: PathBuf,
+    /// Its text.
+    pub(crate) text: String,
+}
+
 /// Plans the chain of a validated model; diagnostics name `transform[i]...` paths.
-pub fn plan(model: &PipelineFile, schema: &RecordType, base_dir: &Path) -> Result<Plan, Vec<Diagnostic>> {
+/// `sources` holds, by position in `transform`, the file of each `rust` operator.
+pub(crate) fn plan(
+    model: &PipelineFile,
+    schema: &RecordType,
+    sources: &BTreeMap<usize, std::io::Result<RustSource>>,
+) -> Result<Plan, Vec<Diagnostic>> {
     let (input, decode) = input_row(schema);
     let mut row = input.clone();
     let mut steps = Vec::new();
     let mut errors = Vec::new();
     for (i, op) in model.transform.iter().enumerate() {
         let at = format!("transform[{i}]");
-        match plan_step(op, &at, i, &mut row, base_dir) {
+        match plan_step(op, &at, i, &mut row, sources.get(&i)) {
             Ok(step) => steps.push(step),
             Err(mut e) => {
                 errors.append(&mut e);
@@ -260,7 +274,7 @@ fn plan_step(
     at: &str,
     index: usize,
     row: &mut Vec<Column>,
-    base_dir: &Path,
+    source: Option<&std::io::Result<RustSource>>,
 ) -> Result<Step, Vec<Diagnostic>> {
     match op {
         Operator::Filter(text) => {
@@ -389,7 +403,6 @@ fn plan_step(
         }
         Operator::Rust(r) => {
             let path = format!("{at}.rust");
-            let file = base_dir.join(&r.file);
             let mut errors = Vec::new();
             if !is_field_name(&r.function) {
                 errors.push(
@@ -402,7 +415,8 @@ fn plan_step(
                     .help("name a function defined in the file"),
                 );
             }
-            match std::fs::read_to_string(&file) {
+            let source = source.expect("the loader reads every rust operator's file");
+            match source {
                 Err(e) => errors.push(
                     Diagnostic::error(
                         &rules::RUST_OPERATOR,
@@ -412,7 +426,7 @@ fn plan_step(
                     .on_value()
                     .help("the path is relative to the directory of pipeline.yaml"),
                 ),
-                Ok(text) if !text.contains(&format!("fn {}", r.function)) => errors.push(
+                Ok(source) if !source.text.contains(&format!("fn {}", r.function)) => errors.push(
                     Diagnostic::error(
                         &rules::RUST_OPERATOR,
                         format!("{path}.fn"),
@@ -423,11 +437,11 @@ fn plan_step(
                 ),
                 Ok(_) => {}
             }
+            let Ok(source) = source else { return Err(errors) };
             if !errors.is_empty() {
                 return Err(errors);
             }
-            let file = file.canonicalize().unwrap_or(file);
-            Ok(Step::Rust { file, function: r.function.clone(), row: row.clone(), index })
+            Ok(Step::Rust { file: source.path.clone(), function: r.function.clone(), row: row.clone(), index })
         }
     }
 }

@@ -19,18 +19,17 @@ fn load(rel: &str) -> Validated {
 
 fn options(rel: &str, crate_dir: PathBuf) -> GenOptions {
     GenOptions {
-        source: root().join(rel),
         source_name: rel.to_owned(),
         crate_dir,
         target_dir: root().join("target"),
         runtime: RuntimeDep::Path(root().join("etl-runtime")),
-        lockfile: Some(root().join("Cargo.lock")),
+        lockfile: etl_gen::load::read_lockfile(&root().join("Cargo.lock")).unwrap(),
         bench: false,
         fault_injection: false,
     }
 }
 
-fn file<'a>(files: &'a [emit::File], path: &str) -> &'a str {
+fn file<'a>(files: &'a [emit::GeneratedFile], path: &str) -> &'a str {
     let f = files.iter().find(|f| f.path == Path::new(path)).unwrap_or_else(|| panic!("{path} generated"));
     std::str::from_utf8(&f.contents).unwrap()
 }
@@ -63,7 +62,7 @@ fn build(rel: &str) -> (Validated, PathBuf) {
     let name = v.model.pipeline.name.clone();
     let crate_dir = root().join("target/etl-test").join(&name);
     let files = emit::generate(&v, &options(rel, crate_dir.clone())).unwrap();
-    emit::write(&crate_dir, &files).unwrap();
+    etl_gen::cli::write(&crate_dir, &files).unwrap();
     let status = Command::new(env!("CARGO"))
         .args(["build", "--quiet", "--manifest-path"])
         .arg(crate_dir.join("Cargo.toml"))
@@ -91,7 +90,7 @@ fn run_built(rel: &str, binary: &Path, env: &[(&str, &str)]) -> Result<Vec<Value
     let version = Command::new(binary).arg("--version").output().unwrap();
     assert_eq!(
         String::from_utf8(version.stdout).unwrap().trim(),
-        format!("{name} {} (config {})", emit::VERSION, emit::config_hash(&v))
+        format!("{name} {} (config {})", emit::VERSION, v.config_hash)
     );
     let out = tempfile::NamedTempFile::new().unwrap();
     let run = Command::new(binary).env("OUT", out.path()).envs(env.iter().copied()).output().unwrap();
@@ -203,7 +202,7 @@ fn kafka_examples_compile_and_check_their_environment() {
         assert!(stdout.contains("source.kafka.brokers = kafka-1:9092,kafka-2:9092"), "{stdout}");
         assert!(stdout.contains("sink.clickhouse.password = ********"), "{stdout}");
         assert!(!stdout.contains("hunter2"), "secrets are never printed: {stdout}");
-        assert!(stdout.contains(&format!("config {}", emit::config_hash(&v))), "{stdout}");
+        assert!(stdout.contains(&format!("config {}", v.config_hash)), "{stdout}");
         let bad = Command::new(&binary).arg("--frobnicate").output().unwrap();
         assert_eq!(bad.status.code(), Some(2), "unknown arguments are a usage error");
     }
@@ -302,11 +301,10 @@ fn editing_the_pipeline_after_generation_fails_the_build() {
     std::fs::write(&yaml, renamed).unwrap();
     let v = validate_file(&yaml, &Options::default()).unwrap().pipeline.unwrap();
     let crate_dir = root().join("target/etl-test/stale-check");
-    let mut opts = options("pipeline.yaml", crate_dir.clone());
-    opts.source = yaml.clone();
+    let opts = options("pipeline.yaml", crate_dir.clone());
     // The crate's own copy of the sources; fresh each run.
     let _ = std::fs::remove_dir_all(&crate_dir);
-    emit::write(&crate_dir, &emit::generate(&v, &opts).unwrap()).unwrap();
+    etl_gen::cli::write(&crate_dir, &emit::generate(&v, &opts).unwrap()).unwrap();
     let build = || {
         Command::new(env!("CARGO"))
             .args(["build", "--quiet", "--manifest-path"])

@@ -132,7 +132,6 @@ fn front_end(dir: &Path, text: &str) {
         let _ = etl_gen::ddl::create_table(v);
         let _ = etl_gen::memory::render(v, 4);
         let options = etl_gen::emit::GenOptions {
-            source: dir.join("mutated.yaml"),
             source_name: "mutated.yaml".into(),
             crate_dir: std::env::temp_dir().join("etl-front-end-props"),
             target_dir: std::env::temp_dir().join("etl-front-end-props-target"),

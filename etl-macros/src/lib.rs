@@ -39,20 +39,7 @@ fn expand(lit: &syn::LitStr) -> Result<proc_macro2::TokenStream, proc_macro2::To
         let rendered = syn::Error::new(lit.span(), outcome.report.render()).to_compile_error();
         return Err(quote!(#(#errors)* #rendered fn main() {}));
     };
-    let schema = pipeline.base_dir.join(&pipeline.model.format.avro.schema);
-    let schema = schema.canonicalize().unwrap_or(schema).display().to_string();
-    let user_files: Vec<(String, String)> = pipeline
-        .plan
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            etl_gen::plan::Step::Rust { file, index, .. } => {
-                Some((format!("user_{index}"), file.display().to_string()))
-            }
-            _ => None,
-        })
-        .collect();
-    let body = etl_gen::emit::main_rs_tokens(&pipeline, &schema, &user_files).map_err(error)?;
+    let body = etl_gen::emit::main_rs_tokens(&pipeline).map_err(|e| error(e.to_string()))?;
     let yaml = path.display().to_string();
     Ok(quote! {
         // Rebuild when pipeline.yaml changes.

@@ -25,17 +25,16 @@ pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
     };
     let crate_dir = root.join("target/etl-bench").join(&v.model.pipeline.name);
     let options = GenOptions {
-        source: pipeline.clone(),
         source_name: pipeline.strip_prefix(&root).unwrap_or(&pipeline).display().to_string(),
         crate_dir: crate_dir.clone(),
         target_dir: root.join("target"),
         runtime: RuntimeDep::Path(root.join("etl-runtime")),
-        lockfile: Some(root.join("Cargo.lock")),
+        lockfile: etl_gen::load::read_lockfile(&root.join("Cargo.lock"))?,
         bench: true,
         fault_injection: false,
     };
     let files = emit::generate(&v, &options).map_err(anyhow::Error::msg)?;
-    emit::write(&crate_dir, &files)?;
+    etl_gen::cli::write(&crate_dir, &files)?;
     let status = Command::new(crate::test::cargo())
         .args(["bench", "--bench", "chain", "--manifest-path"])
         .arg(crate_dir.join("Cargo.toml"))

@@ -1,8 +1,9 @@
 //! Emission: from a validated pipeline to the files of its crate.
 //!
-//! [`generate`] is pure: it returns the files and their contents; [`write`] puts them on
-//! disk. Rust is emitted as tokens and formatted with prettyplease; the other files come
-//! from templates/ through minijinja.
+//! [`generate`] is pure: a function of the [`Validated`] pipeline (which carries the text of
+//! every input) and the [`GenOptions`], returning the files and their contents; writing them
+//! is the caller's step (`cli::write`). Rust is emitted as tokens and formatted with
+//! prettyplease; the other files come from templates/ through minijinja.
 
 mod bench;
 mod expr;
@@ -12,10 +13,29 @@ mod types;
 use std::path::{Path, PathBuf};
 
 use minijinja::{Environment, context};
-use sha2::{Digest, Sha256};
 
 use crate::load::Validated;
 use crate::plan::Step;
+
+/// Why emission failed: an internal error, never a configuration error (those are
+/// diagnostics, reported before emission).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A template of templates/ failed to render.
+    #[error("template {template}: {message}")]
+    Template {
+        /// The template.
+        template: String,
+        /// minijinja's message.
+        message: String,
+    },
+    /// The emitted Rust does not parse.
+    #[error("internal error: generated code does not parse: {0}")]
+    Parse(#[from] syn::Error),
+    /// A value of the configuration could not be emitted.
+    #[error("{0}")]
+    Value(String),
+}
 
 /// Where the generated crate finds etl-runtime.
 #[derive(Clone, Debug)]
@@ -34,19 +54,17 @@ pub enum RuntimeDep {
 /// Options of one generation.
 #[derive(Clone, Debug)]
 pub struct GenOptions {
-    /// The pipeline file, as given (named in preambles).
-    pub source: PathBuf,
     /// How generated files name the source (the path as the user gave it).
     pub source_name: String,
-    /// The crate's directory.
+    /// The crate's directory (absolute, or relative to the working directory).
     pub crate_dir: PathBuf,
     /// The shared target directory.
     pub target_dir: PathBuf,
     /// How to reach etl-runtime.
     pub runtime: RuntimeDep,
-    /// A Cargo.lock to start from, so that the crate builds with the versions etl-runtime
-    /// was tested with (and reuses their build artifacts).
-    pub lockfile: Option<PathBuf>,
+    /// The text of a Cargo.lock to start from (`load::read_lockfile`), so that the crate
+    /// builds with the versions etl-runtime was tested with (and reuses their build artifacts).
+    pub lockfile: Option<Vec<u8>>,
     /// Add a criterion benchmark of the decoder and the chain (`cargo xtask bench-chain`).
     pub bench: bool,
     /// Compile the runtime's `ETL_FAULT` kill points in (the fault-injection tests only; never
@@ -56,7 +74,7 @@ pub struct GenOptions {
 
 /// A generated file.
 #[derive(Clone, Debug)]
-pub struct File {
+pub struct GeneratedFile {
     /// Path relative to the crate directory.
     pub path: PathBuf,
     /// Contents.
@@ -66,81 +84,59 @@ pub struct File {
 /// The etl-rs version that generates code.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The config hash: sha256 over the normalized configuration, the schema and any user
-/// Rust files; the first 16 hex digits are shown.
-pub fn config_hash(v: &Validated) -> String {
-    let mut h = Sha256::new();
-    let normalized = serde_json::to_string(&v.model).expect("the model serializes");
-    h.update((normalized.len() as u64).to_le_bytes());
-    h.update(normalized.as_bytes());
-    h.update((v.schema_text.len() as u64).to_le_bytes());
-    h.update(v.schema_text.as_bytes());
-    for step in &v.plan.steps {
-        if let Step::Rust { file, .. } = step {
-            let text = std::fs::read(file).unwrap_or_default();
-            h.update((text.len() as u64).to_le_bytes());
-            h.update(&text);
-        }
-    }
-    hex::encode(h.finalize())[..16].to_owned()
-}
-
-/// The generated `src/main.rs` alone, formatted (also what `etl_macros::pipeline!` expands).
-pub fn main_rs_tokens(
-    v: &Validated,
-    schema_include: &str,
-    user_files: &[(String, String)],
-) -> Result<proc_macro2::TokenStream, String> {
-    let hash = config_hash(v);
+/// The generated `src/main.rs` alone, unformatted, as `etl_macros::pipeline!` expands it:
+/// the schema and the user Rust files are included by their absolute paths.
+pub fn main_rs_tokens(v: &Validated) -> Result<proc_macro2::TokenStream, Error> {
+    let schema = v.schema_path.display().to_string();
+    let user_files: Vec<(String, String)> =
+        v.user_files.iter().map(|f| (format!("user_{}", f.index), f.path.display().to_string())).collect();
     main_rs::emit(&main_rs::MainInputs {
         pipeline: v,
-        config_hash: &hash,
+        config_hash: &v.config_hash,
         version: VERSION,
-        schema_include,
-        user_files,
+        schema_include: &schema,
+        user_files: &user_files,
         bench: false,
     })
+    .map_err(Error::Value)
 }
 
 /// Every file of the crate.
-pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String> {
+pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile>, Error> {
     let name = &v.model.pipeline.name;
-    let hash = config_hash(v);
+    let hash = &v.config_hash;
     let source = options.source_name.clone();
     let mut files = Vec::new();
 
     // User Rust files are copied next to main.rs and included from there.
     let mut user_files = Vec::new();
-    for step in &v.plan.steps {
-        if let Step::Rust { file, index, .. } = step {
-            let module = format!("user_{index}");
-            let dest = format!("user/{module}.rs");
-            let text = std::fs::read(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-            files.push(File { path: PathBuf::from("src").join(&dest), contents: text });
-            user_files.push((module, dest));
-        }
+    for file in &v.user_files {
+        let module = format!("user_{}", file.index);
+        let dest = format!("user/{module}.rs");
+        files.push(GeneratedFile { path: PathBuf::from("src").join(&dest), contents: file.text.clone().into_bytes() });
+        user_files.push((module, dest));
     }
     let tokens = main_rs::emit(&main_rs::MainInputs {
         pipeline: v,
-        config_hash: &hash,
+        config_hash: hash,
         version: VERSION,
         schema_include: "../schema.avsc",
         user_files: &user_files,
         bench: options.bench,
-    })?;
+    })
+    .map_err(Error::Value)?;
     let check = freshness_check(v, options);
     let tokens = quote::quote!(#check #tokens);
-    let file =
-        syn::parse2::<syn::File>(tokens).map_err(|e| format!("internal error: generated code does not parse: {e}"))?;
+    let file = syn::parse2::<syn::File>(tokens)?;
     let preamble = format!(
         "//! Generated by `cargo xtask gen` from `{source}`; do not edit.\n//!\n//! Pipeline `{name}`, config hash {hash}, etl-rs {VERSION}.\n\n#![allow(unused_variables, unused_parens)]\n\n"
     );
-    files.push(File {
+    files.push(GeneratedFile {
         path: "src/main.rs".into(),
         contents: format!("{preamble}{}", prettyplease::unparse(&file)).into_bytes(),
     });
-    files.push(File { path: "schema.avsc".into(), contents: v.schema_text.clone().into_bytes() });
-    files.push(File { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
+    files.push(GeneratedFile { path: "schema.avsc".into(), contents: v.schema_text.clone().into_bytes() });
+    files.push(GeneratedFile { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
 
     let runtime_dep = match &options.runtime {
         RuntimeDep::Path(p) => format!("path = {}", toml_string(&p.display().to_string())),
@@ -148,11 +144,11 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
         RuntimeDep::Git { url, rev: None } => format!("git = {}", toml_string(url)),
     };
     let env = templates();
-    let render = |template: &str, ctx: minijinja::Value| -> Result<Vec<u8>, String> {
+    let render = |template: &str, ctx: minijinja::Value| -> Result<Vec<u8>, Error> {
         env.get_template(template)
             .and_then(|t| t.render(ctx))
             .map(String::into_bytes)
-            .map_err(|e| format!("template {template}: {e}"))
+            .map_err(|e| Error::Template { template: template.to_owned(), message: e.to_string() })
     };
     let crate_dir_rel = options.crate_dir.display().to_string();
     // Only what the pipeline uses: a datagen → file pipeline does not link librdkafka.
@@ -171,23 +167,23 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
     }
     let runtime_features = features.join(", ");
     let base = context! {
-        name => name, version => VERSION, config_hash => &hash, source => &source,
+        name => name, version => VERSION, config_hash => hash, source => &source,
         runtime_dep => runtime_dep, runtime_features => runtime_features, target_dir => options.target_dir.display().to_string(),
         crate_dir_rel => crate_dir_rel,
     };
-    files.push(File {
+    files.push(GeneratedFile {
         path: "Cargo.toml".into(),
         contents: render("Cargo.toml.j2", context! { bench => options.bench, ..base.clone() })?,
     });
     if options.bench {
-        let bench = bench::emit(v)?;
-        files.push(File { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
+        let bench = bench::emit(v).map_err(Error::Value)?;
+        files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
     }
-    files.push(File { path: ".cargo/config.toml".into(), contents: render("cargo-config.toml.j2", base.clone())? });
-    files.push(File { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
+    files.push(GeneratedFile { path: ".cargo/config.toml".into(), contents: render("cargo-config.toml.j2", base.clone())? });
+    files.push(GeneratedFile { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
     let columns: Vec<minijinja::Value> =
         v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
-    let settings: Vec<minijinja::Value> = main_rs::settings(&v.model)?
+    let settings: Vec<minijinja::Value> = main_rs::settings(&v.model).map_err(Error::Value)?
         .into_iter()
         .map(|(key, template, secret)| {
             // A secret written literally in pipeline.yaml is not repeated in the README.
@@ -213,17 +209,15 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
             _ => None,
         })
         .collect();
-    files.push(File {
+    files.push(GeneratedFile {
         path: "README.md".into(),
         contents: render(
             "README.md.j2",
             context! { ..base, ..context! { columns => columns, settings => settings, rows => rows } },
         )?,
     });
-    if let Some(lock) = &options.lockfile
-        && let Ok(text) = std::fs::read(lock)
-    {
-        files.push(File { path: "Cargo.lock".into(), contents: text });
+    if let Some(lock) = &options.lockfile {
+        files.push(GeneratedFile { path: "Cargo.lock".into(), contents: lock.clone() });
     }
     Ok(files)
 }
@@ -235,12 +229,10 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<File>, String
 /// `include_bytes!`, so an edit recompiles the crate and fails it.
 fn freshness_check(v: &Validated, options: &GenOptions) -> proc_macro2::TokenStream {
     let src = options.crate_dir.join("src");
-    let mut pairs = vec![(absolute(&options.source), "../pipeline.yaml".to_owned())];
-    pairs.push((absolute(&v.base_dir.join(&v.model.format.avro.schema)), "../schema.avsc".to_owned()));
-    for step in &v.plan.steps {
-        if let Step::Rust { file, index, .. } = step {
-            pairs.push((absolute(file), format!("user/user_{index}.rs")));
-        }
+    let mut pairs = vec![(v.pipeline_path.clone(), "../pipeline.yaml".to_owned())];
+    pairs.push((v.schema_path.clone(), "../schema.avsc".to_owned()));
+    for file in &v.user_files {
+        pairs.push((file.path.clone(), format!("user/user_{}.rs", file.index)));
     }
     let checks = pairs.iter().map(|(original, copy)| {
         let from = relative(&src, original).display().to_string();
@@ -271,11 +263,12 @@ fn freshness_check(v: &Validated, options: &GenOptions) -> proc_macro2::TokenStr
     }
 }
 
+/// `p` against the working directory; no file system access.
 fn absolute(p: &Path) -> PathBuf {
-    p.canonicalize().or_else(|_| std::path::absolute(p)).unwrap_or_else(|_| p.to_owned())
+    std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
 }
 
-/// `to` relative to the directory `from` (both absolute).
+/// `to` relative to the directory `from`.
 fn relative(from: &Path, to: &Path) -> PathBuf {
     let (from, to) = (absolute(from), absolute(to));
     let common = from.components().zip(to.components()).take_while(|(a, b)| a == b).count();
@@ -306,23 +299,4 @@ fn templates() -> Environment<'static> {
         env.add_template(name, text).expect("templates parse");
     }
     env
-}
-
-/// Writes `files` under `dir`, replacing what a previous generation wrote.
-pub fn write(dir: &Path, files: &[File]) -> std::io::Result<()> {
-    let src = dir.join("src");
-    if src.exists() {
-        std::fs::remove_dir_all(&src)?;
-    }
-    for f in files {
-        let path = dir.join(&f.path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        // Only rewrite what changed, so cargo does not rebuild an unchanged crate.
-        if std::fs::read(&path).ok().as_deref() != Some(&f.contents[..]) {
-            std::fs::write(&path, &f.contents)?;
-        }
-    }
-    Ok(())
 }

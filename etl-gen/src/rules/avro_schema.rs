@@ -1,7 +1,5 @@
 //! E0601–E0603: the Avro reader schema exists, parses and uses only supported types.
 
-use std::path::Path;
-
 use crate::diag::{Diagnostic, Rule};
 use crate::schema::{self, RecordType};
 
@@ -38,18 +36,17 @@ with its path inside the schema (`items[].price`).",
 
 const PATH: &str = "format.avro.schema";
 
-/// Loads and converts the schema at `relative` (from `base_dir`).
-pub fn load(base_dir: &Path, relative: &str) -> Result<(String, RecordType), Vec<Diagnostic>> {
-    let file = base_dir.join(relative);
-    let text = std::fs::read_to_string(&file).map_err(|e| {
-        vec![
-            Diagnostic::error(&MISSING, PATH, format!("cannot read the Avro schema `{relative}`: {e}"))
-                .on_value()
-                .note("the path is relative to the directory of pipeline.yaml")
-                .help("check the path, or create the schema file"),
-        ]
-    })?;
-    let parsed = apache_avro::Schema::parse_str(&text).map_err(|e| {
+/// The diagnostic for a schema file that cannot be read (the loader reads it).
+pub(crate) fn unreadable(relative: &str, e: &std::io::Error) -> Diagnostic {
+    Diagnostic::error(&MISSING, PATH, format!("cannot read the Avro schema `{relative}`: {e}"))
+        .on_value()
+        .note("the path is relative to the directory of pipeline.yaml")
+        .help("check the path, or create the schema file")
+}
+
+/// Parses the schema text of the file `relative` and reduces it to the supported types.
+pub(crate) fn convert(relative: &str, text: &str) -> Result<RecordType, Vec<Diagnostic>> {
+    let parsed = apache_avro::Schema::parse_str(text).map_err(|e| {
         vec![
             Diagnostic::error(&INVALID, PATH, format!("`{relative}` is not a valid Avro schema"))
                 .on_value()
@@ -57,7 +54,7 @@ pub fn load(base_dir: &Path, relative: &str) -> Result<(String, RecordType), Vec
                 .help("fix the schema so that it follows the Avro specification"),
         ]
     })?;
-    schema::convert(&parsed).map(|record| (text, record)).map_err(|unsupported| {
+    schema::convert(&parsed).map_err(|unsupported| {
         unsupported
             .into_iter()
             .map(|u| {

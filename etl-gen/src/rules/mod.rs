@@ -1,11 +1,9 @@
 //! The validation rules: one module each, each with a stable code and a doc text.
 //!
 //! Structural rules (YAML syntax, unknown keys, missing keys, bad values, keys that must
-//! be literal) are applied while the file is read (`crate::load`); the semantic rules here
+//! be literal) are applied by the loader while it reads the file; the semantic rules here
 //! run over the typed model once the structure is sound. [`CATALOGUE`] lists every rule;
 //! docs/diagnostics.md is generated from it.
-
-use std::path::Path;
 
 use crate::diag::{Diagnostic, Rule};
 use crate::model::PipelineFile;
@@ -78,8 +76,6 @@ pub struct Context<'a> {
     pub model: &'a PipelineFile,
     /// Where keys are, for rules that care whether a key was written or defaulted.
     pub source_map: &'a SourceMap,
-    /// The directory of pipeline.yaml (relative paths in it start here).
-    pub base_dir: &'a Path,
     /// The reader schema, when it loaded.
     pub schema: Option<&'a RecordType>,
     /// Options of this run.
