@@ -4,6 +4,8 @@
 //! a missing or invalid schema) or a failed build; 2 usage error or an unreadable
 //! pipeline.yaml.
 
+pub mod image;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode};
@@ -264,7 +266,7 @@ pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
         return Err(fail("`image` builds a Linux binary and must run on Linux".into()));
     }
     // Read before the (long) build, so a machine without CA certificates fails at once.
-    let ca_path = Path::new("/").join(crate::image::CA_BUNDLE_PATH);
+    let ca_path = Path::new("/").join(image::CA_BUNDLE_PATH);
     let ca_bundle = std::fs::read(&ca_path).map_err(|e| {
         fail(format!(
             "reading the CA bundle {}: {e} (install it: `apt-get install ca-certificates`)",
@@ -276,7 +278,7 @@ pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
     let name = &pipeline.model.pipeline.name;
     let binary = std::fs::read(&binary_path).map_err(|e| fail(format!("reading {}: {e}", binary_path.display())))?;
     let hash = pipeline.config_hash.clone();
-    let reference = crate::image::reference(name, args.tag.as_deref().unwrap_or(&hash));
+    let reference = image::reference(name, args.tag.as_deref().unwrap_or(&hash));
     // The admin port as deployed by default (`${ADMIN_LISTEN:-0.0.0.0:9464}` → 9464); a
     // port chosen at run time (0, or a variable without default) is not declared.
     let admin_port = pipeline
@@ -299,7 +301,7 @@ pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
     .collect();
     // SOURCE_DATE_EPOCH (reproducible-builds.org) when set, else 1970: never the clock.
     let epoch = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let spec = crate::image::ImageSpec {
+    let spec = image::ImageSpec {
         binary: &binary,
         name,
         reference: &reference,
@@ -308,7 +310,7 @@ pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
         labels,
         epoch,
     };
-    let image = crate::image::write(&spec).map_err(|e| fail(e.to_string()))?;
+    let image = image::write(&spec).map_err(|e| fail(e.to_string()))?;
     let out = args
         .archive
         .as_ref()

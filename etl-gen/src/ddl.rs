@@ -4,10 +4,18 @@ use crate::ir::Ty;
 use crate::load::Validated;
 use crate::model::Sink;
 
+/// Why there is no CREATE TABLE for a pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pipeline writes files, not a ClickHouse table.
+    #[error("--ddl describes a ClickHouse table; this pipeline writes to `sink.file`")]
+    NotClickhouse,
+}
+
 /// The CREATE TABLE statement for the pipeline's ClickHouse table, or why there is none.
-pub fn create_table(v: &Validated) -> Result<String, String> {
+pub fn create_table(v: &Validated) -> Result<String, Error> {
     let Sink::Clickhouse(c) = &v.model.sink else {
-        return Err("--ddl describes a ClickHouse table; this pipeline writes to `sink.file`".into());
+        return Err(Error::NotClickhouse);
     };
     let columns = &v.plan.output;
     let width = columns.iter().map(|c| c.name.len() + 2).max().unwrap_or(0);

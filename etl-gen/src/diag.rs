@@ -187,7 +187,7 @@ impl Report {
 
 /// The candidate nearest to `name` by edit distance, if it is close enough (at most 3 edits)
 /// to be the name the user meant.
-pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates.into_iter().map(|c| (edit_distance(name, c), c)).filter(|(d, _)| *d <= 3).min().map(|(_, c)| c)
 }
 

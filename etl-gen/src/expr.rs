@@ -18,7 +18,7 @@ use std::ops::Range;
 
 /// A parsed expression.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Expr {
+pub(crate) enum Expr {
     /// A literal.
     Lit(Lit, Range<usize>),
     /// A field of the row (or a metadata field such as `_offset`).
@@ -33,7 +33,7 @@ pub enum Expr {
 
 /// A literal value.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Lit {
+pub(crate) enum Lit {
     /// An integer.
     Int(i64),
     /// A decimal number (becomes a double).
@@ -48,7 +48,7 @@ pub enum Lit {
 
 /// Unary operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnOp {
+pub(crate) enum UnOp {
     /// `!`
     Not,
     /// `-`
@@ -57,7 +57,7 @@ pub enum UnOp {
 
 /// Binary operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinOp {
+pub(crate) enum BinOp {
     /// `||`
     Or,
     /// `&&`
@@ -88,7 +88,7 @@ pub enum BinOp {
 
 impl BinOp {
     /// Whether the operator compares.
-    pub fn is_comparison(self) -> bool {
+    pub(crate) fn is_comparison(self) -> bool {
         matches!(self, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
     }
 }
@@ -115,7 +115,7 @@ impl fmt::Display for BinOp {
 
 impl Expr {
     /// The expression's byte range in its text.
-    pub fn span(&self) -> Range<usize> {
+    pub(crate) fn span(&self) -> Range<usize> {
         match self {
             Expr::Lit(_, s)
             | Expr::Field(_, s)
@@ -128,7 +128,7 @@ impl Expr {
 
 /// A syntax error at a byte range of the expression.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseError {
+pub(crate) struct ParseError {
     /// What is wrong.
     pub message: String,
     /// Where.
@@ -252,7 +252,7 @@ fn lex(text: &str) -> Result<Vec<(Tok, Range<usize>)>, ParseError> {
 }
 
 /// Parses an expression.
-pub fn parse(text: &str) -> Result<Expr, ParseError> {
+pub(crate) fn parse(text: &str) -> Result<Expr, ParseError> {
     let tokens = lex(text)?;
     let mut p = Parser { tokens, pos: 0 };
     let e = p.expr(0)?;

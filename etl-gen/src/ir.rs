@@ -10,7 +10,7 @@ use crate::schema::{AvroType, RecordType};
 
 /// A value type, as seen by expressions, the encoders and the DDL.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ty {
+pub(crate) enum Ty {
     /// `boolean` / `Bool`
     Bool,
     /// `int` / `Int32`
@@ -59,7 +59,7 @@ pub enum Ty {
 
 /// A record type nested inside an array or map.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordTy {
+pub(crate) struct RecordTy {
     /// The Avro record's full name.
     pub name: String,
     /// Its fields (nested records flattened).
@@ -68,7 +68,7 @@ pub struct RecordTy {
 
 /// A named, typed field of a row.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Column {
+pub(crate) struct Column {
     /// The field (and column) name.
     pub name: String,
     /// Its type.
@@ -77,7 +77,7 @@ pub struct Column {
 
 impl Ty {
     /// The fewest bytes a value takes in RowBinary (an empty string or array, a null).
-    pub fn min_rowbinary_bytes(&self) -> u64 {
+    pub(crate) fn min_rowbinary_bytes(&self) -> u64 {
         match self {
             Ty::Bool => 1,
             Ty::Int32 | Ty::Float32 | Ty::Date => 4,
@@ -95,7 +95,7 @@ impl Ty {
     }
 
     /// The ClickHouse column type.
-    pub fn clickhouse(&self) -> String {
+    pub(crate) fn clickhouse(&self) -> String {
         match self {
             Ty::Bool => "Bool".into(),
             Ty::Int32 => "Int32".into(),
@@ -125,12 +125,12 @@ impl Ty {
     }
 
     /// Whether values may be null.
-    pub fn is_nullable(&self) -> bool {
+    pub(crate) fn is_nullable(&self) -> bool {
         matches!(self, Ty::Nullable(_))
     }
 
     /// The type without `Nullable`.
-    pub fn non_null(&self) -> &Ty {
+    pub(crate) fn non_null(&self) -> &Ty {
         match self {
             Ty::Nullable(t) => t,
             t => t,
@@ -138,7 +138,7 @@ impl Ty {
     }
 
     /// Whether expressions can do arithmetic with it.
-    pub fn is_numeric(&self) -> bool {
+    pub(crate) fn is_numeric(&self) -> bool {
         matches!(
             self.non_null(),
             Ty::Int32
@@ -153,12 +153,12 @@ impl Ty {
     }
 
     /// Whether it is an integer in expressions (timestamps and dates count as their ticks).
-    pub fn is_integer(&self) -> bool {
+    pub(crate) fn is_integer(&self) -> bool {
         matches!(self.non_null(), Ty::Int32 | Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::Date)
     }
 
     /// Whether it is text in expressions.
-    pub fn is_text(&self) -> bool {
+    pub(crate) fn is_text(&self) -> bool {
         matches!(self.non_null(), Ty::String | Ty::Bytes | Ty::Enum { .. })
     }
 }
@@ -193,7 +193,7 @@ impl fmt::Display for Ty {
 /// How a decoded Avro value reaches a row: a leaf field (with its flattened name) or a
 /// nested record whose fields are flattened into the row.
 #[derive(Clone, Debug)]
-pub enum DecodeNode {
+pub(crate) enum DecodeNode {
     /// A field that becomes one row field.
     Leaf {
         /// The row field name (`parent_child` for nested fields).
@@ -206,7 +206,7 @@ pub enum DecodeNode {
 }
 
 /// The input row of a schema and the read plan that produces it.
-pub fn input_row(schema: &RecordType) -> (Vec<Column>, Vec<DecodeNode>) {
+pub(crate) fn input_row(schema: &RecordType) -> (Vec<Column>, Vec<DecodeNode>) {
     let mut columns = Vec::new();
     let nodes = flatten(&schema.fields, "", &mut columns);
     (columns, nodes)
@@ -229,7 +229,7 @@ fn flatten(fields: &[crate::schema::Field], prefix: &str, columns: &mut Vec<Colu
 }
 
 /// The value type of an Avro type (records inside containers keep their structure).
-pub fn ty_of(avro: &AvroType) -> Ty {
+pub(crate) fn ty_of(avro: &AvroType) -> Ty {
     match avro {
         AvroType::Boolean => Ty::Bool,
         AvroType::Int => Ty::Int32,
@@ -256,7 +256,7 @@ pub fn ty_of(avro: &AvroType) -> Ty {
 }
 
 /// The Kafka metadata fields every expression can read.
-pub fn metadata_columns() -> Vec<Column> {
+pub(crate) fn metadata_columns() -> Vec<Column> {
     vec![
         Column { name: "_key".into(), ty: Ty::Nullable(Box::new(Ty::Bytes)) },
         Column { name: "_partition".into(), ty: Ty::Int32 },

@@ -1,30 +1,38 @@
 //! etl-gen: the pipeline.yaml model, validation rules, IR and code emission.
 //!
-//! The flow is model → validation → IR → emission, one module each; `xtask`, the
-//! `etl-gen` binary and `etl-macros` are thin shells over [`cli`] and [`load`].
+//! The flow is one way, each step its own module: [`model`] (the typed configuration) ←
+//! `rules` (diagnostics) ← `plan` (the typed chain, over `ir` and `typeck`) ← [`load`]
+//! (reads every input once and runs the steps before it) ← [`emit`] (a pure function from
+//! the [`Validated`] pipeline to files in memory). [`ddl`], [`memory`] and [`docs`] read what
+//! `load` returns or the model; [`cli`] (feature `cli`) is the I/O shell that `xtask` and the
+//! `etl-gen` binary share, and the only place files are written. `etl-macros` calls [`load`]
+//! and [`emit`] without the `cli` feature.
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod ddl;
-pub mod diag;
+mod diag;
 pub mod docs;
 pub mod emit;
-pub mod expr;
-pub mod image;
-pub mod ir;
+mod expr;
+mod ir;
 pub mod load;
 pub mod memory;
 pub mod model;
-pub mod plan;
+mod plan;
 pub mod rules;
-pub mod schema;
+mod schema;
 /// What is secret: the runtime's own definition, compiled here from the same file (it needs
 /// only `std`), so `--check`, logs and the generated README can never disagree about it.
 #[path = "../../etl-runtime/src/secret.rs"]
 #[allow(dead_code, unreachable_pub)]
-pub(crate) mod secret;
-pub mod source_map;
-pub mod template;
-pub mod units;
+mod secret;
+mod source_map;
+mod template;
+mod units;
 
+pub use diag::{Anchor, Diagnostic, Report, Rule, Severity};
 pub use load::{Outcome, ReadError, Validated, validate_file, validate_str};
 pub use rules::Options;
+pub use template::{Template, UnsetVariable};
+pub use units::{ByteSize, Duration, Ratio};

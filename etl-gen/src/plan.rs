@@ -16,7 +16,7 @@ use crate::schema::RecordType;
 
 /// The planned chain.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The decoded row: the reader schema with nested records flattened.
     pub input: Vec<Column>,
     /// How the decoder reads it.
@@ -31,7 +31,7 @@ pub struct Plan {
 
 /// One typed operator. Each carries the row type it receives.
 #[derive(Clone, Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// Keep rows for which the expression is true.
     Filter {
         /// The condition (type bool).
@@ -51,8 +51,6 @@ pub enum Step {
     },
     /// A user function `fn(&mut Row) -> bool`.
     Rust {
-        /// The file to include (absolute).
-        file: PathBuf,
         /// The function.
         function: String,
         /// The row type the function sees.
@@ -70,7 +68,7 @@ pub enum Step {
 
 /// A typed expression.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TExpr {
+pub(crate) struct TExpr {
     /// What it computes.
     pub kind: TKind,
     /// Its type (Nullable when it can be null).
@@ -79,7 +77,7 @@ pub struct TExpr {
 
 /// Typed expression nodes.
 #[derive(Clone, Debug, PartialEq)]
-pub enum TKind {
+pub(crate) enum TKind {
     /// A literal.
     Lit(Lit),
     /// An enum symbol, by index, compared with an enum field.
@@ -94,13 +92,11 @@ pub enum TKind {
     Binary(BinOp, Box<TExpr>, Box<TExpr>),
     /// A numeric conversion to `ty`.
     Convert(Box<TExpr>),
-    /// A comparison with `null` literal: always false.
-    False,
 }
 
 /// The built-in functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Func {
+pub(crate) enum Func {
     /// `lower(text)`
     Lower,
     /// `upper(text)`
@@ -118,7 +114,7 @@ pub enum Func {
 }
 
 /// The documented function set: name, signature and meaning.
-pub const FUNCTIONS: &[(&str, &str, &str)] = &[
+pub(crate) const FUNCTIONS: &[(&str, &str, &str)] = &[
     ("lower", "lower(text) -> string", "lowercase (enums give their symbol)"),
     ("upper", "upper(text) -> string", "uppercase"),
     ("length", "length(string | bytes | array | map) -> long", "characters, bytes or elements"),
@@ -133,7 +129,7 @@ impl Plan {
     /// operator reads (every expression of a `filter` or `map`, whatever its result feeds,
     /// so that a record error an expression raises is never skipped; every field a `rust`
     /// function sees). The decoder reads past the others without building their values.
-    pub fn live_inputs(&self) -> BTreeSet<String> {
+    pub(crate) fn live_inputs(&self) -> BTreeSet<String> {
         let mut live: BTreeSet<String> = self.output.iter().map(|c| c.name.clone()).collect();
         for step in self.steps.iter().rev() {
             match step {
@@ -161,7 +157,7 @@ impl Plan {
 
 impl TExpr {
     /// Adds the fields the expression reads to `out`.
-    pub fn fields(&self, out: &mut BTreeSet<String>) {
+    pub(crate) fn fields(&self, out: &mut BTreeSet<String>) {
         match &self.kind {
             TKind::Field(name) => {
                 out.insert(name.clone());
@@ -172,7 +168,7 @@ impl TExpr {
                 l.fields(out);
                 r.fields(out);
             }
-            TKind::Lit(_) | TKind::Symbol(_) | TKind::False => {}
+            TKind::Lit(_) | TKind::Symbol(_) => {}
         }
     }
 }
@@ -437,11 +433,10 @@ fn plan_step(
                 ),
                 Ok(_) => {}
             }
-            let Ok(source) = source else { return Err(errors) };
-            if !errors.is_empty() {
+                        if !errors.is_empty() {
                 return Err(errors);
             }
-            Ok(Step::Rust { file: source.path.clone(), function: r.function.clone(), row: row.clone(), index })
+            Ok(Step::Rust { function: r.function.clone(), row: row.clone(), index })
         }
     }
 }

@@ -96,7 +96,7 @@ pub struct Field {
 
 /// A type etl-rs does not support, found at `path` inside the schema.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unsupported {
+pub(crate) struct Unsupported {
     /// Where in the schema: `items[].price`.
     pub path: String,
     /// What was found and why it is not supported.
@@ -106,7 +106,7 @@ pub struct Unsupported {
 }
 
 /// Converts a parsed schema, listing every unsupported type rather than the first.
-pub fn convert(schema: &Schema) -> Result<RecordType, Vec<Unsupported>> {
+pub(crate) fn convert(schema: &Schema) -> Result<RecordType, Vec<Unsupported>> {
     let mut cx = Converter::default();
     let converted = match schema {
         Schema::Record(_) => cx.convert(schema, ""),

@@ -53,7 +53,7 @@ impl SourceMap {
 }
 
 /// The path one level up: `a.b[2]` -> `a.b`, `a.b` -> `a`, `a` -> none.
-pub fn parent(path: &str) -> Option<&str> {
+pub(crate) fn parent(path: &str) -> Option<&str> {
     if path.ends_with(']') {
         return path.rfind('[').map(|i| &path[..i]);
     }
@@ -61,7 +61,7 @@ pub fn parent(path: &str) -> Option<&str> {
 }
 
 /// Joins a key onto a path.
-pub fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
 }
 

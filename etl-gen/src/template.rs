@@ -27,7 +27,7 @@ pub struct Template {
 
 impl Template {
     /// Parses `text`; `$$` stands for a literal `$`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let mut parts = Vec::new();
         let mut lit = String::new();
         let mut rest = text;
@@ -91,7 +91,7 @@ impl Template {
 
     /// The value with variables taken from `env`; the error names a required variable
     /// that is unset.
-    pub fn resolve(&self, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    pub fn resolve(&self, env: impl Fn(&str) -> Option<String>) -> Result<String, UnsetVariable> {
         let mut out = String::new();
         for part in &self.parts {
             match part {
@@ -102,7 +102,7 @@ impl Template {
                     (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
                     (Some(v), _) => out.push_str(&v),
                     (None, Some(d)) => out.push_str(d),
-                    (None, None) => return Err(format!("environment variable `{name}` is not set")),
+                    (None, None) => return Err(UnsetVariable { name: name.clone() }),
                 },
             }
         }
@@ -110,8 +110,16 @@ impl Template {
     }
 }
 
+/// A variable without default that the environment does not set.
+#[derive(Debug, thiserror::Error)]
+#[error("environment variable `{name}` is not set")]
+pub struct UnsetVariable {
+    /// The variable.
+    pub name: String,
+}
+
 /// Whether `s` is a valid environment variable name.
-pub fn is_var_name(s: &str) -> bool {
+pub(crate) fn is_var_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -174,7 +182,7 @@ mod tests {
         assert!(!t.is_literal());
         assert_eq!(t.vars().collect::<Vec<_>>(), ["HOST"]);
         let err = Template::parse("${NOPE}").unwrap().resolve(env).unwrap_err();
-        assert!(err.contains("`NOPE` is not set"), "{err}");
+        assert!(err.to_string().contains("`NOPE` is not set"), "{err}");
         assert!(Template::parse("plain").unwrap().is_literal());
         assert_eq!(Template::parse("${EMPTY:-}").unwrap().resolve(env).unwrap(), "");
     }

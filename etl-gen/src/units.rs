@@ -37,7 +37,7 @@ impl Duration {
     }
 
     /// Parses the textual form; the error says what was expected.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text == "0" {
             return Ok(Self::from_millis(0));
@@ -109,7 +109,7 @@ impl ByteSize {
     }
 
     /// Parses the textual form; the error says what was expected.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
         let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
@@ -181,7 +181,7 @@ impl Ratio {
     }
 
     /// Parses a decimal literal (`0.9`, `1`, `.5`); at most 12 fractional digits.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
         let bad = || format!("`{text}` is not a decimal number such as `0.9`");
         let (int, frac) = text.split_once('.').unwrap_or((text, ""));

@@ -1,11 +1,11 @@
-//! The OCI archive writer (`etl_gen::image`) without a build or a container runtime:
+//! The OCI archive writer (`etl_gen::cli::image`) without a build or a container runtime:
 //! reproducible digests, the exact layer contents and owners, the config, and that every
 //! reference in index.json / manifest.json points at a blob with that size and digest.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
 
-use etl_gen::image::{Image, ImageSpec, sha256, write};
+use etl_gen::cli::image::{Image, ImageSpec, sha256, write};
 use serde_json::Value;
 
 const BINARY: &[u8] = b"\x7fELF not really a binary, but bytes to package";
@@ -222,7 +222,7 @@ fn index_and_docker_manifest_name_the_image_and_its_blobs() {
 
 #[test]
 fn a_bare_tag_and_a_full_reference_both_work() {
-    assert_eq!(etl_gen::image::reference("orders", "v1"), "localhost/orders:v1");
+    assert_eq!(etl_gen::cli::image::reference("orders", "v1"), "localhost/orders:v1");
     let image = write(&ImageSpec { reference: "registry.example:5000/team/orders:2024-05", ..spec(0) }).unwrap();
     let archive = untar(&image.archive);
     let index = json(&archive["index.json"].data);

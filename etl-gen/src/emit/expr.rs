@@ -37,7 +37,6 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             let i = Literal::u32_unsuffixed(*i);
             quote!(#i)
         }
-        TKind::False => quote!(false),
         TKind::Field(name) => {
             let id = &scope[name];
             // Copy types are copied; texts and containers are cloned (a borrowed Cow only

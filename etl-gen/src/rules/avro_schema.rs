@@ -4,7 +4,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::schema::{self, RecordType};
 
 /// The schema file is missing or unreadable.
-pub static MISSING: Rule = Rule {
+pub(crate) static MISSING: Rule = Rule {
     code: "E0601",
     name: "avro-schema-missing",
     summary: "`format.avro.schema` names a file that cannot be read",
@@ -13,7 +13,7 @@ path is relative to the directory of pipeline.yaml.",
 };
 
 /// The schema file is not a valid Avro schema.
-pub static INVALID: Rule = Rule {
+pub(crate) static INVALID: Rule = Rule {
     code: "E0602",
     name: "avro-schema-invalid",
     summary: "the schema file is not a valid Avro schema",
@@ -22,7 +22,7 @@ JSON and follows the Avro specification (names, field types, defaults).",
 };
 
 /// The schema uses a type that etl-rs cannot decode or map to a column.
-pub static UNSUPPORTED: Rule = Rule {
+pub(crate) static UNSUPPORTED: Rule = Rule {
     code: "E0603",
     name: "avro-type-unsupported",
     summary: "the schema uses a type with no ClickHouse mapping",

@@ -4,7 +4,7 @@ use super::{Context, sink_path};
 use crate::diag::{Diagnostic, Rule};
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0403",
     name: "chunk-larger-than-batch",
     summary: "`chunk.target_bytes` larger than `batch.max_bytes`",

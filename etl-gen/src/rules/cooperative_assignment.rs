@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::Source;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0302",
     name: "cooperative-assignment",
     summary: "a cooperative strategy in `partition.assignment.strategy`",
@@ -17,7 +17,7 @@ rejected. Use `range`, `roundrobin`, or both.",
 };
 
 /// The property this rule reads.
-pub const PROPERTY: &str = "partition.assignment.strategy";
+pub(crate) const PROPERTY: &str = "partition.assignment.strategy";
 
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Source::Kafka(kafka) = &cx.model.source else { return };

@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::{ErrorPolicy, Source};
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0501",
     name: "dlq-topic",
     summary: "`errors.policy: dlq` without `errors.dlq_topic`, or without a Kafka source",

@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::{ScalarValue, Sink, Source};
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0901",
     name: "exactly-once",
     summary: "`exactly_once: true` without a source it can replay, or with async inserts it cannot deduplicate",

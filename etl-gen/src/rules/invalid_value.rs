@@ -3,7 +3,7 @@
 use crate::diag::Rule;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0104",
     name: "invalid-value",
     summary: "a value of the wrong type or form (durations, sizes, ratios, enums, numbers)",

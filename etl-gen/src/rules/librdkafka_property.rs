@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::Source;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0303",
     name: "rdkafka-property",
     summary: "a property in `source.kafka.rdkafka` that librdkafka's own parser rejects",
@@ -25,7 +25,8 @@ const MISSING_MECHANISMS: &[&str] = &["GSSAPI"];
 
 /// What librdkafka says about one property.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
+#[cfg_attr(not(feature = "librdkafka"), allow(dead_code))]
+pub(crate) enum Verdict {
     /// Accepted.
     Ok,
     /// The property does not exist.
@@ -36,7 +37,7 @@ pub enum Verdict {
 
 /// Asks librdkafka whether it accepts `name = value`.
 #[cfg(feature = "librdkafka")]
-pub fn librdkafka_verdict(name: &str, value: &str) -> Verdict {
+pub(crate) fn librdkafka_verdict(name: &str, value: &str) -> Verdict {
     use rdkafka::ClientConfig;
     use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaConfRes;
@@ -53,7 +54,7 @@ pub fn librdkafka_verdict(name: &str, value: &str) -> Verdict {
 
 /// Without librdkafka linked, every property is accepted (the binary checks at startup).
 #[cfg(not(feature = "librdkafka"))]
-pub fn librdkafka_verdict(_name: &str, _value: &str) -> Verdict {
+pub(crate) fn librdkafka_verdict(_name: &str, _value: &str) -> Verdict {
     Verdict::Ok
 }
 

@@ -3,7 +3,7 @@
 use crate::diag::Rule;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0105",
     name: "literal-required",
     summary: "`${VAR}` in a key that the build-time checks depend on",

@@ -3,7 +3,7 @@
 use crate::diag::Rule;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0103",
     name: "missing-key",
     summary: "a required key is absent",

@@ -10,25 +10,25 @@ use crate::model::PipelineFile;
 use crate::schema::RecordType;
 use crate::source_map::SourceMap;
 
-pub mod avro_schema;
-pub mod chunk_size;
-pub mod cooperative_assignment;
-pub mod dlq_topic;
-pub mod exactly_once;
-pub mod invalid_value;
-pub mod librdkafka_property;
-pub mod literal_required;
-pub mod missing_key;
-pub mod owned_property;
-pub mod pipeline_name;
-pub mod replica_url;
-pub mod schema_id;
+pub(crate) mod avro_schema;
+pub(crate) mod chunk_size;
+pub(crate) mod cooperative_assignment;
+pub(crate) mod dlq_topic;
+pub(crate) mod exactly_once;
+pub(crate) mod invalid_value;
+pub(crate) mod librdkafka_property;
+pub(crate) mod literal_required;
+pub(crate) mod missing_key;
+pub(crate) mod owned_property;
+pub(crate) mod pipeline_name;
+pub(crate) mod replica_url;
+pub(crate) mod schema_id;
 pub mod sizing;
-pub mod transform;
-pub mod unknown_key;
-pub mod value_range;
-pub mod watermarks;
-pub mod yaml_syntax;
+pub(crate) mod transform;
+pub(crate) mod unknown_key;
+pub(crate) mod value_range;
+pub(crate) mod watermarks;
+pub(crate) mod yaml_syntax;
 
 /// Every rule, in code order.
 pub static CATALOGUE: &[&Rule] = &[

@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::Source;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0301",
     name: "rdkafka-owned-property",
     summary: "a librdkafka property (or alias) in `source.kafka.rdkafka` that the framework owns",
@@ -25,7 +25,7 @@ unspecified order, so aliases are rejected with their canonical names.\n\n\
 
 /// An owned property: its name, the canonical name it aliases (if any), why it is owned,
 /// and the fix.
-pub struct Owned {
+pub(crate) struct Owned {
     /// The property as written.
     pub name: &'static str,
     /// The canonical property, when `name` is an alias.
@@ -37,7 +37,7 @@ pub struct Owned {
 }
 
 /// The denylist.
-pub static OWNED: &[Owned] = &[
+pub(crate) static OWNED: &[Owned] = &[
     Owned {
         name: "enable.auto.offset.store",
         alias_of: None,
@@ -101,7 +101,7 @@ pub static OWNED: &[Owned] = &[
 ];
 
 /// The owned entry for a property name, if it is owned.
-pub fn lookup(name: &str) -> Option<&'static Owned> {
+pub(crate) fn lookup(name: &str) -> Option<&'static Owned> {
     OWNED.iter().find(|o| o.name == name)
 }
 

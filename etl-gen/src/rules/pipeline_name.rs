@@ -4,7 +4,7 @@ use super::Context;
 use crate::diag::{Diagnostic, Rule};
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0201",
     name: "pipeline-name",
     summary: "`pipeline.name` is not of the form `[a-z][a-z0-9-]*`",
@@ -14,7 +14,7 @@ starting with a letter.",
 };
 
 /// Whether `name` matches `[a-z][a-z0-9-]*`.
-pub fn is_valid(name: &str) -> bool {
+pub(crate) fn is_valid(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some('a'..='z')) && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
 }

@@ -6,7 +6,7 @@ use crate::model::Sink;
 use crate::template::Part;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0203",
     name: "replica-url",
     summary: "a ClickHouse replica that is not an `http://` or `https://` URL",

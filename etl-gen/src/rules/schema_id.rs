@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::Wire;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0604",
     name: "schema-id-unknowable",
     summary: "`wire: confluent` with neither `format.avro.registry` nor `format.avro.schema_id`",

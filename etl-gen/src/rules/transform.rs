@@ -3,7 +3,7 @@
 use crate::diag::Rule;
 
 /// An expression that does not parse.
-pub static SYNTAX: Rule = Rule {
+pub(crate) static SYNTAX: Rule = Rule {
     code: "E0701",
     name: "expression-syntax",
     summary: "a `filter` or `map` expression that does not parse",
@@ -14,7 +14,7 @@ docs/configuration.md. Comparisons do not chain (`a < b < c`); `=` is not an ope
 };
 
 /// A name that is not a field at that point of the chain.
-pub static UNKNOWN_FIELD: Rule = Rule {
+pub(crate) static UNKNOWN_FIELD: Rule = Rule {
     code: "E0702",
     name: "unknown-field",
     summary: "a field that does not exist at that point of the chain",
@@ -25,7 +25,7 @@ schema are flattened as `parent_child`. The message lists the fields available t
 };
 
 /// An operation on values of the wrong type.
-pub static TYPE_MISMATCH: Rule = Rule {
+pub(crate) static TYPE_MISMATCH: Rule = Rule {
     code: "E0703",
     name: "type-mismatch",
     summary: "an operator or function applied to values of the wrong type",
@@ -37,7 +37,7 @@ false, so `x == null` is rejected in favour of `is_null(x)`.",
 };
 
 /// A function that does not exist or the wrong number of arguments.
-pub static UNKNOWN_FUNCTION: Rule = Rule {
+pub(crate) static UNKNOWN_FUNCTION: Rule = Rule {
     code: "E0704",
     name: "unknown-function",
     summary: "an unknown function, or a function called with the wrong number of arguments",
@@ -46,7 +46,7 @@ docs/configuration.md gives their signatures.",
 };
 
 /// `flat_map` of something that is not an array.
-pub static FLAT_MAP: Rule = Rule {
+pub(crate) static FLAT_MAP: Rule = Rule {
     code: "E0705",
     name: "flat-map-not-array",
     summary: "`flat_map` over a field that is not an array",
@@ -56,7 +56,7 @@ elements.",
 };
 
 /// Two fields with one name, or an invalid name.
-pub static DUPLICATE_FIELD: Rule = Rule {
+pub(crate) static DUPLICATE_FIELD: Rule = Rule {
     code: "E0706",
     name: "field-name",
     summary: "a step that leaves two fields with one name, or an invalid field name",
@@ -66,7 +66,7 @@ flattened name that collides all leave duplicates.",
 };
 
 /// A `rust` operator whose file or function is missing.
-pub static RUST_OPERATOR: Rule = Rule {
+pub(crate) static RUST_OPERATOR: Rule = Rule {
     code: "E0707",
     name: "rust-operator",
     summary: "a `rust` operator whose file cannot be read or does not define the function",
@@ -77,7 +77,7 @@ README lists its fields.",
 };
 
 /// A shard key that is not an output field or cannot be hashed.
-pub static SHARD_KEY: Rule = Rule {
+pub(crate) static SHARD_KEY: Rule = Rule {
     code: "E0708",
     name: "shard-key",
     summary: "`shard_key` that is not an output field, or of a type that cannot be hashed",
@@ -87,7 +87,7 @@ enum, uuid, bool, date or timestamp type.",
 };
 
 /// A chain that leaves nothing to write.
-pub static NO_COLUMNS: Rule = Rule {
+pub(crate) static NO_COLUMNS: Rule = Rule {
     code: "E0709",
     name: "no-columns",
     summary: "a chain whose output row has no field",

@@ -3,7 +3,7 @@
 use crate::diag::Rule;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0102",
     name: "unknown-key",
     summary: "a key that is not part of the configuration (at any depth)",

@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::model::{Sink, Source};
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0202",
     name: "value-range",
     summary: "a count, size or name that is zero or empty where that cannot work",

@@ -5,7 +5,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::units::Ratio;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0402",
     name: "watermark-order",
     summary: "backpressure ratios not ordered as 0 < low_ratio < high_ratio <= 1",

@@ -3,7 +3,7 @@
 use crate::diag::Rule;
 
 /// The rule.
-pub static RULE: Rule = Rule {
+pub(crate) static RULE: Rule = Rule {
     code: "E0101",
     name: "yaml-syntax",
     summary: "pipeline.yaml is not valid YAML",
