@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::handle::Shared;
+use crate::engine::shared::Shared;
 
 /// Serves the admin endpoints on `listener` until the runtime shuts down.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> std::io::Result<()> {
@@ -40,7 +40,7 @@ mod tests {
     use std::io::{Read, Write};
     use std::time::Duration;
 
-    use crate::handle::Pipeline;
+    use crate::engine::start::Pipeline;
     use crate::testing::{NullSink, PassThrough};
 
     fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {

@@ -8,9 +8,10 @@ use apache_avro::Schema;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::chain::{Chain, OpenBuffer, RecordError, RowOut};
+use crate::engine::chain::{Chain, OpenBuffer, RowOut};
+use crate::engine::errors::RecordError;
 use crate::datagen::{Wire, random_value};
-use crate::source::Record;
+use crate::engine::lane::Record;
 
 /// `n` payloads of random records of `schema`, framed as `wire` says; the same seed gives
 /// the same payloads.

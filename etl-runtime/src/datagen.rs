@@ -10,8 +10,10 @@ use apache_avro::types::Value;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::handle::PipelineHandle;
-use crate::source::{Lane, Record, Source, SourceError};
+use crate::engine::handle::PipelineHandle;
+use crate::engine::errors::SourceError;
+use crate::engine::lane::{Lane, Record};
+use crate::engine::source::Source;
 
 /// `source.datagen`.
 #[derive(Debug, Clone)]

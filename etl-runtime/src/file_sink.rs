@@ -5,7 +5,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::sink::{Batch, Sink, SinkError};
+use crate::engine::chunk::Batch;
+use crate::engine::errors::SinkError;
+use crate::engine::sink::Sink;
 
 /// Writes every batch to one file, whatever its shard, and calls `sync_data` before a write
 /// returns: "durable" for `sink.file` means written and fsynced (Invariant 3).

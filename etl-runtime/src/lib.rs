@@ -66,53 +66,50 @@
 //! at the root.
 
 mod admin;
-mod batcher;
 mod bench;
-mod budget;
-mod chain;
-mod checkpoint;
 #[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod codec;
 mod config;
+mod engine;
 mod datagen;
 mod entry;
-mod exactly_once;
 mod file_sink;
-mod handle;
 #[cfg(feature = "kafka")]
 mod kafka;
-mod metrics;
-mod pipeline;
 #[cfg(feature = "registry")]
 mod registry;
 mod run;
 pub mod secret;
-mod sink;
-mod source;
 #[cfg(test)]
 mod testing;
 
 #[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, ledger_table};
-pub use chain::{Chain, RecordError, RecordErrorKind, RowOut};
+pub use crate::engine::chain::{Chain, RowOut};
+pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErrorKind, SourceError, SourceErrorKind};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
-pub use exactly_once::{Ledger, LedgerFuture, Recorded, Replay, Span};
+pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use file_sink::FileSink;
-pub use handle::{Pipeline, PipelineHandle, PipelineStats, ShutdownReport, StartError, Wake};
+pub use crate::engine::handle::PipelineHandle;
+pub use crate::engine::shared::PipelineStats;
+pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 #[cfg(feature = "kafka")]
 pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
-pub use metrics::{MetricDoc, metric_catalogue, metrics_markdown};
+pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use run::{RunOutcome, init_logging, run};
-pub use sink::{Batch, Chunk, DeadLetter, DeadLetterAck, DeadRecord, Sink, SinkError, SinkErrorKind};
-pub use source::{Lane, Record, Source, SourceError, SourceErrorKind};
+pub use crate::engine::chunk::{Batch, Chunk};
+pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, Sink};
+pub use crate::engine::lane::{Lane, Record};
+pub use crate::engine::source::Source;
 
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bench::{ChainHarness, fuzz_chain, sample_payloads};
-    pub use crate::chain::{Chain, RecordError, RecordErrorKind, RowOut};
+    pub use crate::engine::chain::{Chain, RowOut};
+    pub use crate::engine::errors::{RecordError, RecordErrorKind};
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
     pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
@@ -127,8 +124,9 @@ pub mod __private {
     #[cfg(feature = "registry")]
     pub use crate::registry::{Datum, Registry};
     pub use crate::run::{RunOutcome, init_logging, run};
-    pub use crate::sink::{DeadLetter, Sink};
-    pub use crate::source::{Record, Source};
+    pub use crate::engine::sink::{DeadLetter, Sink};
+    pub use crate::engine::lane::Record;
+    pub use crate::engine::source::Source;
     pub use apache_avro;
     pub use tracing;
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
 
-use crate::chain::{RecordError, RecordErrorKind};
+use crate::engine::errors::{RecordError, RecordErrorKind};
 use crate::secret::redact_url;
 
 /// How many writer schemas the cache keeps. A topic sees a handful of schema versions; the

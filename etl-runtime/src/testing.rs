@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use crate::chain::{Chain, RecordError, RowOut};
+use crate::engine::chain::{Chain, RowOut};
+use crate::engine::errors::RecordError;
 use crate::config::{BackpressureConfig, BatchConfig, RuntimeConfig};
-use crate::sink::{Batch, Sink, SinkError};
-use crate::source::Record;
+use crate::engine::chunk::Batch;
+use crate::engine::errors::SinkError;
+use crate::engine::sink::Sink;
+use crate::engine::lane::Record;
 
 /// A small configuration that satisfies the sizing rule.
 pub(crate) fn config(threads: usize, shards: usize) -> RuntimeConfig {

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
 
-use crate::sink::SinkError;
+use crate::engine::errors::SinkError;
 
 /// Dead peers are noticed by the kernel within minutes, not hours.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);

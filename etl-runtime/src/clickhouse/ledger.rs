@@ -6,8 +6,8 @@
 use ::clickhouse::Client;
 
 use super::Failure;
-use crate::exactly_once::{Ledger, LedgerFuture, Recorded, Span};
-use crate::sink::SinkError;
+use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
+use crate::engine::errors::SinkError;
 
 /// The ledger table of `table`.
 pub fn ledger_table(table: &str) -> String {

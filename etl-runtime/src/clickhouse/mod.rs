@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 use ::clickhouse::{Client, Compression};
 use prometheus::{IntCounter, IntGauge};
 
-use crate::exactly_once::Ledger;
-use crate::metrics::sink_metrics;
+use crate::engine::ledger::Ledger;
+use crate::engine::metrics::sink_metrics;
 use crate::secret::redact_url;
-use crate::sink::{Batch, Sink, SinkError, SinkErrorKind};
+use crate::engine::chunk::Batch;
+use crate::engine::errors::{SinkError, SinkErrorKind};
+use crate::engine::sink::Sink;
 
 use errors::Class;
 pub use ledger::{ExactlyOnceConfig, ledger_table};

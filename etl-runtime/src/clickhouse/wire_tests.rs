@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::sync::mpsc::Receiver;
 
 use super::*;
-use crate::sink::{Chunk, ChunkOrigin};
+use crate::engine::chunk::{Chunk, ChunkOrigin};
 
 /// How the fake server answers.
 #[derive(Clone)]

@@ -3,7 +3,7 @@
 //! Strings and bytes are borrowed from the message buffer: the decoder allocates only for
 //! arrays and maps.
 
-use crate::chain::{RecordError, RecordErrorKind};
+use crate::engine::errors::{RecordError, RecordErrorKind};
 
 /// Why a datum did not decode. One pointer wide, so that `Result<i64, DecodeError>` comes
 /// back in registers: the decoder's hot path pays nothing for its error type. It becomes a

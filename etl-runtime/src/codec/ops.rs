@@ -1,7 +1,7 @@
 //! Arithmetic of the expression language: integers are checked (overflow and division by
 //! zero are record errors), doubles follow IEEE 754.
 
-use crate::chain::{RecordError, RecordErrorKind};
+use crate::engine::errors::{RecordError, RecordErrorKind};
 
 fn overflow(op: &str) -> RecordError {
     RecordError::new(RecordErrorKind::Operator, format!("integer overflow in `{op}`"))

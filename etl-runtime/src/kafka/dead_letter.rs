@@ -18,8 +18,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::context::log_to_tracing;
 use super::properties;
-use crate::sink::{DeadLetter, DeadLetterAck, DeadRecord, SinkError};
-use crate::source::SourceError;
+use crate::engine::errors::SinkError;
+use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord};
+use crate::engine::errors::SourceError;
 
 /// How long dropping the dead-letter sink waits for outstanding deliveries.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -302,7 +303,7 @@ fn refetch(
     })
 }
 
-/// The stage of a [`crate::RecordError`] from its text (`"Decode error: ..."`): the dead-letter
+/// The stage of a [`crate::engine::errors::RecordError`] from its text (`"Decode error: ..."`): the dead-letter
 /// record only carries the text.
 fn error_kind(error: &str) -> String {
     match error.split_once(" error: ") {
@@ -319,7 +320,7 @@ mod tests {
 
     #[test]
     fn error_kind_comes_from_the_record_error_text() {
-        let error = crate::RecordError::new(crate::RecordErrorKind::Operator, "division by zero").to_string();
+        let error = crate::engine::errors::RecordError::new(crate::engine::errors::RecordErrorKind::Operator, "division by zero").to_string();
         assert_eq!(error_kind(&error), "operator");
         assert_eq!(error_kind("something else"), "unknown");
     }

@@ -12,7 +12,8 @@ use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::context::{Consumer, SourceContext};
-use crate::source::{Lane, Record, SourceError};
+use crate::engine::errors::SourceError;
+use crate::engine::lane::{Lane, Record};
 
 /// How far a lane got, shared with the rebalance callback so a revocation can tell how many handed-out
 /// records a drain timeout abandoned.

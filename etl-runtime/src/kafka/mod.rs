@@ -22,7 +22,7 @@
 //!    early pause it pauses right after `assign`, which is still before any fetch: the assignment
 //!    first looks up the committed offsets);
 //! 3. assigns (eager `assign`, never `incremental_assign`);
-//! 4. hands each partition to the runtime as a [`Lane`](crate::Lane) with `add_lane`. The lane resumes
+//! 4. hands each partition to the runtime as a [`Lane`](crate::engine::lane::Lane) with `add_lane`. The lane resumes
 //!    its partition on its first poll, unless the runtime paused it first; from then on only the
 //!    runtime pauses and resumes it, one partition at a time.
 //!
@@ -110,8 +110,9 @@ use rdkafka::message::Message as _;
 use rdkafka::types::RDKafkaErrorCode;
 
 use self::context::{Consumer, Counters, SourceContext, commit_sync};
-use crate::handle::PipelineHandle;
-use crate::source::{Source, SourceError};
+use crate::engine::handle::PipelineHandle;
+use crate::engine::errors::SourceError;
+use crate::engine::source::Source;
 
 pub use self::dead_letter::KafkaDeadLetter;
 

@@ -1,0 +1,365 @@
+//! Exactly-once delivery: each batch holds the rows of one partition for one shard, cut at the
+//! lane where an earlier owner cut it (or at the batch limits), its span recorded in the ledger
+//! before its insert, its token derived from the span (docs/adr/0001-exactly-once.md).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::engine::ack::{Ack, abandon};
+use crate::engine::chain::OpenBuffer;
+use crate::engine::checkpoint::Checkpointer;
+use crate::engine::chunk::{Batch, Chunk};
+use crate::engine::delivery::{At, BatchPolicy, Delivery, LaneCut, note_rows};
+use crate::engine::fault::{FaultPoint, fault};
+use crate::engine::fence::Fence;
+use crate::engine::lane::Lane;
+use crate::engine::ledger::{Cut, Ledger, Recorded, Replay, Span};
+use crate::engine::retry::backoff;
+use crate::engine::shared::Shared;
+
+/// Exactly-once over a sink's [`Ledger`].
+pub(crate) struct ExactlyOnce {
+    ledger: Arc<dyn Ledger>,
+}
+
+impl ExactlyOnce {
+    pub(crate) fn new(ledger: Arc<dyn Ledger>) -> ExactlyOnce {
+        ExactlyOnce { ledger }
+    }
+}
+
+/// A lane's exactly-once state: where its replayed batches end, its fence, and the rows the last
+/// record carried over to the next batch of their shard.
+pub(crate) struct ExactLane {
+    replay: Replay,
+    fence: Arc<Fence>,
+    /// Rows of the last record that belong to another batch than the open buffer of their shard:
+    /// the buffer is sealed first, then they start the next one.
+    carry: Vec<Carry>,
+}
+
+struct Carry {
+    shard: usize,
+    bytes: Vec<u8>,
+    rows: u32,
+    offset: i64,
+    recorded: Option<(i64, i64)>,
+}
+
+/// Where the rows a record just added to one shard's buffer go.
+enum Place {
+    /// They stay in the buffer (the batch they belong to is the open one).
+    Keep,
+    /// They are durable already: removed.
+    Drop,
+    /// They belong to the next batch (`recorded` or a new one): moved out, the buffer is sealed.
+    Carry(Option<(i64, i64)>),
+}
+
+impl ExactLane {
+    /// Where the rows the record at `offset` added to `shard`'s buffer (which held `rows_before`
+    /// rows) belong; starts the buffer's batch when it was empty.
+    fn place(&mut self, shard: usize, buffer: &mut OpenBuffer, rows_before: u32, offset: i64) -> Place {
+        let target = match self.replay.cut(shard, offset) {
+            Cut::Durable => return Place::Drop,
+            Cut::Recorded(first, last) => Some((first, last)),
+            Cut::New => None,
+        };
+        if rows_before == 0 {
+            buffer.recorded = target;
+            buffer.opened_at = Some(Instant::now());
+            Place::Keep
+        } else if buffer.recorded == target {
+            Place::Keep
+        } else {
+            Place::Carry(target)
+        }
+    }
+
+    /// After each record: starts the next batch with the rows the record carried over (sealing
+    /// the buffer they follow), then seals every buffer whose batch is complete: a recorded span
+    /// whose last record was processed, or a new batch that reached the batch limits or that a
+    /// recorded span starts right after.
+    fn cut_after_record(&mut self, lane: &mut impl LaneCut) {
+        let track = lane.tracks_row_sources();
+        for carry in std::mem::take(&mut self.carry) {
+            lane.seal(carry.shard, false);
+            let buffer = lane.buffer(carry.shard);
+            buffer.bytes.extend_from_slice(&carry.bytes);
+            buffer.rows = carry.rows;
+            buffer.first_offset = carry.offset;
+            buffer.last_offset = carry.offset;
+            buffer.recorded = carry.recorded;
+            buffer.opened_at = Some(Instant::now());
+            if track {
+                buffer.row_offsets.extend(std::iter::repeat_n(carry.offset, carry.rows as usize));
+            }
+            lane.checkpointer().register(carry.offset);
+        }
+        let Some(offset) = lane.checkpointer().processed_through() else { return };
+        let limits = lane.config().batch;
+        for shard in 0..lane.shards() {
+            let buffer = lane.buffer(shard);
+            if buffer.rows == 0 {
+                continue;
+            }
+            let complete = match buffer.recorded {
+                Some((_, last)) => offset >= last,
+                None => {
+                    buffer.bytes.len() as u64 >= limits.max_bytes
+                        || u64::from(buffer.rows) >= limits.max_rows
+                        || self.replay.next_first(shard, offset + 1).is_some_and(|first| first <= offset + 1)
+                }
+            };
+            if complete {
+                lane.seal(shard, false);
+            }
+        }
+    }
+
+    /// Seals the new batches whose first row waited `batch.linger`. (Recorded batches end at their
+    /// recorded last offset only.)
+    fn seal_lingering(lane: &mut impl LaneCut) {
+        let linger = lane.config().batch.linger;
+        let now = Instant::now();
+        for shard in 0..lane.shards() {
+            let buffer = lane.buffer(shard);
+            if buffer.rows > 0
+                && buffer.recorded.is_none()
+                && buffer.opened_at.is_some_and(|t| now.duration_since(t) >= linger)
+            {
+                lane.seal(shard, false);
+            }
+        }
+    }
+
+    /// At a drain: seals the new batches, and leaves a partly replayed recorded batch to the next
+    /// owner. Sealing it short would insert its rows under another span (and token) than the one
+    /// an earlier owner may have inserted them under; instead the watermark stays below its first
+    /// offset, and the next owner replays it whole. Once the lane is fenced (its assignment was
+    /// lost) nothing more is written: every open buffer is left.
+    fn flush_for_drain(&self, lane: &mut impl LaneCut) {
+        let fenced = self.fence.is_closed();
+        let partition = lane.partition();
+        for shard in 0..lane.shards() {
+            let buffer = lane.buffer(shard);
+            if buffer.rows == 0 {
+                continue;
+            }
+            let recorded = buffer.recorded.take();
+            match recorded.or(fenced.then_some((buffer.first_offset, buffer.last_offset))) {
+                Some((first, last)) => {
+                    tracing::info!(
+                        partition,
+                        shard,
+                        first,
+                        last,
+                        fenced,
+                        "drain: an unfinished batch is left to the next owner"
+                    );
+                    buffer.bytes.clear();
+                    buffer.rows = 0;
+                    buffer.row_offsets.clear();
+                    buffer.opened_at = None;
+                    let first_offset = buffer.first_offset;
+                    lane.checkpointer().abandon(first_offset);
+                }
+                None => lane.seal(shard, true),
+            }
+        }
+    }
+}
+
+impl Delivery for ExactlyOnce {
+    type Lane = ExactLane;
+    type Batching = ChunkPolicy;
+    /// Every chunk is a whole batch, so a full queue is the normal state of a lane that outruns
+    /// its shard (a replay of many small recorded batches above all). The lane holds the batch
+    /// and is not polled until the queue takes it, but is not paused at the source: a pause would
+    /// cost `min_pause` and a refetch per batch, and librdkafka's per-partition queue cap already
+    /// bounds what arrives meanwhile.
+    const PAUSE_WHEN_QUEUE_FULL: bool = false;
+
+    fn open_lane(
+        &self,
+        lane: &mut dyn Lane,
+        checkpointer: &mut Checkpointer,
+        shards: usize,
+        replay: Option<Replay>,
+        fence: Option<Arc<Fence>>,
+    ) -> ExactLane {
+        let replay = replay.unwrap_or_else(|| Replay::new(shards, None, &Recorded::default(), 0));
+        // A replay may start below the committed offset; storing below it again would only widen
+        // the next replay. Stored through the lane too (it is committed already), so the source
+        // counts a drain's abandoned records from there.
+        if let Some(watermark) = replay.watermark {
+            if let Err(error) = lane.store_offset(watermark + 1) {
+                tracing::warn!(partition = lane.partition(), %error, "storing the committed offset again failed");
+            }
+            checkpointer.mark_stored(watermark + 1);
+        }
+        let fence = fence.unwrap_or_else(|| Arc::new(Fence::new(replay.epoch)));
+        ExactLane { replay, fence, carry: Vec::new() }
+    }
+
+    fn place(
+        lane: &mut ExactLane,
+        buffers: &mut [OpenBuffer],
+        before: &[(usize, u32)],
+        offset: i64,
+        checkpointer: &mut Checkpointer,
+        track_row_sources: bool,
+    ) {
+        for (shard, (buffer, &(len, rows_before))) in buffers.iter_mut().zip(before).enumerate() {
+            if buffer.rows <= rows_before {
+                continue;
+            }
+            match lane.place(shard, buffer, rows_before, offset) {
+                Place::Keep => note_rows(buffer, rows_before, offset, checkpointer, track_row_sources),
+                Place::Drop => {
+                    buffer.bytes.truncate(len);
+                    buffer.rows = rows_before;
+                }
+                Place::Carry(recorded) => {
+                    let bytes = buffer.bytes.split_off(len);
+                    let rows = buffer.rows - rows_before;
+                    buffer.rows = rows_before;
+                    lane.carry.push(Carry { shard, bytes, rows, offset, recorded });
+                }
+            }
+        }
+    }
+
+    fn cut(lane: &mut ExactLane, at: At, cut: &mut impl LaneCut) {
+        match at {
+            At::Record => lane.cut_after_record(cut),
+            // Batches end at the batch limits or the linger, not whenever the source has nothing
+            // at hand: every cut costs a ledger row and an insert. While a record is held, the
+            // batches of the records before it still end at their linger.
+            At::Turn | At::Held { .. } => ExactLane::seal_lingering(cut),
+            At::Idle => {}
+            At::Drain => lane.flush_for_drain(cut),
+            At::Removed => {
+                // From here on no write task records a span of this lane (see `Fence`).
+                let recording = lane.fence.close();
+                if recording > 0 {
+                    tracing::info!(
+                        partition = cut.partition(),
+                        recording,
+                        "the partition is handed over while batch spans are being recorded; those batches will not \
+                         be inserted by this member"
+                    );
+                }
+            }
+        }
+    }
+
+    fn fence(lane: &ExactLane) -> Option<Arc<Fence>> {
+        Some(lane.fence.clone())
+    }
+
+    fn batching(&self) -> ChunkPolicy {
+        ChunkPolicy
+    }
+
+    fn name(&self, batch: &mut Batch, shard: usize, _sequence: &mut u64) {
+        let chunk = batch.chunks.first().expect("a batch holds at least one chunk");
+        debug_assert_eq!(batch.chunks.len(), 1, "exactly-once batches hold one chunk each");
+        let (first, last) = chunk.recorded.unwrap_or((chunk.origin.first_offset, chunk.origin.last_offset));
+        let span = Span { partition: chunk.origin.partition, shard, first, last };
+        batch.token = self.ledger.token(&span);
+        batch.span = Some(span);
+    }
+
+    fn handed_over(&self, batch: &Batch) -> bool {
+        batch.chunks.first().and_then(|c| c.fence.as_ref()).is_some_and(|f| f.is_closed())
+    }
+
+    async fn before_write(&self, shared: &Shared, acks: &[Sender<Ack>], batch: &Batch) -> bool {
+        match batch.span {
+            Some(span) => self.record_span(shared, acks, batch, &span).await,
+            None => true,
+        }
+    }
+
+    fn written(&self) {
+        fault(FaultPoint::InsertAcked);
+    }
+}
+
+impl ExactlyOnce {
+    /// Makes the batch's span durable in the ledger before its insert, retrying like an insert.
+    /// Returns false when the batch must not be written: the lane was handed over (its fence is
+    /// closed; the next owner replays the rows), or recording failed for good (fatal).
+    async fn record_span(&self, shared: &Shared, acks: &[Sender<Ack>], batch: &Batch, span: &Span) -> bool {
+        let fence = batch.chunks.first().and_then(|c| c.fence.clone());
+        if let Some(fence) = &fence
+            && !fence.enter()
+        {
+            tracing::info!(?span, "the partition was handed over before its batch was recorded; the next owner replays it");
+            abandon(&shared.budget, acks, batch);
+            return false;
+        }
+        let retry = shared.config.retry;
+        let mut attempt = 1u32;
+        let recorded = loop {
+            match self.ledger.record(span, fence.as_ref().map_or(0, |f| f.epoch)).await {
+                Ok(()) => break true,
+                // Recording after the hand-over is useless (the batch would not be inserted) and
+                // only leaves a stray span behind.
+                Err(_) if self.handed_over(batch) => break false,
+                Err(error) if error.is_retryable() && attempt < retry.max_attempts => {
+                    let backoff = backoff(&retry, attempt);
+                    tracing::warn!(?span, attempt, ?backoff, %error, "recording the batch span failed; retrying");
+                    shared.metrics.sink_retries[span.shard].inc();
+                    tokio::time::sleep(backoff).await;
+                    attempt += 1;
+                }
+                Err(error) => {
+                    shared.fatal.report(format!(
+                        "recording the span of batch {} (partition {}, offsets {}..={}) on shard {} failed after \
+                         {attempt} attempt(s): {error}",
+                        batch.token, span.partition, span.first, span.last, span.shard
+                    ));
+                    break false;
+                }
+            }
+        };
+        if let Some(fence) = &fence
+            && !fence.leave()
+        {
+            tracing::info!(
+                ?span,
+                "the partition was handed over while its batch span was recorded; the next owner replays it"
+            );
+            abandon(&shared.budget, acks, batch);
+            return false;
+        }
+        if recorded {
+            shared.metrics.spans_recorded[span.shard].inc();
+            tracing::trace!(?span, token = %batch.token, "batch span recorded");
+            fault(FaultPoint::SpanRecorded);
+        }
+        recorded
+    }
+}
+
+/// Every chunk is a batch of its own. The lane already cut it where a batch ends (the batch
+/// limits, the linger, or a span an earlier owner recorded), so its span is the batch's.
+pub(crate) struct ChunkPolicy;
+
+impl BatchPolicy for ChunkPolicy {
+    fn fits(&self, open: &Batch, _chunk: &Chunk) -> bool {
+        open.chunks.is_empty()
+    }
+
+    fn is_full(&self, _open: &Batch) -> bool {
+        true
+    }
+
+    fn linger(&self) -> Duration {
+        Duration::ZERO
+    }
+}

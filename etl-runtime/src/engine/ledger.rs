@@ -1,0 +1,280 @@
+//! The exactly-once contract between a sink, a source and the runtime
+//! (`sink.clickhouse.exactly_once`): batch spans, the ledger that makes them durable before their
+//! insert, and the replay plan a new owner of a partition re-cuts batches with. The delivery that
+//! acts on them is `engine::delivery::exactly_once`; the hand-over fence is `engine::fence`.
+//!
+//! docs/adr/0001-exactly-once.md explains the design; in short: every batch holds the rows of one
+//! partition for one shard, its span `(partition, shard, first offset, last offset)` is written to
+//! the ledger before the batch is inserted, and its deduplication token is derived from the span
+//! and the config hash. After a crash or a rebalance the new owner starts reading at
+//! `min(committed, first offset of any recorded span above the committed offset)` and cuts the
+//! replayed records at the recorded spans again, so each replayed batch carries the token it had:
+//! ClickHouse drops the repeat.
+//!
+//! Every owner of a partition (each assignment of it, in any process) has an epoch, higher than
+//! every earlier owner's: it claims it in the ledger before it reads the spans. Spans carry the
+//! epoch of the owner that recorded them. A former owner's span can land after the next owner read
+//! the ledger (its recording was in flight at the hand-over, see `engine::fence::Fence`); its batch is never
+//! inserted, but the owner after next sees it overlapping the spans the next owner cut. Overlaps
+//! are resolved for the higher epoch, which is always the span that may have been inserted.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::engine::errors::SinkError;
+
+/// The identity of one exactly-once batch: the rows of `partition`'s records `first..=last` that
+/// go to `shard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Span {
+    /// The source partition.
+    pub partition: i32,
+    /// The sink shard.
+    pub shard: usize,
+    /// The offset of the batch's first record.
+    pub first: i64,
+    /// The offset of the batch's last record.
+    pub last: i64,
+}
+
+/// The spans recorded for one partition above its committed offset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Spans recorded under the running configuration, each with the highest epoch of the owners
+    /// that recorded it: those above the watermark, and every span that may overlap one of them
+    /// (needed to resolve overlaps, see [`Replay::new`]).
+    pub spans: Vec<(Span, u64)>,
+    /// Spans recorded under other config hashes in the same range, with their highest epochs:
+    /// never replayed (their tokens are not this configuration's), but a current span they
+    /// overlap with a higher epoch is not replayed either (see [`Replay::new`]).
+    pub others: Vec<(Span, u64)>,
+}
+
+impl Recorded {
+    /// How many spans of other config hashes lie above `watermark`: their rows cannot be re-cut
+    /// under the same tokens, so they are inserted again (at-least-once for them).
+    pub fn other_config_above(&self, watermark: Option<i64>) -> usize {
+        self.others.iter().filter(|(span, _)| watermark.is_none_or(|w| span.last > w)).count()
+    }
+}
+
+/// A boxed future, so that [`Ledger`] stays object safe.
+pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SinkError>> + Send + 'a>>;
+
+/// Where batch spans are made durable before their insert (for ClickHouse: a small table on each
+/// shard). Implemented by sinks that support exactly-once.
+pub trait Ledger: Send + Sync + 'static {
+    /// Claims `partition` for a new owner: makes an epoch higher than every epoch recorded for the
+    /// partition durable, and returns it. Called before [`Ledger::recorded`].
+    fn claim(&self, partition: i32) -> LedgerFuture<'_, u64>;
+
+    /// Makes `span`, recorded by the owner of `epoch`, durable. Called before the batch's insert,
+    /// retried until it succeeded; must be idempotent.
+    fn record<'a>(&'a self, span: &'a Span, epoch: u64) -> LedgerFuture<'a, ()>;
+
+    /// The spans of `partition` whose last offset is above `watermark` (all of them when `None`).
+    fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded>;
+
+    /// The deduplication token of the batch with `span`: the same in every process that runs the
+    /// same configuration, different under another config hash.
+    fn token(&self, span: &Span) -> String;
+}
+
+/// How the new owner of a partition replays it: where to start, which offsets are durable
+/// already, and where each shard's recorded batches begin and end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// The committed offset minus one: every row of a record at or below it is durable.
+    pub watermark: Option<i64>,
+    /// Per shard, the recorded spans above the watermark as `(first, last)`, in offset order,
+    /// without overlaps.
+    pub spans: Vec<VecDeque<(i64, i64)>>,
+    /// The epoch this owner claimed; its spans are recorded with it.
+    pub epoch: u64,
+}
+
+/// What the new owner does with a row of the record at some offset, for one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// The row belongs to the recorded batch `(first, last)`.
+    Recorded(i64, i64),
+    /// The row is durable already (its record is at or below the watermark, outside any recorded
+    /// batch of this shard): drop it.
+    Durable,
+    /// A row no batch has held yet.
+    New,
+}
+
+impl Replay {
+    /// The plan for a partition with `shards` shards, from the committed offset's `watermark`, the
+    /// spans recorded around it with their owners' epochs, and the epoch just claimed.
+    ///
+    /// A span overlapped by a span of a higher epoch (other boundaries) is dropped: its batch was
+    /// never inserted. Why: the owner that inserted a span recorded it first, and before its
+    /// hand-over (the fence, `engine::fence::Fence`); every later owner read it, so none of them cut a span that
+    /// overlaps it, unless it dropped it for overlapping a span of a still higher epoch, which by
+    /// the same argument cannot exist. The spans kept do not overlap. Only then are spans at or
+    /// below the watermark left out: a span below it can still be the one that shows that a span
+    /// above it is stray.
+    ///
+    /// A span of another config hash with a higher epoch also rules a current span out: it does
+    /// not prove the span stray (an owner of another configuration cuts regardless), but
+    /// replaying the span could insert again rows at or below the watermark that the other
+    /// configuration inserted; leaving it out re-inserts only rows above the watermark, the
+    /// at-least-once window a configuration change already has.
+    pub fn new(shards: usize, watermark: Option<i64>, recorded: &Recorded, epoch: u64) -> Replay {
+        let highest = |spans: &[(Span, u64)]| {
+            let mut by_shard: Vec<BTreeMap<(i64, i64), u64>> = vec![BTreeMap::new(); shards];
+            for (span, epoch) in spans {
+                if span.shard < shards && span.first >= 0 {
+                    let highest = by_shard[span.shard].entry((span.first, span.last)).or_insert(*epoch);
+                    *highest = (*highest).max(*epoch);
+                }
+            }
+            by_shard
+        };
+        let others = highest(&recorded.others);
+        let spans = highest(&recorded.spans)
+            .into_iter()
+            .zip(others)
+            .map(|(all, others)| {
+                let overlapped = |(first, last): (i64, i64), epoch: u64| {
+                    all.iter().any(|(&(f, l), &e)| e > epoch && (f, l) != (first, last) && f <= last && first <= l)
+                        || others.iter().any(|(&(f, l), &e)| e > epoch && f <= last && first <= l)
+                };
+                all.iter()
+                    .filter(|&(&span, &e)| !overlapped(span, e))
+                    .map(|(&span, _)| span)
+                    .filter(|&(_, last)| watermark.is_none_or(|w| last > w))
+                    .collect()
+            })
+            .collect();
+        Replay { watermark, spans, epoch }
+    }
+
+    /// The offset to start reading at: `min(watermark + 1, first offset of every recorded span)`,
+    /// or `None` (nothing committed, nothing recorded: the source's reset policy decides).
+    pub fn start(&self) -> Option<i64> {
+        let first = self.spans.iter().filter_map(|s| s.front().map(|&(first, _)| first)).min();
+        match (self.watermark.map(|w| w + 1), first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The number of recorded spans still to replay.
+    pub fn pending(&self) -> usize {
+        self.spans.iter().map(VecDeque::len).sum()
+    }
+
+    /// Where a row of the record at `offset` goes on `shard`. Spans that end before `offset`
+    /// are passed (records arrive in offset order).
+    pub(crate) fn cut(&mut self, shard: usize, offset: i64) -> Cut {
+        match self.next(shard, offset) {
+            Some((first, last)) if first <= offset => Cut::Recorded(first, last),
+            _ if self.watermark.is_some_and(|w| offset <= w) => Cut::Durable,
+            _ => Cut::New,
+        }
+    }
+
+    /// The first offset of the next recorded span of `shard` that ends at or after `offset`.
+    pub(crate) fn next_first(&mut self, shard: usize, offset: i64) -> Option<i64> {
+        self.next(shard, offset).map(|(first, _)| first)
+    }
+
+    /// The first span of `shard` that ends at or after `offset`; the ones before it are passed
+    /// for good (records arrive in offset order), so each is looked at once per record at most.
+    fn next(&mut self, shard: usize, offset: i64) -> Option<(i64, i64)> {
+        let spans = &mut self.spans[shard];
+        while spans.front().is_some_and(|&(_, last)| last < offset) {
+            spans.pop_front();
+        }
+        spans.front().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current(spans: &[(Span, u64)]) -> Recorded {
+        Recorded { spans: spans.to_vec(), ..Recorded::default() }
+    }
+
+    fn span(shard: usize, first: i64, last: i64) -> (Span, u64) {
+        (Span { partition: 0, shard, first, last }, 1)
+    }
+
+    // Invariant 8: the replay starts at the lowest unfinished batch, whole, and never below it.
+    #[test]
+    fn replay_starts_at_the_first_recorded_span_above_the_watermark() {
+        let recorded = [span(0, 100, 200), span(1, 150, 260), span(0, 201, 300), span(1, 10, 90)];
+        let replay = Replay::new(2, Some(160), &current(&recorded), 2);
+        // (10, 90) ends below the watermark: durable, not replayed.
+        assert_eq!(replay.pending(), 3);
+        assert_eq!(replay.start(), Some(100));
+        assert_eq!(Replay::new(2, Some(400), &current(&recorded), 2).start(), Some(401));
+        assert_eq!(Replay::new(2, None, &current(&recorded), 2).start(), Some(10));
+        assert_eq!(Replay::new(2, None, &current(&[]), 2).start(), None);
+    }
+
+    // Invariant 8: a former owner's span that landed after the next owner read the ledger (so it
+    // overlaps that owner's spans, and its batch was never inserted) gives way to the later epoch.
+    #[test]
+    fn overlapping_spans_resolve_for_the_later_owner() {
+        let at = |shard, first, last, epoch| (Span { partition: 0, shard, first, last }, epoch);
+        let recorded = [
+            at(0, 100, 200, 1), // owner 1, durable before the hand-over
+            at(0, 201, 300, 1), // owner 1's stray span
+            at(0, 201, 250, 2), // owner 2 cut these records after reading the ledger
+            at(0, 251, 320, 2),
+            at(0, 100, 200, 2), // owner 2 replayed owner 1's batch: the same span
+            at(1, 150, 170, 1),
+        ];
+        let replay = Replay::new(2, Some(99), &current(&recorded), 3);
+        assert_eq!(replay.spans[0], VecDeque::from([(100, 200), (201, 250), (251, 320)]));
+        assert_eq!(replay.spans[1], VecDeque::from([(150, 170)]));
+        assert_eq!(replay.epoch, 3);
+
+        // A stray span that crosses the watermark: owner 2 inserted (201, 260) and committed up
+        // to 264. The stray (201, 300) of owner 1 is still shown stray by the span below the
+        // watermark, so nothing is replayed from 201.
+        let crossing = [at(0, 201, 300, 1), at(0, 201, 260, 2)];
+        let replay = Replay::new(1, Some(264), &current(&crossing), 3);
+        assert_eq!(replay.pending(), 0);
+        assert_eq!(replay.start(), Some(265));
+
+        // Strays of strays: owner 1's (10, 20) is overlapped by owner 2's stray (15, 30), which
+        // owner 3's (25, 40) overlaps. Both strays go, whether or not (10, 20) overlaps (25, 40).
+        let chain = [at(0, 10, 20, 1), at(0, 15, 30, 2), at(0, 25, 40, 3)];
+        assert_eq!(Replay::new(1, None, &current(&chain), 4).spans[0], VecDeque::from([(25, 40)]));
+
+        // The same span recorded again by a later owner counts with its highest epoch: owner 2's
+        // stray (15, 30) gives way to (10, 20), which owner 3 re-inserted.
+        let again = [at(0, 10, 20, 1), at(0, 15, 30, 2), at(0, 10, 20, 3)];
+        assert_eq!(Replay::new(1, None, &current(&again), 4).spans[0], VecDeque::from([(10, 20)]));
+
+        // Configuration A's stray (10, 30), then configuration B inserted (10, 20) and committed
+        // up to 20, then A again: A's span is not replayed (that would insert 10..20 twice);
+        // 21..30 are new rows, inserted once more only if the stray was not stray after all.
+        let mut switched = current(&[at(0, 10, 30, 1)]);
+        switched.others = vec![at(0, 10, 20, 2)];
+        let replay = Replay::new(1, Some(20), &switched, 3);
+        assert_eq!((replay.pending(), replay.start()), (0, Some(21)));
+    }
+
+    // Invariant 8: rows of recorded spans keep their span; rows at or below the watermark outside
+    // any span of their shard are durable; the rest are new.
+    #[test]
+    fn rows_are_cut_at_the_recorded_spans() {
+        let mut replay = Replay::new(2, Some(160), &current(&[span(0, 100, 200), span(1, 150, 260)]), 2);
+        assert_eq!(replay.cut(0, 100), Cut::Recorded(100, 200));
+        assert_eq!(replay.cut(1, 120), Cut::Durable);
+        assert_eq!(replay.cut(1, 155), Cut::Recorded(150, 260));
+        assert_eq!(replay.next_first(1, 155), Some(150));
+        assert_eq!(replay.cut(0, 201), Cut::New);
+        assert_eq!(replay.cut(1, 261), Cut::New);
+        assert_eq!(replay.pending(), 0);
+    }
+}

@@ -1,0 +1,235 @@
+//! The pipeline thread: polls its lanes, runs the chain, seals chunks, and turns acks into
+//! offsets. Where batches end is its delivery's business (`engine::delivery`).
+//!
+//! `mod.rs` holds the thread and its loop; [`lane`] a lane's state, [`turn`] one lane's turn
+//! (poll, chain, place), [`seal`] sealing and the queue rejection, [`drain`] drains and removal.
+
+mod drain;
+mod lane;
+mod seal;
+mod turn;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::engine::ack::{Ack, Control};
+use crate::engine::chain::Chain;
+use crate::engine::checkpoint::Checkpointer;
+use crate::engine::chunk::Chunk;
+use crate::engine::delivery::{At, Delivery};
+use crate::engine::pipeline::drain::{DrainRequest, SELF_DRAIN};
+use crate::engine::pipeline::lane::LaneState;
+use crate::engine::pipeline::seal::Cutter;
+use crate::engine::shared::Shared;
+
+/// How long an idle thread waits for an ack or a control message before it polls its lanes again.
+/// Short, so a lane whose source has new data is picked up at once ("keeps polling").
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+
+/// Counters kept locally and added to the shared metrics once per loop iteration.
+#[derive(Default)]
+struct Counts {
+    records_in: u64,
+    filtered: u64,
+    errors: u64,
+    tombstones: u64,
+    dead_letters: u64,
+}
+
+pub(crate) struct PipelineThread<C: Chain, D: Delivery> {
+    index: usize,
+    chain: C,
+    delivery: Arc<D>,
+    lanes: Vec<LaneState>,
+    /// What the delivery keeps for each lane, index for index with `lanes`.
+    deliveries: Vec<D::Lane>,
+    control: Receiver<Control>,
+    acks: Receiver<Ack>,
+    ack_tx: Sender<Ack>,
+    queues: Vec<Sender<Chunk>>,
+    shared: Arc<Shared>,
+    drains: Vec<DrainRequest>,
+    next_drain: u64,
+    snapshot: Vec<(usize, u32)>,
+    counts: Counts,
+}
+
+impl<C: Chain, D: Delivery> PipelineThread<C, D> {
+    pub(crate) fn new(
+        index: usize,
+        chain: C,
+        delivery: Arc<D>,
+        control: Receiver<Control>,
+        (ack_tx, acks): (Sender<Ack>, Receiver<Ack>),
+        queues: Vec<Sender<Chunk>>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        PipelineThread {
+            index,
+            chain,
+            delivery,
+            lanes: Vec::new(),
+            deliveries: Vec::new(),
+            control,
+            acks,
+            ack_tx,
+            queues,
+            shared,
+            drains: Vec::new(),
+            next_drain: SELF_DRAIN + 1,
+            snapshot: Vec::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// The thread's loop. It never blocks on a send (Invariant 1); the only wait is the short idle
+    /// `select!` on the ack and control channels.
+    pub(crate) fn run(mut self) {
+        let mut last = Instant::now();
+        loop {
+            let now = Instant::now();
+            let gap = now.duration_since(last).as_nanos() as u64;
+            self.shared.max_loop_gap_ns.fetch_max(gap, Ordering::Relaxed);
+            last = now;
+
+            loop {
+                match self.control.try_recv() {
+                    Ok(msg) => {
+                        if self.handle_control(msg) {
+                            return self.exit();
+                        }
+                    }
+                    Err(crossbeam_channel::TryRecvError::Empty) => break,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => return self.exit(),
+                }
+            }
+            while let Ok(ack) = self.acks.try_recv() {
+                self.handle_ack(ack);
+            }
+
+            let mut busy = false;
+            let stopped = self.shared.fatal.is_set();
+            let high = self.shared.budget.above_high();
+            for i in 0..self.lanes.len() {
+                busy |= self.step_lane(i, high, stopped);
+            }
+            self.finish_drains();
+            self.store_offsets();
+            self.flush_counts();
+
+            if !busy {
+                crossbeam_channel::select! {
+                    recv(self.acks) -> ack => if let Ok(ack) = ack { self.handle_ack(ack) },
+                    recv(self.control) -> msg => match msg {
+                        Ok(msg) => if self.handle_control(msg) { return self.exit() },
+                        Err(_) => return self.exit(),
+                    },
+                    default(IDLE_WAIT) => {}
+                }
+            }
+        }
+    }
+
+    /// Returns true when the thread must exit.
+    fn handle_control(&mut self, msg: Control) -> bool {
+        match msg {
+            Control::AddLane { lane_id, mut lane, replay, fence } => {
+                tracing::info!(thread = self.index, partition = lane.partition(), lane_id, "lane added");
+                let mut checkpointer = Checkpointer::default();
+                let state = self.delivery.open_lane(&mut *lane, &mut checkpointer, self.queues.len(), replay, fence);
+                let fence = D::fence(&state);
+                self.lanes.push(LaneState::new(lane_id, lane, self.queues.len(), checkpointer, fence, &self.shared));
+                self.deliveries.push(state);
+                false
+            }
+            Control::RemoveLanes { partitions, deadline, reply } => {
+                self.start_drain(partitions, deadline, reply);
+                false
+            }
+            Control::Exit => true,
+        }
+    }
+
+    fn handle_ack(&mut self, ack: Ack) {
+        match ack {
+            Ack::Chunks(chunks) => {
+                for (lane_id, first_offset) in chunks {
+                    self.ack_one(lane_id, first_offset);
+                }
+            }
+            Ack::DeadLetter { lane_id, offset } => self.ack_one(lane_id, offset),
+            Ack::Abandoned(chunks) => {
+                for (lane_id, first_offset) in chunks {
+                    if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id) {
+                        lane.checkpointer.abandon(first_offset);
+                    }
+                }
+            }
+        }
+    }
+
+    fn ack_one(&mut self, lane_id: u64, first_offset: i64) {
+        // An ack for a lane that is gone (drained past its deadline) has nothing left to move.
+        if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id)
+            && !lane.checkpointer.ack(first_offset)
+        {
+            tracing::error!(partition = lane.partition, first_offset, "ack for an offset that was never registered");
+        }
+    }
+
+    /// Lets the delivery of lane `i` seal the buffers whose batch ends `at`.
+    fn cut(&mut self, i: usize, at: At) {
+        let PipelineThread { index, lanes, deliveries, queues, shared, .. } = self;
+        let mut cutter = Cutter {
+            thread: *index,
+            i,
+            lanes,
+            queues,
+            shared,
+            pause_when_full: D::PAUSE_WHEN_QUEUE_FULL,
+        };
+        D::cut(&mut deliveries[i], at, &mut cutter);
+    }
+
+    fn store_offsets(&mut self) {
+        for lane in &mut self.lanes {
+            lane.store_offset();
+        }
+    }
+
+    fn flush_counts(&mut self) {
+        let c = std::mem::take(&mut self.counts);
+        let m = &self.shared.metrics;
+        for (counter, n) in [
+            (&m.records_in, c.records_in),
+            (&m.dropped_filtered, c.filtered),
+            (&m.dropped_error, c.errors),
+            (&m.dropped_tombstone, c.tombstones),
+            (&m.dropped_dead_letter, c.dead_letters),
+        ] {
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
+    }
+
+    fn exit(mut self) {
+        self.flush_counts();
+        while let Ok(ack) = self.acks.try_recv() {
+            self.handle_ack(ack);
+        }
+        while !self.lanes.is_empty() {
+            let lane = self.remove_lane(self.lanes.len() - 1);
+            tracing::info!(partition = lane.partition, next_offset = ?lane.checkpointer.stored(), "lane closed");
+        }
+        for request in &mut self.drains {
+            if let Some(reply) = request.reply.take() {
+                let _ = reply.send(std::mem::take(&mut request.results));
+            }
+        }
+        tracing::debug!(thread = self.index, "pipeline thread exits");
+    }
+}

@@ -1,0 +1,136 @@
+//! The contracts a sink implements: `Sink`, which writes batches durably, and `DeadLetter`, where
+//! `errors.policy: dlq` sends failed records.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::engine::ack::Ack;
+use crate::engine::chunk::Batch;
+use crate::engine::errors::SinkError;
+use crate::engine::fatal::FatalSlot;
+use crate::engine::lane::Record;
+use crate::engine::ledger::Ledger;
+
+/// A sink that writes batches durably (Invariant 3): `write` resolves to `Ok` only when the batch is
+/// durable (ClickHouse: the INSERT returned success; file: written and fsynced).
+///
+/// Writes run as tasks on the runtime's small tokio runtime, at most `inflight.max_per_shard` per
+/// shard at a time; the runtime retries [`SinkErrorKind::Retryable`] errors itself.
+pub trait Sink: Send + Sync + 'static {
+    /// Writes one batch to `shard`.
+    fn write(&self, shard: usize, batch: &Batch) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Checks that the sink is reachable; `/readyz` answers 200 only once this succeeded.
+    fn check(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// The ledger that makes batch spans durable for exactly-once; `None` (the default) when the
+    /// sink cannot, which makes `exactly_once` a start-up error.
+    fn ledger(&self) -> Option<Arc<dyn Ledger>> {
+        None
+    }
+}
+
+/// A record that failed in the chain, copied out of the lane for the dead-letter sink.
+#[derive(Debug, Clone)]
+pub struct DeadRecord {
+    /// The raw payload (`None` for a tombstone).
+    pub payload: Option<Vec<u8>>,
+    /// The raw key.
+    pub key: Option<Vec<u8>>,
+    /// The source partition.
+    pub partition: i32,
+    /// The source offset.
+    pub offset: i64,
+    /// The source timestamp in milliseconds.
+    pub timestamp_ms: Option<i64>,
+    /// Why the record failed.
+    pub error: String,
+}
+
+impl DeadRecord {
+    pub(crate) fn from_record(record: &Record<'_>, error: String) -> Self {
+        DeadRecord {
+            payload: record.payload.map(<[u8]>::to_vec),
+            key: record.key.map(<[u8]>::to_vec),
+            partition: record.partition,
+            offset: record.offset,
+            timestamp_ms: record.timestamp_ms,
+            error,
+        }
+    }
+}
+
+/// Where `errors.policy: dlq` sends failed records (`KafkaDeadLetter` writes them to a topic).
+///
+/// `send` must not block the pipeline thread: it hands the record off and calls
+/// [`DeadLetterAck::complete`] later, from any thread, once the write is durable or has failed. The
+/// record's offset counts as done only after a successful completion.
+pub trait DeadLetter: Send + Sync + 'static {
+    /// Hands off one record; `ack` must be completed exactly once.
+    fn send(&self, record: DeadRecord, ack: DeadLetterAck);
+
+    /// Hands off the record at `partition`/`offset` of the source, whose row the sink refused: the
+    /// runtime no longer holds the raw record, so the dead-letter sink reads it again from the
+    /// source (the offset is not committed yet, so it is still there). `ack` as for [`send`].
+    ///
+    /// The default cannot read the source and fails, which stops the pipeline.
+    ///
+    /// [`send`]: DeadLetter::send
+    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
+        let _ = error;
+        ack.complete(Err(SinkError::fatal(format!(
+            "partition {partition} offset {offset}: this dead-letter sink cannot read refused rows' records again"
+        ))));
+    }
+}
+
+/// The completion handle of one dead-letter write. For a record that failed in the chain it
+/// travels over the same unbounded ack channel as chunk acks (Invariant 2); for a row the sink
+/// refused, the batch that held it waits for it before it acknowledges its chunks.
+#[derive(Debug)]
+pub struct DeadLetterAck(AckTarget);
+
+#[derive(Debug)]
+enum AckTarget {
+    Lane {
+        ack: crossbeam_channel::Sender<Ack>,
+        fatal: FatalSlot,
+        lane_id: u64,
+        offset: i64,
+    },
+    Batch(tokio::sync::oneshot::Sender<Result<(), SinkError>>),
+}
+
+impl DeadLetterAck {
+    pub(crate) fn for_lane(
+        ack: crossbeam_channel::Sender<Ack>,
+        fatal: FatalSlot,
+        lane_id: u64,
+        offset: i64,
+    ) -> Self {
+        DeadLetterAck(AckTarget::Lane { ack, fatal, lane_id, offset })
+    }
+
+    pub(crate) fn for_batch() -> (Self, tokio::sync::oneshot::Receiver<Result<(), SinkError>>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (DeadLetterAck(AckTarget::Batch(tx)), rx)
+    }
+
+    /// Reports the outcome of the dead-letter write. An error stops the pipeline (exit code 1)
+    /// without the record's offset ever being stored.
+    pub fn complete(self, result: Result<(), SinkError>) {
+        match (self.0, result) {
+            (AckTarget::Lane { ack, lane_id, offset, .. }, Ok(())) => {
+                // A closed channel means the pipeline thread is gone; nothing is left to store.
+                let _ = ack.send(Ack::DeadLetter { lane_id, offset });
+            }
+            (AckTarget::Lane { fatal, offset, .. }, Err(error)) => {
+                fatal.report(format!("dead-letter write of offset {offset} failed: {error}"))
+            }
+            // A dropped receiver means the batch was abandoned (the pipeline is stopping).
+            (AckTarget::Batch(tx), result) => {
+                let _ = tx.send(result);
+            }
+        }
+    }
+}
