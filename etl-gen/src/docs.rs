@@ -25,7 +25,7 @@ pub fn configuration_markdown() -> String {
     }
     md.push_str(OUTRO);
     md.push_str(EXPRESSIONS);
-    for (name, signature, meaning) in crate::plan::FUNCTIONS {
+    for (name, signature, meaning) in crate::ir::FUNCTIONS {
         md.push_str(&format!("| `{name}` | `{signature}` | {meaning} |\n"));
     }
     md.push_str(TYPES);

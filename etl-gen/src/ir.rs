@@ -1,11 +1,13 @@
-//! The IR between validation and emission: value types, row types and the planned chain.
+//! The IR between validation and emission: value types, row types and typed expressions.
 //!
 //! A row is an ordered list of named, typed fields. The decoder produces the input row
 //! (the reader schema, nested records flattened as `parent_child`); each operator maps a
 //! row type to the next; the last row type is the sink's column list.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
+use crate::expr::{BinOp, Lit, UnOp};
 use crate::schema::{AvroType, RecordType};
 
 /// A value type, as seen by expressions, the encoders and the DDL.
@@ -263,4 +265,80 @@ pub(crate) fn metadata_columns() -> Vec<Column> {
         Column { name: "_offset".into(), ty: Ty::Int64 },
         Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::TimestampMillis)) },
     ]
+}
+
+/// A typed expression.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TExpr {
+    /// What it computes.
+    pub kind: TKind,
+    /// Its type (Nullable when it can be null).
+    pub ty: Ty,
+}
+
+/// Typed expression nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum TKind {
+    /// A literal.
+    Lit(Lit),
+    /// An enum symbol, by index, compared with an enum field.
+    Symbol(u32),
+    /// A row field or metadata field.
+    Field(String),
+    /// A function.
+    Call(Func, Vec<TExpr>),
+    /// `!e` / `-e`.
+    Unary(UnOp, Box<TExpr>),
+    /// `l op r`, operands converted to a common type already.
+    Binary(BinOp, Box<TExpr>, Box<TExpr>),
+    /// A numeric conversion to `ty`.
+    Convert(Box<TExpr>),
+}
+
+/// The built-in functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Func {
+    /// `lower(text)`
+    Lower,
+    /// `upper(text)`
+    Upper,
+    /// `length(text | bytes | array | map)`: characters, bytes or elements.
+    Length,
+    /// `coalesce(a, b, ...)`: the first non-null argument.
+    Coalesce,
+    /// `is_null(x)`
+    IsNull,
+    /// `concat(text, ...)`
+    Concat,
+    /// `abs(number)`
+    Abs,
+}
+
+/// The documented function set: name, signature and meaning.
+pub(crate) const FUNCTIONS: &[(&str, &str, &str)] = &[
+    ("lower", "lower(text) -> string", "lowercase (enums give their symbol)"),
+    ("upper", "upper(text) -> string", "uppercase"),
+    ("length", "length(string | bytes | array | map) -> long", "characters, bytes or elements"),
+    ("coalesce", "coalesce(a, b, ...) -> T", "the first argument that is not null"),
+    ("is_null", "is_null(x) -> bool", "whether a nullable value is null"),
+    ("concat", "concat(text, ...) -> string", "the texts one after another (null counts as empty)"),
+    ("abs", "abs(number) -> number", "the absolute value"),
+];
+
+impl TExpr {
+    /// Adds the fields the expression reads to `out`.
+    pub(crate) fn fields(&self, out: &mut BTreeSet<String>) {
+        match &self.kind {
+            TKind::Field(name) => {
+                out.insert(name.clone());
+            }
+            TKind::Call(_, args) => args.iter().for_each(|a| a.fields(out)),
+            TKind::Unary(_, e) | TKind::Convert(e) => e.fields(out),
+            TKind::Binary(_, l, r) => {
+                l.fields(out);
+                r.fields(out);
+            }
+            TKind::Lit(_) | TKind::Symbol(_) => {}
+        }
+    }
 }

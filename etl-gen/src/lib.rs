@@ -29,6 +29,7 @@ mod schema;
 mod secret;
 mod source_map;
 mod template;
+mod typeck;
 mod units;
 
 pub use diag::{Anchor, Diagnostic, Report, Rule, Severity};

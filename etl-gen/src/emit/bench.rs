@@ -29,7 +29,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
         Wire::Confluent => quote!(5),
         Wire::Raw => quote!(0),
     };
-    let wire = super::main_rs::datagen_wire(&v.model);
+    let wire = super::chain::datagen_wire(&v.model);
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -12,7 +12,7 @@ use quote::quote;
 
 use crate::expr::{BinOp, Lit, UnOp};
 use crate::ir::Ty;
-use crate::plan::{Func, TExpr, TKind};
+use crate::ir::{Func, TExpr, TKind};
 
 /// Field name → the local variable holding it, at one point of the chain.
 pub(super) type Scope = HashMap<String, proc_macro2::Ident>;

@@ -6,8 +6,9 @@
 //! prettyplease; the other files come from templates/ through minijinja.
 
 mod bench;
+mod chain;
 mod expr;
-mod main_rs;
+mod main_fn;
 mod types;
 
 use std::path::{Path, PathBuf};
@@ -90,7 +91,7 @@ pub fn main_rs_tokens(v: &Validated) -> Result<proc_macro2::TokenStream, Error> 
     let schema = v.schema_path.display().to_string();
     let user_files: Vec<(String, String)> =
         v.user_files.iter().map(|f| (format!("user_{}", f.index), f.path.display().to_string())).collect();
-    main_rs::emit(&main_rs::MainInputs {
+    main_rs(&chain::MainInputs {
         pipeline: v,
         config_hash: &v.config_hash,
         version: VERSION,
@@ -116,7 +117,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         files.push(GeneratedFile { path: PathBuf::from("src").join(&dest), contents: file.text.clone().into_bytes() });
         user_files.push((module, dest));
     }
-    let tokens = main_rs::emit(&main_rs::MainInputs {
+    let tokens = main_rs(&chain::MainInputs {
         pipeline: v,
         config_hash: hash,
         version: VERSION,
@@ -183,7 +184,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     files.push(GeneratedFile { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
     let columns: Vec<minijinja::Value> =
         v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
-    let settings: Vec<minijinja::Value> = main_rs::settings(&v.model).map_err(Error::Value)?
+    let settings: Vec<minijinja::Value> = main_fn::settings(&v.model).map_err(Error::Value)?
         .into_iter()
         .map(|(key, template, secret)| {
             // A secret written literally in pipeline.yaml is not repeated in the README.
@@ -220,6 +221,13 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         files.push(GeneratedFile { path: "Cargo.lock".into(), contents: lock.clone() });
     }
     Ok(files)
+}
+
+/// The whole `src/main.rs`, unformatted: the chain, `main`, then the chain's tests.
+fn main_rs(inputs: &chain::MainInputs<'_>) -> Result<proc_macro2::TokenStream, String> {
+    let chain::ChainItems { items, tests } = chain::emit(inputs)?;
+    let main = main_fn::emit(inputs)?;
+    Ok(quote::quote!(#items #main #tests))
 }
 
 /// Items that fail the build when a file the crate was generated from (pipeline.yaml, the

@@ -1,0 +1,340 @@
+//! The `main` of the generated `src/main.rs`: the settings read from the environment
+//! (`SETTINGS`, and a named index for each one `main` reads), and `main` itself, which builds
+//! the runtime configuration, the source, the sink and the chains and calls
+//! `etl_runtime::__private::run`.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::chain::{MainInputs, datagen_wire};
+use crate::model::{ErrorPolicy, Sink, Source, TombstonePolicy, Wire};
+use crate::template::{Part, Template};
+
+/// Every value the binary reads from its environment: key path, template, secret. The
+/// order is the order `--check` prints them in.
+pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
+    let mut out = settings_of(m)?;
+    for (key, _, secret) in &mut out {
+        *secret = crate::secret::is_secret_setting(key);
+    }
+    Ok(out)
+}
+
+/// The settings of [`settings`], before the shared definition decides which are secret.
+fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
+    let mut out = vec![("admin.listen".to_owned(), m.admin.listen.clone(), false)];
+    if let Source::Kafka(k) = &m.source {
+        out.push(("source.kafka.brokers".into(), k.brokers.clone(), false));
+        out.push(("source.kafka.topic".into(), k.topic.clone(), false));
+        out.push(("source.kafka.group_id".into(), k.group_id.clone(), false));
+        for (name, value) in &k.rdkafka {
+            let template =
+                Template::parse(&value.to_text()).map_err(|e| format!("source.kafka.rdkafka.{name}: {e}"))?;
+            out.push((format!("source.kafka.rdkafka.{name}"), template, false));
+        }
+        // The framework's default, shown by `--check` like the properties the user wrote.
+        if !k.rdkafka.contains_key("auto.offset.reset") {
+            let earliest = Template::parse(DEFAULT_AUTO_OFFSET_RESET).expect("a literal");
+            out.push(("source.kafka.rdkafka.auto.offset.reset".into(), earliest, false));
+        }
+    }
+    match &m.sink {
+        Sink::File(f) => out.push(("sink.file.path".into(), f.path.clone(), false)),
+        Sink::Clickhouse(c) => {
+            for (s, shard) in c.shards.iter().enumerate() {
+                for (r, replica) in shard.replicas.iter().enumerate() {
+                    out.push((format!("sink.clickhouse.shards[{s}].replicas[{r}]"), replica.clone(), false));
+                }
+            }
+            out.push(("sink.clickhouse.user".into(), c.user.clone(), false));
+            out.push(("sink.clickhouse.password".into(), c.password.clone(), false));
+            if let Some(ca_file) = &c.ca_file {
+                out.push(("sink.clickhouse.ca_file".into(), ca_file.clone(), false));
+            }
+            for (name, value) in &c.settings {
+                let template =
+                    Template::parse(&value.to_text()).map_err(|e| format!("sink.clickhouse.settings.{name}: {e}"))?;
+                out.push((format!("sink.clickhouse.settings.{name}"), template, false));
+            }
+        }
+    }
+    if let (Some(registry), Wire::Confluent) = (&m.format.avro.registry, m.format.avro.wire) {
+        out.push(("format.avro.registry".into(), registry.clone(), false));
+    }
+    if let (ErrorPolicy::Dlq, Some(topic)) = (&m.errors.policy, &m.errors.dlq_topic) {
+        out.push(("errors.dlq_topic".into(), topic.clone(), false));
+    }
+    Ok(out)
+}
+
+/// Where a partition without a committed offset starts unless `rdkafka:` says otherwise: the
+/// beginning, so a new consumer group never skips what the topic already holds (the runtime's
+/// Kafka source applies the same default to hand-written callers).
+pub(crate) const DEFAULT_AUTO_OFFSET_RESET: &str = "earliest";
+
+fn parts_tokens(t: &Template) -> TokenStream {
+    let parts = t.parts().iter().map(|p| match p {
+        Part::Lit(s) => quote!(rt::Part::Lit(#s)),
+        Part::Var { name, default: Some(d) } => quote!(rt::Part::Var(#name, Some(#d))),
+        Part::Var { name, default: None } => quote!(rt::Part::Var(#name, None)),
+    });
+    quote!(&[#(#parts),*])
+}
+
+/// Emits `SETTINGS` and `main`.
+pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
+    let m = &inputs.pipeline.model;
+    let name = &m.pipeline.name;
+    let version = inputs.version;
+    let hash = inputs.config_hash;
+    let schema_include = inputs.schema_include;
+
+    // Every value read from the environment, with its key, for `--check` and start-up.
+    let settings = settings(m)?;
+    let drain = m.checkpoint.drain_timeout.as_millis();
+    let source = match &m.source {
+        Source::Datagen(d) => {
+            let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
+            let wire = datagen_wire(m);
+            quote!(
+                let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
+                let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
+                    rate: #rate, count: #count, seed: #seed, partitions: #partitions, wire: #wire,
+                }) {
+                    Ok(source) => source,
+                    Err(e) => return rt::startup_error(e),
+                };
+            )
+        }
+        Source::Kafka(k) => {
+            let (commit, startup, stats) =
+                (k.commit_interval.as_millis(), k.startup_timeout.as_millis(), k.statistics_interval.as_millis());
+            quote!(
+                let source = match rt::KafkaSource::new(rt::KafkaSourceConfig {
+                    brokers: resolved.get("source.kafka.brokers").to_owned(),
+                    topic: resolved.get("source.kafka.topic").to_owned(),
+                    group_id: resolved.get("source.kafka.group_id").to_owned(),
+                    commit_interval: ::std::time::Duration::from_millis(#commit),
+                    startup_timeout: ::std::time::Duration::from_millis(#startup),
+                    statistics_interval: ::std::time::Duration::from_millis(#stats),
+                    properties: rdkafka_properties(&resolved),
+                }) {
+                    Ok(source) => source.with_drain_timeout(::std::time::Duration::from_millis(#drain)),
+                    Err(e) => return rt::startup_error(e),
+                };
+            )
+        }
+    };
+    let (sink, shard_count) = match &m.sink {
+        Sink::File(_) => (
+            quote!(
+                let sink = match rt::FileSink::open(resolved.get("sink.file.path")) {
+                    Ok(sink) => sink,
+                    Err(e) => return rt::startup_error(format!("sink.file.path `{}`: {e}", resolved.get("sink.file.path"))),
+                };
+            ),
+            1usize,
+        ),
+        Sink::Clickhouse(c) => {
+            let mut shards = Vec::new();
+            for (s, shard) in c.shards.iter().enumerate() {
+                let mut replicas = Vec::new();
+                for r in 0..shard.replicas.len() {
+                    let key = format!("sink.clickhouse.shards[{s}].replicas[{r}]");
+                    replicas.push(quote!(resolved.get(#key).to_owned()));
+                }
+                shards.push(quote!(vec![#(#replicas),*]));
+            }
+            let (database, table) = (&c.database, &c.table);
+            let timeout = c.timeout.as_millis();
+            let ca_file = match c.ca_file {
+                Some(_) => quote!(Some(resolved.get("sink.clickhouse.ca_file").into())),
+                None => quote!(None),
+            };
+            // The ledger's identity; E0901 made sure the source is Kafka.
+            let exactly_once = if c.exactly_once {
+                quote!(Some(rt::ExactlyOnceConfig {
+                    pipeline: BUILD.pipeline.to_owned(),
+                    topic: resolved.get("source.kafka.topic").to_owned(),
+                    config_hash: BUILD.config_hash.to_owned(),
+                }))
+            } else {
+                quote!(None)
+            };
+            let columns = inputs.pipeline.plan.output.iter().map(|col| {
+                let (name, ty) = (&col.name, col.ty.clickhouse());
+                quote!((#name.to_owned(), #ty.to_owned()))
+            });
+            (
+                quote!(
+                    let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
+                        shards: vec![#(#shards),*],
+                        database: #database.to_owned(),
+                        table: #table.to_owned(),
+                        user: resolved.get("sink.clickhouse.user").to_owned(),
+                        password: resolved.get("sink.clickhouse.password").to_owned(),
+                        settings: resolved
+                            .with_prefix("sink.clickhouse.settings.")
+                            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                            .collect(),
+                        timeout: ::std::time::Duration::from_millis(#timeout),
+                        columns: vec![#(#columns),*],
+                        ca_file: #ca_file,
+                        exactly_once: #exactly_once,
+                    }) {
+                        Ok(sink) => sink,
+                        Err(e) => return rt::startup_error(e),
+                    };
+                ),
+                c.shards.len(),
+            )
+        }
+    };
+    let registry_timeout = m.format.avro.registry_timeout.as_millis();
+    let uses_registry = m.format.avro.registry.is_some() && m.format.avro.wire == Wire::Confluent;
+    let chains = if uses_registry {
+        quote!(
+            let registry = match resolved.get("format.avro.registry").trim() {
+                "" if SCHEMA_IDS.is_empty() => {
+                    return rt::startup_error(
+                        "format.avro.registry resolved to an empty URL and format.avro.schema_id is not set: \
+                         Confluent-framed messages could not be told apart by writer schema; set the registry's \
+                         variable, or set format.avro.schema_id to the reader schema's registry id",
+                    );
+                }
+                "" => None,
+                url => match rt::Registry::new(url, SCHEMA, SCHEMA_IDS, ::std::time::Duration::from_millis(#registry_timeout)) {
+                    Ok(registry) => Some(registry),
+                    Err(e) => return rt::startup_error(format!("format.avro.registry: {e}")),
+                },
+            };
+            let chains = move || Chain { registry: registry.clone() };
+        )
+    } else {
+        quote!(let chains = Chain::default;)
+    };
+    let dead_letter = match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
+        (ErrorPolicy::Dlq, Some(_), Source::Kafka(_)) => {
+            quote!(
+                let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = match rt::KafkaDeadLetter::new(
+                    resolved.get("source.kafka.brokers"),
+                    resolved.get("errors.dlq_topic"),
+                    &rdkafka_properties(&resolved),
+                ) {
+                    Ok(dlq) => Some(::std::sync::Arc::new(dlq.with_source_topic(resolved.get("source.kafka.topic")))),
+                    Err(e) => return rt::startup_error(e),
+                };
+            )
+        }
+        _ => quote!(let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = None;),
+    };
+    let rdkafka_fn = match &m.source {
+        Source::Kafka(_) => quote!(
+            /// The `rdkafka:` passthrough properties, resolved.
+            fn rdkafka_properties(
+                resolved: &rt::Resolved,
+            ) -> ::std::vec::Vec<(::std::string::String, ::std::string::String)> {
+                resolved.with_prefix("source.kafka.rdkafka.").map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+            }
+        ),
+        Source::Datagen(_) => TokenStream::new(),
+    };
+    let flow = m.sink.flow();
+    let bp = &m.backpressure;
+    let threads = match m.pipeline.threads {
+        Some(t) => {
+            let t = t as usize;
+            quote!(#t)
+        }
+        None => quote!(::std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    let (max_inflight, high, low, min_pause) =
+        (bp.max_inflight_bytes.bytes(), bp.high_ratio.to_f64(), bp.low_ratio.to_f64(), bp.min_pause.as_millis());
+    let (max_rows, max_bytes, linger) =
+        (flow.batch.max_rows, flow.batch.max_bytes.bytes(), flow.batch.linger.as_millis());
+    let inflight = flow.inflight.max_per_shard as usize;
+    let chunk = flow.chunk.target_bytes.bytes() as usize;
+    let queue = flow.queue.capacity as usize;
+    let retry = match &m.sink {
+        Sink::Clickhouse(c) => {
+            (c.retry.max_attempts, c.retry.initial_backoff.as_millis(), c.retry.max_backoff.as_millis())
+        }
+        Sink::File(_) => (10, 100, 10_000),
+    };
+    let (attempts, initial, max_backoff) = retry;
+    let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);
+    let policy = match m.errors.policy {
+        ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),
+        ErrorPolicy::Fail => quote!(rt::ErrorPolicy::Fail),
+        ErrorPolicy::Dlq => quote!(rt::ErrorPolicy::DeadLetter),
+    };
+    let tombstones = match m.errors.tombstones {
+        TombstonePolicy::Skip => quote!(rt::TombstonePolicy::Skip),
+        TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
+    };
+    let setting_items = settings.iter().map(|(key, t, _)| {
+        let parts = parts_tokens(t);
+        quote!(rt::Setting { key: #key, parts: #parts })
+    });
+    Ok(quote! {
+        /// The reader schema, compiled in.
+        #[allow(dead_code)]
+        pub(crate) const SCHEMA: &str = include_str!(#schema_include);
+
+        const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
+
+        /// The values read from the environment at start-up.
+        static SETTINGS: &[rt::Setting] = &[#(#setting_items),*];
+
+        fn main() -> ::std::process::ExitCode {
+            let resolved = match rt::start(&BUILD, SETTINGS) {
+                rt::Start::Run(resolved) => resolved,
+                rt::Start::Exit(code) => return code,
+            };
+            rt::init_logging();
+            let admin_listen = match resolved.socket_addr("admin.listen") {
+                Ok(addr) => addr,
+                Err(e) => return rt::startup_error(e),
+            };
+            let config = rt::RuntimeConfig {
+                pipeline: BUILD.pipeline.to_owned(),
+                config_hash: BUILD.config_hash.to_owned(),
+                version: BUILD.version.to_owned(),
+                threads: #threads,
+                shards: #shard_count,
+                backpressure: rt::BackpressureConfig {
+                    max_inflight_bytes: #max_inflight,
+                    high_ratio: #high,
+                    low_ratio: #low,
+                    min_pause: ::std::time::Duration::from_millis(#min_pause),
+                },
+                batch: rt::BatchConfig {
+                    max_rows: #max_rows,
+                    max_bytes: #max_bytes,
+                    linger: ::std::time::Duration::from_millis(#linger),
+                },
+                inflight_per_shard: #inflight,
+                chunk_target_bytes: #chunk,
+                queue_capacity: #queue,
+                retry: rt::RetryConfig {
+                    max_attempts: #attempts,
+                    initial_backoff: ::std::time::Duration::from_millis(#initial),
+                    max_backoff: ::std::time::Duration::from_millis(#max_backoff),
+                },
+                drain_timeout: ::std::time::Duration::from_millis(#drain),
+                error_policy: #policy,
+                tombstones: #tombstones,
+                admin_listen: Some(admin_listen),
+                exactly_once: #exactly_once_runtime,
+                unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
+            };
+            #source
+            #sink
+            #dead_letter
+            #chains
+            rt::run(config, source, chains, sink, dead_letter).into()
+        }
+
+        #rdkafka_fn
+    })
+}

@@ -1,0 +1,375 @@
+//! The type checker of the expression language: a parsed `filter` or `map` expression
+//! ([`crate::expr`]) checked against the row at its place in the chain and turned into a
+//! typed expression ([`crate::ir::TExpr`]) with explicit numeric conversions. Each error is a
+//! diagnostic on the expression, with a marker under the offending part.
+
+use crate::diag::Diagnostic;
+use crate::expr::{self, BinOp, Expr, Lit, UnOp};
+use crate::ir::{Column, FUNCTIONS, Func, TExpr, TKind, Ty, metadata_columns};
+use crate::rules::transform as rules;
+
+/// Parses and types `text` against `row`.
+pub(crate) fn typed(text: &str, path: &str, row: &[Column]) -> Result<TExpr, Vec<Diagnostic>> {
+    let parsed = expr::parse(text).map_err(|e| {
+        vec![
+            Diagnostic::error(&rules::SYNTAX, path, format!("in `{text}`: {}", e.message))
+                .on_value()
+                .note(format!("at: {}", caret(text, &e.span)))
+                .help("see docs/configuration.md for the expression language"),
+        ]
+    })?;
+    let mut cx = Typer { text, path, row, errors: Vec::new() };
+    let e = cx.check(&parsed);
+    match e {
+        Some(e) if cx.errors.is_empty() => Ok(e),
+        _ => Err(cx.errors),
+    }
+}
+
+/// The expression with a marker under `span`, on one line.
+fn caret(text: &str, span: &std::ops::Range<usize>) -> String {
+    let start = span.start.min(text.len());
+    let end = span.end.clamp(start, text.len());
+    format!("{}»{}«{}", &text[..start], &text[start..end], &text[end..])
+}
+
+struct Typer<'a> {
+    text: &'a str,
+    path: &'a str,
+    row: &'a [Column],
+    errors: Vec<Diagnostic>,
+}
+
+fn nullable_if(ty: Ty, nullable: bool) -> Ty {
+    if nullable && !ty.is_nullable() { Ty::Nullable(Box::new(ty)) } else { ty }
+}
+
+impl Typer<'_> {
+    fn error(&mut self, rule: &'static crate::diag::Rule, span: &std::ops::Range<usize>, message: String, help: &str) {
+        self.errors.push(
+            Diagnostic::error(rule, self.path, format!("in `{}`: {message}", self.text))
+                .on_value()
+                .note(format!("at: {}", caret(self.text, span)))
+                .help(help.to_owned()),
+        );
+    }
+
+    fn field(&self, name: &str) -> Option<Ty> {
+        self.row
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.ty.clone())
+            .or_else(|| metadata_columns().into_iter().find(|c| c.name == name).map(|c| c.ty))
+    }
+
+    fn check(&mut self, e: &Expr) -> Option<TExpr> {
+        match e {
+            Expr::Lit(lit, span) => Some(TExpr {
+                ty: match lit {
+                    Lit::Int(_) => Ty::Int64,
+                    Lit::Float(_) => Ty::Float64,
+                    Lit::Str(_) => Ty::String,
+                    Lit::Bool(_) => Ty::Bool,
+                    Lit::Null => {
+                        self.error(
+                            &rules::TYPE_MISMATCH,
+                            span,
+                            "`null` has no type here".into(),
+                            "test for null with is_null(x); supply a default with coalesce(x, default)",
+                        );
+                        return None;
+                    }
+                },
+                kind: TKind::Lit(lit.clone()),
+            }),
+            Expr::Field(name, span) => match self.field(name) {
+                Some(ty) => Some(TExpr { kind: TKind::Field(name.clone()), ty }),
+                None => {
+                    let d = unknown_field(self.path, name, self.row);
+                    self.errors.push(Diagnostic {
+                        message: format!("in `{}`: unknown field `{name}`", self.text),
+                        ..d.on_value().note(format!("at: {}", caret(self.text, span)))
+                    });
+                    None
+                }
+            },
+            Expr::Unary(op, inner, span) => {
+                let inner = self.check(inner)?;
+                match op {
+                    UnOp::Not => {
+                        if inner.ty.non_null() != &Ty::Bool {
+                            self.error(
+                                &rules::TYPE_MISMATCH,
+                                span,
+                                format!("`!` needs a bool, not {}", inner.ty),
+                                "negate a condition",
+                            );
+                            return None;
+                        }
+                        Some(TExpr { kind: TKind::Unary(UnOp::Not, Box::new(inner)), ty: Ty::Bool })
+                    }
+                    UnOp::Neg => {
+                        if !inner.ty.is_numeric() {
+                            self.error(
+                                &rules::TYPE_MISMATCH,
+                                span,
+                                format!("`-` needs a number, not {}", inner.ty),
+                                "negate a number",
+                            );
+                            return None;
+                        }
+                        let nullable = inner.ty.is_nullable();
+                        let inner = self.to_arith(inner);
+                        let ty = nullable_if(inner.ty.non_null().clone(), nullable);
+                        Some(TExpr { kind: TKind::Unary(UnOp::Neg, Box::new(inner)), ty })
+                    }
+                }
+            }
+            Expr::Binary(op, l, r, span) => self.binary(*op, l, r, span),
+            Expr::Call(name, args, span) => self.call(name, args, span),
+        }
+    }
+
+    /// Converts a numeric operand to the arithmetic type: Int64 for integers (timestamps
+    /// and dates count as their ticks), Float64 for floats and decimals.
+    fn to_arith(&self, e: TExpr) -> TExpr {
+        let target = if e.ty.is_integer() { Ty::Int64 } else { Ty::Float64 };
+        self.convert(e, target)
+    }
+
+    fn convert(&self, e: TExpr, target: Ty) -> TExpr {
+        if e.ty.non_null() == &target {
+            return e;
+        }
+        let ty = nullable_if(target, e.ty.is_nullable());
+        TExpr { kind: TKind::Convert(Box::new(e)), ty }
+    }
+
+    fn binary(&mut self, op: BinOp, l: &Expr, r: &Expr, span: &std::ops::Range<usize>) -> Option<TExpr> {
+        // `x == null` is always false by the language's rules; say so instead of compiling it.
+        if op.is_comparison() && (matches!(l, Expr::Lit(Lit::Null, _)) || matches!(r, Expr::Lit(Lit::Null, _))) {
+            self.error(
+                &rules::TYPE_MISMATCH,
+                span,
+                "a comparison with null is always false".into(),
+                "use is_null(x) or !is_null(x)",
+            );
+            return None;
+        }
+        let (lt, rt) = (self.check(l), self.check(r));
+        let (lt, rt) = (lt?, rt?);
+        match op {
+            BinOp::And | BinOp::Or => {
+                for side in [&lt, &rt] {
+                    if side.ty.non_null() != &Ty::Bool {
+                        self.error(
+                            &rules::TYPE_MISMATCH,
+                            span,
+                            format!("`{op}` needs conditions, not {}", side.ty),
+                            "compare values first, e.g. `x > 0`",
+                        );
+                        return None;
+                    }
+                }
+                Some(TExpr { kind: TKind::Binary(op, Box::new(lt), Box::new(rt)), ty: Ty::Bool })
+            }
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem => {
+                if !lt.ty.is_numeric() || !rt.ty.is_numeric() {
+                    self.error(
+                        &rules::TYPE_MISMATCH,
+                        span,
+                        format!("`{op}` needs numbers, not {} and {}", lt.ty, rt.ty),
+                        "use concat() to join texts; arithmetic works on numbers, dates and timestamps",
+                    );
+                    return None;
+                }
+                let nullable = lt.ty.is_nullable() || rt.ty.is_nullable();
+                let float = !lt.ty.is_integer() || !rt.ty.is_integer();
+                let target = if float { Ty::Float64 } else { Ty::Int64 };
+                let (lt, rt) = (self.convert(lt, target.clone()), self.convert(rt, target.clone()));
+                Some(TExpr { kind: TKind::Binary(op, Box::new(lt), Box::new(rt)), ty: nullable_if(target, nullable) })
+            }
+            _ => {
+                // Comparisons.
+                let (ln, rn) = (lt.ty.non_null().clone(), rt.ty.non_null().clone());
+                if lt.ty.is_numeric() && rt.ty.is_numeric() {
+                    let float = !lt.ty.is_integer() || !rt.ty.is_integer();
+                    let target = if float { Ty::Float64 } else { Ty::Int64 };
+                    let (lt, rt) = (self.convert(lt, target.clone()), self.convert(rt, target));
+                    return Some(TExpr { kind: TKind::Binary(op, Box::new(lt), Box::new(rt)), ty: Ty::Bool });
+                }
+                // An enum against a string literal compares symbols; `==`/`!=` by index.
+                let (lt, rt, ln) = if matches!(lt.kind, TKind::Lit(Lit::Str(_))) && matches!(rn, Ty::Enum { .. }) {
+                    (rt, lt, rn.clone())
+                } else {
+                    (lt, rt, ln)
+                };
+                if let (Ty::Enum { symbols, .. }, TKind::Lit(Lit::Str(s))) = (&ln, &rt.kind)
+                    && matches!(op, BinOp::Eq | BinOp::Ne)
+                {
+                    match symbols.iter().position(|x| x == s) {
+                        Some(i) => {
+                            let sym = TExpr { kind: TKind::Symbol(i as u32), ty: ln.clone() };
+                            return Some(TExpr { kind: TKind::Binary(op, Box::new(lt), Box::new(sym)), ty: Ty::Bool });
+                        }
+                        None => {
+                            let message =
+                                format!("'{s}' is not a symbol of the enum (symbols: {})", symbols.join(", "));
+                            self.error(&rules::TYPE_MISMATCH, span, message, "compare with one of the enum's symbols");
+                            return None;
+                        }
+                    }
+                }
+                let rn = rt.ty.non_null().clone();
+                let comparable = (lt.ty.is_text() && rt.ty.is_text())
+                    || (ln == Ty::Bool && rn == Ty::Bool && matches!(op, BinOp::Eq | BinOp::Ne))
+                    || (ln == rn && matches!(ln, Ty::Uuid) && matches!(op, BinOp::Eq | BinOp::Ne));
+                if !comparable {
+                    self.error(
+                        &rules::TYPE_MISMATCH,
+                        span,
+                        format!("cannot compare {} with {}", lt.ty, rt.ty),
+                        "compare values of the same kind",
+                    );
+                    return None;
+                }
+                Some(TExpr { kind: TKind::Binary(op, Box::new(lt), Box::new(rt)), ty: Ty::Bool })
+            }
+        }
+    }
+
+    fn call(&mut self, name: &str, args: &[Expr], span: &std::ops::Range<usize>) -> Option<TExpr> {
+        let func = match name {
+            "lower" => Func::Lower,
+            "upper" => Func::Upper,
+            "length" => Func::Length,
+            "coalesce" => Func::Coalesce,
+            "is_null" => Func::IsNull,
+            "concat" => Func::Concat,
+            "abs" => Func::Abs,
+            _ => {
+                let list: Vec<&str> = FUNCTIONS.iter().map(|f| f.0).collect();
+                self.error(
+                    &rules::UNKNOWN_FUNCTION,
+                    span,
+                    format!("unknown function `{name}`"),
+                    &format!("the functions are {}", list.join(", ")),
+                );
+                return None;
+            }
+        };
+        let typed: Vec<Option<TExpr>> = args.iter().map(|a| self.check(a)).collect();
+        let typed: Vec<TExpr> = typed.into_iter().collect::<Option<_>>()?;
+        let signature = FUNCTIONS.iter().find(|f| f.0 == name).map(|f| f.1).unwrap_or_default();
+        let arity_ok = match func {
+            Func::Coalesce => typed.len() >= 2,
+            Func::Concat => !typed.is_empty(),
+            _ => typed.len() == 1,
+        };
+        if !arity_ok {
+            self.error(
+                &rules::UNKNOWN_FUNCTION,
+                span,
+                format!("wrong number of arguments to `{name}`"),
+                &format!("the signature is {signature}"),
+            );
+            return None;
+        }
+        let bad = |this: &mut Self, t: &TExpr| {
+            this.error(
+                &rules::TYPE_MISMATCH,
+                span,
+                format!("`{name}` does not take {}", t.ty),
+                &format!("the signature is {signature}"),
+            );
+        };
+        let ty = match func {
+            Func::Lower | Func::Upper => {
+                if !typed[0].ty.is_text() {
+                    bad(self, &typed[0]);
+                    return None;
+                }
+                nullable_if(Ty::String, typed[0].ty.is_nullable())
+            }
+            Func::Length => {
+                if !(typed[0].ty.is_text() || matches!(typed[0].ty.non_null(), Ty::Array(_) | Ty::Map(_))) {
+                    bad(self, &typed[0]);
+                    return None;
+                }
+                nullable_if(Ty::Int64, typed[0].ty.is_nullable())
+            }
+            Func::IsNull => {
+                if !typed[0].ty.is_nullable() {
+                    self.error(
+                        &rules::TYPE_MISMATCH,
+                        span,
+                        format!("`{}` is never null ({})", &self.text[args[0].span()], typed[0].ty),
+                        "remove the test",
+                    );
+                    return None;
+                }
+                Ty::Bool
+            }
+            Func::Concat => {
+                for t in &typed {
+                    if !t.ty.is_text() {
+                        bad(self, t);
+                        return None;
+                    }
+                }
+                Ty::String
+            }
+            Func::Abs => {
+                if !typed[0].ty.is_numeric() {
+                    bad(self, &typed[0]);
+                    return None;
+                }
+                let nullable = typed[0].ty.is_nullable();
+                let arg = self.to_arith(typed.into_iter().next().expect("arity checked"));
+                let ty = nullable_if(arg.ty.non_null().clone(), nullable);
+                return Some(TExpr { kind: TKind::Call(func, vec![arg]), ty });
+            }
+            Func::Coalesce => {
+                let numeric = typed.iter().all(|t| t.ty.is_numeric());
+                let first = typed[0].ty.non_null().clone();
+                let all_same = typed.iter().all(|t| t.ty.non_null() == &first);
+                let all_text = typed.iter().all(|t| matches!(t.ty.non_null(), Ty::String));
+                let last_nullable = typed.last().is_some_and(|t| t.ty.is_nullable());
+                if all_same || all_text {
+                    nullable_if(first, last_nullable)
+                } else if numeric {
+                    let float = typed.iter().any(|t| !t.ty.is_integer());
+                    let target = if float { Ty::Float64 } else { Ty::Int64 };
+                    let args: Vec<TExpr> = typed.into_iter().map(|t| self.convert(t, target.clone())).collect();
+                    return Some(TExpr { kind: TKind::Call(func, args), ty: nullable_if(target, last_nullable) });
+                } else {
+                    let kinds: Vec<String> = typed.iter().map(|t| t.ty.to_string()).collect();
+                    self.error(
+                        &rules::TYPE_MISMATCH,
+                        span,
+                        format!("`coalesce` needs arguments of one type, not {}", kinds.join(", ")),
+                        "make the arguments the same type",
+                    );
+                    return None;
+                }
+            }
+        };
+        Some(TExpr { kind: TKind::Call(func, typed), ty })
+    }
+}
+
+/// The names of a row's fields, for notes.
+pub(crate) fn names(row: &[Column]) -> String {
+    row.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// An unknown field, with the nearest name of the row as a suggestion.
+pub(crate) fn unknown_field(path: &str, name: &str, row: &[Column]) -> Diagnostic {
+    let near = crate::diag::nearest(name, row.iter().map(|c| c.name.as_str()));
+    let d = Diagnostic::error(&rules::UNKNOWN_FIELD, path, format!("unknown field `{name}`"))
+        .note(format!("fields here: {}", names(row)));
+    match near {
+        Some(n) => d.help(format!("did you mean `{n}`?")),
+        None => d.help("use a field of the row at this point of the chain"),
+    }
+}
