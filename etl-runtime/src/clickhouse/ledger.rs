@@ -5,7 +5,7 @@
 
 use ::clickhouse::Client;
 
-use super::Failure;
+use crate::clickhouse::insert::Failure;
 use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
 use crate::engine::errors::SinkError;
 

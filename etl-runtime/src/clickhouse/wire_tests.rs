@@ -10,6 +10,7 @@ use std::sync::mpsc::Receiver;
 
 use super::*;
 use crate::engine::chunk::{Chunk, ChunkOrigin};
+use crate::engine::errors::SinkErrorKind;
 
 /// How the fake server answers.
 #[derive(Clone)]

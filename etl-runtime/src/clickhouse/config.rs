@@ -1,0 +1,64 @@
+//! `sink.clickhouse` as the generated `main` hands it over, and what of it may be shown.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::clickhouse::ledger::ExactlyOnceConfig;
+use crate::secret::redact_url;
+
+/// Settings the sink sets itself; `settings` may not contain them.
+pub(super) const OWNED_SETTINGS: &[&str] = &[
+    "wait_end_of_query",
+    "insert_deduplication_token",
+    "query",
+    "database",
+    "default_format",
+    "decompress",
+    "compress",
+    "user",
+    "password",
+];
+
+/// `sink.clickhouse` with its `${VAR}`s resolved: what the generated `main` passes to
+/// [`ClickhouseSink::new`].
+#[derive(Clone)]
+pub struct ClickhouseSinkConfig {
+    /// `shards[].replicas`: the replica URLs of each shard (`http://` or `https://`).
+    pub shards: Vec<Vec<String>>,
+    /// `database`.
+    pub database: String,
+    /// `table`: the table on every shard (a local table, not a `Distributed` one).
+    pub table: String,
+    /// `user`.
+    pub user: String,
+    /// `password`; never logged.
+    pub password: String,
+    /// `settings`: ClickHouse settings sent with every insert, verbatim.
+    pub settings: Vec<(String, String)>,
+    /// `timeout`: the bound on one insert request, from connecting to the server's answer.
+    pub timeout: Duration,
+    /// The columns the pipeline writes, in row order: (name, ClickHouse type).
+    pub columns: Vec<(String, String)>,
+    /// `ca_file`: PEM certificates trusted for `https://` replicas besides Mozilla's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// `exactly_once: true`: the ledger's identity (`None`: at-least-once).
+    pub exactly_once: Option<ExactlyOnceConfig>,
+}
+
+impl fmt::Debug for ClickhouseSinkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shards: Vec<Vec<String>> = self.shards.iter().map(|s| s.iter().map(|u| redact_url(u)).collect()).collect();
+        f.debug_struct("ClickhouseSinkConfig")
+            .field("shards", &shards)
+            .field("database", &self.database)
+            .field("table", &self.table)
+            .field("user", &self.user)
+            .field("password", &if self.password.is_empty() { "" } else { "********" })
+            .field("settings", &self.settings)
+            .field("timeout", &self.timeout)
+            .field("columns", &self.columns)
+            .field("ca_file", &self.ca_file)
+            .field("exactly_once", &self.exactly_once)
+            .finish()
+    }
+}
