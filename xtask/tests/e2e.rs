@@ -6,7 +6,7 @@
 //! topic and group; they run one at a time (see `support::serial`). Every process's log is kept in
 //! `target/e2e-logs/`; each scenario prints its wall time and what it measured.
 
-#[path = "e2e/support.rs"]
+#[path = "e2e/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,95 @@
+//! The driver's side of the raw limits of `cargo xtask bench`: the `bench-raw consume` and
+//! `bench-raw insert` children started with the flagship's settings, and their results read
+//! back. What the children themselves do is in `raw.rs`.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::bail;
+
+use super::load::{Load, LoadMeter};
+use super::rates::{per_million, per_second};
+use super::services::{Infra, recreate_table, xtask};
+use super::variants::Variant;
+use super::{BenchArgs, RAW_TABLE, cores, http, raw};
+
+/// The raw source limit: `bench-raw consume` of the whole topic, with the threads the pipeline
+/// would have.
+pub(crate) fn consume(args: &BenchArgs, infra: &Infra, main: &Variant, topic: &str) -> anyhow::Result<Raw> {
+    run_raw(
+        infra,
+        bench_raw().args(["consume", "--brokers", &infra.brokers, "--topic", topic]).args([
+            "--partitions",
+            &args.partitions.to_string(),
+            "--records",
+            &args.records.to_string(),
+            "--threads",
+            // Unset means one per core at run time, as the pipeline would have.
+            &main.validated.model.pipeline.threads.map_or_else(cores, u64::from).to_string(),
+        ]),
+        args.records,
+    )
+}
+
+/// The raw sink limit: the rows the pipeline wrote, read back per shard as RowBinary into
+/// `work/rows-SHARD.bin` and inserted by `bench-raw insert` into [`RAW_TABLE`] with the
+/// pipeline's batch and in-flight settings. The caller removes the files.
+pub(crate) fn insert(args: &BenchArgs, infra: &Infra, main: &Variant, work: &Path) -> anyhow::Result<Raw> {
+    let ddl = etl_gen::ddl::create_table(&main.validated).map_err(anyhow::Error::msg)?;
+    let raw_ddl = ddl.replace(&format!("`default`.`{}`", main.table), &format!("`default`.`{RAW_TABLE}`"));
+    let mut insert = bench_raw();
+    insert.args(["insert", "--table", RAW_TABLE]);
+    for (shard, url) in infra.clickhouse.iter().enumerate() {
+        recreate_table(url, RAW_TABLE, &raw_ddl)?;
+        let rows = http::clickhouse(url, &format!("SELECT * FROM default.`{}` FORMAT RowBinary", main.table))?;
+        let file = work.join(format!("rows-{shard}.bin"));
+        fs::write(&file, rows)?;
+        insert.arg("--url").arg(url).arg("--data").arg(&file);
+    }
+    let flow = main.validated.model.sink.flow();
+    insert.args([
+        "--batch-bytes",
+        &flow.batch.max_bytes.bytes().to_string(),
+        "--batch-rows",
+        &flow.batch.max_rows.to_string(),
+        "--inflight",
+        &flow.inflight.max_per_shard.to_string(),
+    ]);
+    eprintln!("bench: raw inserter");
+    run_raw(infra, &mut insert, args.records)
+}
+
+/// A raw measurement: the child's `bench-result` values and the phase's load.
+pub(crate) struct Raw {
+    pub(crate) records: u64,
+    pub(crate) values: std::collections::BTreeMap<String, f64>,
+    pub(crate) load: Load,
+}
+
+impl Raw {
+    pub(crate) fn records_per_second(&self) -> f64 {
+        per_second(self.records as f64, self.values["seconds"])
+    }
+
+    pub(crate) fn cpu_per_million(&self) -> f64 {
+        per_million(self.values["cpu_seconds"], self.records)
+    }
+}
+
+fn run_raw(infra: &Infra, command: &mut Command, records: u64) -> anyhow::Result<Raw> {
+    let meter = LoadMeter::start(infra);
+    let output = command.stderr(Stdio::inherit()).output()?;
+    if !output.status.success() {
+        bail!("{command:?} failed ({})", output.status);
+    }
+    let values = raw::parse_result(&String::from_utf8_lossy(&output.stdout))?;
+    let client = values.get("cpu_total_seconds").or(values.get("cpu_seconds")).copied().unwrap_or(0.0);
+    Ok(Raw { records, values, load: meter.finish(client) })
+}
+
+fn bench_raw() -> Command {
+    let mut command = xtask();
+    command.arg("bench-raw");
+    command
+}

@@ -1,0 +1,223 @@
+//! One pipeline run of `cargo xtask bench`: the variant's binary started on the topic, /metrics
+//! scraped until every record is done, its CPU time and peak RSS read before SIGTERM, and the
+//! rows in ClickHouse checked against what it counted.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use super::load::{Load, LoadMeter};
+use super::rates::{per_million, per_second, rates, steady_rate};
+use super::services::{Infra, recreate_table};
+use super::variants::Variant;
+use super::{http, nanos, procfs, prom};
+
+/// One scrape of the pipeline's /metrics, at `t` seconds after it was started.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sample {
+    pub(crate) t: f64,
+    pub(crate) records_in: f64,
+    /// Records finished: rows durably written plus records that made no row.
+    pub(crate) done: f64,
+    pub(crate) rows_out: f64,
+    pub(crate) inflight: f64,
+    pub(crate) pauses: f64,
+}
+
+impl Sample {
+    fn of(t: f64, s: &prom::Scrape) -> Sample {
+        let rows_out = s.sum("etl_records_out_total");
+        Sample {
+            t,
+            records_in: s.sum("etl_records_in_total"),
+            done: rows_out + s.sum("etl_records_dropped_total"),
+            rows_out,
+            inflight: s.sum("etl_backpressure_inflight_bytes"),
+            pauses: s.sum("etl_backpressure_pause_events_total"),
+        }
+    }
+}
+
+/// What one pipeline run measured.
+pub(crate) struct Run {
+    pub(crate) records: u64,
+    pub(crate) samples: Vec<Sample>,
+    /// Seconds after the start when the first record was in, and when the last was done.
+    pub(crate) first_in: f64,
+    pub(crate) done_at: f64,
+    pub(crate) rows_out: f64,
+    pub(crate) pauses: f64,
+    pub(crate) batch_rows_mean: f64,
+    pub(crate) cpu_seconds: f64,
+    pub(crate) peak_rss: u64,
+    pub(crate) exit: String,
+    pub(crate) load: Load,
+}
+
+impl Run {
+    pub(crate) fn seconds(&self) -> f64 {
+        self.done_at - self.first_in
+    }
+
+    pub(crate) fn records_per_second(&self) -> f64 {
+        per_second(self.records as f64, self.seconds())
+    }
+
+    pub(crate) fn cpu_per_million(&self) -> f64 {
+        per_million(self.cpu_seconds, self.records)
+    }
+
+    /// Records done per second between 10% and 90% of them: without the start and the tail (the
+    /// last batches wait for their linger).
+    pub(crate) fn steady_records_per_second(&self) -> f64 {
+        steady_rate(&self.series(|s| s.done), self.records as f64)
+    }
+
+    /// Records taken from Kafka per second, from the first to the last.
+    pub(crate) fn intake_records_per_second(&self) -> f64 {
+        let end = self.samples.iter().find(|s| s.records_in >= self.records as f64).map_or(self.done_at, |s| s.t);
+        per_second(self.records as f64, end - self.first_in)
+    }
+
+    pub(crate) fn pauses_per_second(&self) -> f64 {
+        per_second(self.pauses, self.seconds())
+    }
+
+    /// `f` of the samples, against seconds since the first record.
+    pub(crate) fn series(&self, f: impl Fn(&Sample) -> f64) -> Vec<(f64, f64)> {
+        self.samples.iter().filter(|s| s.t >= self.first_in).map(|s| (s.t - self.first_in, f(s))).collect()
+    }
+
+    /// The rate of counter `f` between consecutive samples.
+    pub(crate) fn rate(&self, f: impl Fn(&Sample) -> f64) -> Vec<(f64, f64)> {
+        rates(&self.series(f))
+    }
+}
+
+pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64, logs: &Path) -> anyhow::Result<Run> {
+    let ddl = etl_gen::ddl::create_table(&v.validated).map_err(anyhow::Error::msg)?;
+    for url in &infra.clickhouse {
+        recreate_table(url, &v.table, &ddl)?;
+    }
+    let admin = TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
+    let log = logs.join(format!("{}.log", v.label));
+    let file = fs::File::create(&log)?;
+    let group = format!("bench-{}-{}-{}", v.label, std::process::id(), nanos());
+    eprintln!("bench: {} ({}), log {}", v.label, v.binary.display(), log.display());
+    let meter = LoadMeter::start(infra);
+    let spawned = Instant::now();
+    let mut child = KillOnDrop(
+        Command::new(&v.binary)
+            .env("KAFKA_BROKERS", &infra.brokers)
+            .env("CLICKHOUSE_URL", &infra.clickhouse[0])
+            .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
+            .env("ORDERS_TOPIC", topic)
+            .env("ORDERS_GROUP", &group)
+            .env("ADMIN_LISTEN", &admin)
+            .env("RUST_LOG", "info")
+            .env_remove("SCHEMA_REGISTRY_URL")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", v.binary.display()))?,
+    );
+    let pid = child.0.id();
+    let tail = || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    let (mut samples, mut first_in, mut kept_at) = (Vec::new(), None, f64::NEG_INFINITY);
+    let (mut progress, mut progress_at) = (0.0, Instant::now());
+    let (last, cpu_seconds, peak_rss) = loop {
+        if let Some(status) = child.0.try_wait()? {
+            bail!("{} exited ({status}) before the end:\n{}", v.label, tail());
+        }
+        let t = spawned.elapsed().as_secs_f64();
+        if let Some(scrape) = scrape(&admin) {
+            let sample = Sample::of(t, &scrape);
+            if first_in.is_none() && sample.records_in > 0.0 {
+                first_in = Some(t);
+            }
+            let finished = sample.done >= records as f64;
+            // Scrapes every 50 ms time the ends closely; the plot needs only every 250 ms.
+            if t - kept_at >= 0.25 || finished {
+                samples.push(sample);
+                kept_at = t;
+            }
+            if sample.done > progress {
+                (progress, progress_at) = (sample.done, Instant::now());
+            }
+            if finished {
+                // Before SIGTERM: the shutdown is not part of the work.
+                let cpu = procfs::cpu_seconds(pid).unwrap_or(0.0);
+                break (scrape, cpu, procfs::peak_rss(pid));
+            }
+        }
+        if progress_at.elapsed() > Duration::from_secs(120) {
+            bail!("{}: no record done for 120 s ({progress} of {records}):\n{}", v.label, tail());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let load = meter.finish(cpu_seconds);
+    let end = *samples.last().expect("the last sample is kept");
+    let first_in = first_in.unwrap_or(0.0);
+    let pauses_before = samples.iter().find(|s| s.t >= first_in).map_or(0.0, |s| s.pauses);
+    let batch_rows_mean = last.sum("etl_sink_batch_rows_sum") / last.sum("etl_sink_batch_rows_count").max(1.0);
+    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(status) = child.0.try_wait()? {
+            break status.to_string();
+        }
+        if Instant::now() > deadline {
+            break "still running 60 s after SIGTERM (killed)".to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stored = 0.0;
+    for url in &infra.clickhouse {
+        let count = http::clickhouse_text(url, &format!("SELECT count() FROM default.`{}`", v.table))?;
+        stored += count.trim().parse::<f64>()?;
+    }
+    if stored != end.rows_out {
+        bail!("{}: {stored} rows in ClickHouse, the pipeline counted {}", v.label, end.rows_out);
+    }
+    Ok(Run {
+        records,
+        first_in,
+        done_at: end.t,
+        rows_out: end.rows_out,
+        pauses: end.pauses - pauses_before,
+        batch_rows_mean,
+        cpu_seconds,
+        peak_rss,
+        exit,
+        load,
+        samples,
+    })
+}
+
+fn scrape(admin: &str) -> Option<prom::Scrape> {
+    match http::request(admin, "GET", "/metrics", b"") {
+        Ok((200, body)) => Some(prom::Scrape::parse(&String::from_utf8_lossy(&body))),
+        _ => None,
+    }
+}
+
+/// Kills the child if the bench stops early, so no pipeline outlives it.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The Markdown report of `cargo xtask bench`: the three cases side by side, the ratios
+//! docs/BENCHMARKS.md quotes, the exactly-once and sizing-rule comparisons, and the memory bound.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use super::load::Load;
+use super::rates::{cpu_target, per_second, ratio_to_limit};
+use super::variants::Variant;
+use super::{BenchArgs, MIB, Measured};
+
+pub(crate) fn report(
+    args: &BenchArgs,
+    m: &Measured,
+    variants: &[Variant],
+    memory_bound: u64,
+    produce_seconds: f64,
+    memory_text: &str,
+) -> String {
+    let mib = |b: f64| b / MIB;
+    let mut out = String::new();
+    let (c, i, p) = (&m.consume, &m.insert, &m.pipeline);
+    let _ = writeln!(
+        out,
+        "cargo xtask bench --records {} --partitions {}{}\n",
+        args.records,
+        args.partitions,
+        if args.no_sizing {
+            " --no-sizing".to_owned()
+        } else {
+            args.unsafe_budget.iter().map(|b| format!(" --unsafe-budget {b}")).collect()
+        }
+    );
+    let _ = writeln!(out, "at {}\n", git_state());
+    let _ = writeln!(
+        out,
+        "{} records ({} partitions) produced in {produce_seconds:.1} s; {} rows written ({:.1}% of the records passed \
+         the filter).\n",
+        args.records,
+        args.partitions,
+        p.rows_out,
+        100.0 * p.rows_out / args.records as f64
+    );
+    let _ = writeln!(out, "| case | records/s | seconds | CPU s / M records | peak RSS | other load |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let row = |out: &mut String, name: &str, rate: f64, secs: f64, cpu: f64, rss: f64, load: &Load| {
+        let _ = writeln!(
+            out,
+            "| {name} | {rate:.0} | {secs:.2} | {cpu:.2} | {:.0} MiB | {:.2} cores (servers {:.2}) |",
+            mib(rss),
+            load.other_cores(),
+            load.server_cores()
+        );
+    };
+    row(
+        &mut out,
+        "(a) raw source: librdkafka consume-and-discard",
+        c.records_per_second(),
+        c.values["seconds"],
+        c.cpu_per_million(),
+        c.values["peak_rss"],
+        &c.load,
+    );
+    row(
+        &mut out,
+        "(b) raw sink: clickhouse crate, RowBinary inserts",
+        i.records_per_second(),
+        i.values["seconds"],
+        i.cpu_per_million(),
+        i.values["peak_rss"],
+        &i.load,
+    );
+    row(
+        &mut out,
+        "(c) the pipeline (flagship)",
+        p.records_per_second(),
+        p.seconds(),
+        p.cpu_per_million(),
+        p.peak_rss as f64,
+        &p.load,
+    );
+    let limit = c.records_per_second().min(i.records_per_second());
+    let ratio = ratio_to_limit(p.records_per_second(), c.records_per_second(), i.records_per_second());
+    let target = cpu_target(c.cpu_per_million(), i.cpu_per_million());
+    let _ = writeln!(out);
+    let _ = writeln!(out, "- pipeline / min(a, b) = {:.0} / {limit:.0} = **{ratio:.2}**", p.records_per_second());
+    let _ = writeln!(
+        out,
+        "- CPU: pipeline {:.2} s/M records vs target 1.25 × ({:.2} + {:.2}) = {target:.2} s/M: **{}** ({:.2}×)",
+        p.cpu_per_million(),
+        c.cpu_per_million(),
+        i.cpu_per_million(),
+        if p.cpu_per_million() <= target { "met" } else { "missed" },
+        p.cpu_per_million() / target
+    );
+    let _ = writeln!(
+        out,
+        "- peak RSS (VmHWM before SIGTERM) {:.0} MiB vs `gen --memory --partitions {}` bound {:.0} MiB ({:.0}%)",
+        mib(p.peak_rss as f64),
+        args.partitions,
+        mib(memory_bound as f64),
+        100.0 * p.peak_rss as f64 / memory_bound as f64
+    );
+    let _ = writeln!(
+        out,
+        "- pipeline: steady (10% to 90% of the records done) {:.0} records/s; taken from Kafka at {:.0} records/s; \
+         first record {:.2} s after start (joining the group), {:.0} records/s counting that; mean batch {:.0} rows \
+         (raw inserter: {:.0} rows in {} batches); {:.1} pause events/s; exit {}",
+        p.steady_records_per_second(),
+        p.intake_records_per_second(),
+        p.first_in,
+        per_second(p.records as f64, p.done_at),
+        p.batch_rows_mean,
+        i.values["rows"],
+        i.values["batches"],
+        p.pauses_per_second(),
+        p.exit
+    );
+    let _ = writeln!(
+        out,
+        "- raw consumer: first message {:.2} s after assign; messages of {:.1} payload bytes on average",
+        c.values["startup_seconds"],
+        c.values["payload_bytes"] / c.records as f64
+    );
+    let _ = writeln!(
+        out,
+        "- raw inserter: {:.1} MB of RowBinary ({:.1} bytes per row), {:.1} MB/s; its peak RSS holds all of it",
+        i.values["bytes"] / 1e6,
+        i.values["bytes"] / i.values["rows"],
+        i.values["bytes"] / 1e6 / i.values["seconds"]
+    );
+    if let Some((eo, budget)) = &m.exactly_once {
+        let _ =
+            writeln!(out, "\nExactly-once (the same records, `exactly_once: true`, budget {} MiB):\n", budget >> 20);
+        let _ =
+            writeln!(out, "| mode | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for (name, run) in [("at-least-once", p), ("exactly-once", eo)] {
+            let _ = writeln!(
+                out,
+                "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} MiB |",
+                run.records_per_second(),
+                run.steady_records_per_second(),
+                run.cpu_per_million(),
+                run.batch_rows_mean,
+                mib(run.peak_rss as f64)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n- exactly-once / at-least-once: **{:.2}×** records/s, {:.2}× CPU per record",
+            eo.records_per_second() / p.records_per_second(),
+            eo.cpu_per_million() / p.cpu_per_million()
+        );
+    }
+    if let Some(fit) = m.sizing.first() {
+        let _ = writeln!(out, "\nSizing rule (the same saturated run, {} records):\n", args.records);
+        let _ = writeln!(
+            out,
+            "| budget | rule | records/s | steady records/s | vs the minimum | pause events/s | CPU s / M records | \
+             peak RSS | exit |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        for (run, v) in m.sizing.iter().zip(variants.iter().skip(1)) {
+            let _ = writeln!(
+                out,
+                "| {} MiB | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.0} MiB | {} |",
+                v.budget() >> 20,
+                if v.label == "fit" { "holds (its minimum)" } else { "broken" },
+                run.records_per_second(),
+                run.steady_records_per_second(),
+                run.records_per_second() / fit.records_per_second(),
+                run.pauses_per_second(),
+                run.cpu_per_million(),
+                mib(run.peak_rss as f64),
+                run.exit
+            );
+        }
+        let loads: Vec<String> = m.sizing.iter().map(|r| format!("{:.2}", r.load.other_cores())).collect();
+        let _ = writeln!(out, "\n- other load during these runs: {} cores", loads.join(" / "));
+    }
+    let _ = writeln!(
+        out,
+        "\n`gen --memory --partitions {}` of the pipeline:\n\n```text\n{memory_text}```",
+        args.partitions
+    );
+    out
+}
+
+/// The commit measured, and whether the work tree had changes on top of it (what was built).
+fn git_state() -> String {
+    let output =
+        Command::new("git").current_dir(crate::workspace_root()).args(["describe", "--always", "--dirty"]).output();
+    output
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or("an unknown commit".into(), |s| format!("commit {}", s.trim()))
+}

@@ -1,0 +1,97 @@
+//! The services and processes every phase of `cargo xtask bench` uses: the release xtask that
+//! runs each child, the addresses and server pids of `cargo xtask infra up`, and the tables and
+//! topic a run creates on them.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::http;
+
+/// The services of `cargo xtask infra up`.
+pub(crate) struct Infra {
+    pub(crate) brokers: String,
+    pub(crate) clickhouse: Vec<String>,
+    /// Broker and ClickHouse processes, for their CPU time.
+    pub(crate) server_pids: Vec<u32>,
+}
+
+/// xtask built with `--release`, which runs every child of the bench: a debug librdkafka or lz4
+/// would understate the raw limits several times over, and a copy of its own keeps the bench
+/// going when someone rebuilds `target/debug/xtask` under it.
+pub(crate) fn release_xtask() -> anyhow::Result<PathBuf> {
+    let root = crate::workspace_root();
+    let status = Command::new(crate::test::cargo())
+        .current_dir(&root)
+        .args(["build", "--release", "--quiet", "--package", "xtask"])
+        .status()?;
+    if !status.success() {
+        bail!("cargo build --release --package xtask failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let copy = target.join(format!("etl-bench-e2e/xtask-{}", std::process::id()));
+    fs::create_dir_all(copy.parent().expect("a directory"))?;
+    fs::copy(target.join("release/xtask"), &copy)?;
+    Ok(copy)
+}
+
+pub(crate) static XTASK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The release xtask of this run, in the workspace root.
+pub(crate) fn xtask() -> Command {
+    let mut command = Command::new(XTASK.get().expect("release_xtask ran first"));
+    command.current_dir(crate::workspace_root());
+    command
+}
+
+/// `cargo xtask infra up` (idempotent): the addresses it prints and the pids it recorded.
+pub(crate) fn infra_up() -> anyhow::Result<Infra> {
+    let output = xtask().args(["infra", "up"]).stderr(Stdio::inherit()).output()?;
+    if !output.status.success() {
+        bail!("cargo xtask infra up failed ({})", output.status);
+    }
+    let stdout = String::from_utf8(output.stdout)?;
+    let value = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.trim_start_matches("export ").strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_owned)
+            .with_context(|| format!("no {key}= in the output of infra up:\n{stdout}"))
+    };
+    let server_pids = ["kafka", "clickhouse", "clickhouse-2"]
+        .iter()
+        .filter_map(|name| fs::read_to_string(crate::infra::state_dir().join(format!("{name}.pid"))).ok())
+        .filter_map(|pid| pid.trim().parse().ok())
+        .collect();
+    Ok(Infra {
+        brokers: value("KAFKA_BROKERS")?,
+        clickhouse: vec![value("CLICKHOUSE_URL")?, value("CLICKHOUSE_URL_2")?],
+        server_pids,
+    })
+}
+
+/// Drops `table` (and an exactly-once ledger next to it) and runs each statement of `ddl`.
+pub(crate) fn recreate_table(url: &str, table: &str, ddl: &str) -> anyhow::Result<()> {
+    http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"))?;
+    http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}_etl_batches` SYNC"))?;
+    for statement in etl_gen::ddl::statements(ddl) {
+        http::clickhouse(url, statement)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<_> = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in runtime.block_on(admin.delete_topics(&[topic], &options))? {
+        if let Err((name, code)) = result {
+            bail!("deleting {name}: {code}");
+        }
+    }
+    Ok(())
+}

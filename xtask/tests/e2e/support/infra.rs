@@ -1,0 +1,90 @@
+//! Where the services of the scenarios are: `cargo xtask infra up`'s broker and ClickHouse
+//! servers (or the environment's), and which broker the helpers' Kafka clients talk to.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rdkafka::ClientConfig;
+
+use super::xtask;
+
+/// Where the services are.
+#[derive(Debug, Clone)]
+pub struct Infra {
+    pub brokers: String,
+    pub clickhouse: [String; 2],
+    /// The TLS services (`KAFKA_TLS_BROKERS`, `CLICKHOUSE_HTTPS_URL`, `ETL_INFRA_CA_FILE`), as
+    /// `infra up` prints them; empty when the services came from the environment.
+    pub tls: Vec<(String, String)>,
+}
+
+/// `$KAFKA_BROKERS`, `$CLICKHOUSE_URL` and `$CLICKHOUSE_URL_2` if all are set; otherwise what
+/// `cargo xtask infra up` (idempotent) prints. Once per test binary.
+pub fn infra() -> &'static Infra {
+    static INFRA: OnceLock<Infra> = OnceLock::new();
+    INFRA.get_or_init(|| {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let (Some(b), Some(c1), Some(c2)) = (env("KAFKA_BROKERS"), env("CLICKHOUSE_URL"), env("CLICKHOUSE_URL_2")) {
+            return Infra { brokers: b, clickhouse: [c1, c2], tls: Vec::new() };
+        }
+        let output = xtask().args(["infra", "up"]).output().expect("running cargo xtask infra up");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "cargo xtask infra up failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let value = |key: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.trim_start_matches("export ").strip_prefix(key)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("no {key}= in the output of infra up:\n{stdout}"))
+                .to_owned()
+        };
+        let tls = ["KAFKA_TLS_BROKERS", "CLICKHOUSE_HTTPS_URL", "ETL_INFRA_CA_FILE"]
+            .into_iter()
+            .map(|key| (key.to_owned(), value(key)))
+            .collect();
+        Infra { brokers: value("KAFKA_BROKERS"), clickhouse: [value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2")], tls }
+    })
+}
+
+impl Infra {
+    fn tls_value(&self, key: &str) -> &str {
+        let found = self.tls.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        found.unwrap_or_else(|| panic!("the TLS scenario needs the services of `cargo xtask infra up` ({key})"))
+    }
+}
+
+/// While a scenario holds the guard of [`use_tls_broker`], the helpers' Kafka clients talk to the
+/// broker behind the TLS front. Scenarios run one at a time (`serial`), so one flag suffices.
+static TLS_BROKER: AtomicBool = AtomicBool::new(false);
+
+/// Points the helpers at the TLS broker until the guard is dropped.
+pub fn use_tls_broker() -> TlsBrokerGuard {
+    TLS_BROKER.store(true, Ordering::SeqCst);
+    TlsBrokerGuard
+}
+
+pub struct TlsBrokerGuard;
+
+impl Drop for TlsBrokerGuard {
+    fn drop(&mut self) {
+        TLS_BROKER.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A client configuration for the broker the scenario uses.
+pub(super) fn kafka_config() -> ClientConfig {
+    let infra = infra();
+    let mut config = ClientConfig::new();
+    if TLS_BROKER.load(Ordering::SeqCst) {
+        config
+            .set("bootstrap.servers", infra.tls_value("KAFKA_TLS_BROKERS"))
+            .set("security.protocol", "ssl")
+            .set("ssl.ca.location", infra.tls_value("ETL_INFRA_CA_FILE"));
+    } else {
+        config.set("bootstrap.servers", &infra.brokers);
+    }
+    config
+}

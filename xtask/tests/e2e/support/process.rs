@@ -1,0 +1,222 @@
+//! A running pipeline process: started with the scenario's environment and its own log, its
+//! /metrics, signals, exit, peak RSS, and what its log says.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::http::http;
+use super::infra::infra;
+use super::root;
+use super::variant::Variant;
+
+/// /metrics, parsed: `name{labels}` → value.
+#[derive(Debug, Default, Clone)]
+pub struct Metrics(pub BTreeMap<String, f64>);
+
+impl Metrics {
+    /// The sum of every series of `name`.
+    pub fn sum(&self, name: &str) -> f64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.as_str() == name || k.strip_prefix(name).is_some_and(|r| r.starts_with('{')))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The value of one series, e.g. `etl_records_dropped_total{reason="error"}`; 0 if absent.
+    pub fn get(&self, series: &str) -> f64 {
+        self.0.get(series).copied().unwrap_or(0.0)
+    }
+}
+
+/// A running pipeline binary. Dropping it SIGKILLs the process if it still runs.
+pub struct Process {
+    pub label: String,
+    child: Child,
+    pub admin: SocketAddr,
+    pub log: PathBuf,
+    pub exit: Option<ExitStatus>,
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Environment of a run: topic, group and anything extra (e.g. shard URLs of a proxy).
+pub fn spawn(variant: Variant, label: &str, topic: &str, group: &str, extra: &[(&str, &str)]) -> Process {
+    let binary = variant.binary();
+    let infra = infra();
+    let admin = free_port();
+    let dir = root().join("target/e2e-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join(format!("{label}.log"));
+    let file = std::fs::File::create(&log).unwrap();
+    let mut command = Command::new(&binary);
+    command
+        .env("KAFKA_BROKERS", &infra.brokers)
+        .env("CLICKHOUSE_URL", &infra.clickhouse[0])
+        .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
+        .envs(infra.tls.iter().map(|(k, v)| (k, v)))
+        .env("ORDERS_TOPIC", topic)
+        .env("ORDERS_GROUP", group)
+        .env("ADMIN_LISTEN", admin.to_string())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    for (k, v) in extra {
+        command.env(k, v);
+    }
+    let child = command.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+    eprintln!("[{label}] started pid {} (admin {admin}, log {})", child.id(), log.display());
+    Process { label: label.to_owned(), child, admin, log, exit: None }
+}
+
+impl Process {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// /metrics, or `None` while the admin server is not up (or the process is gone).
+    pub fn metrics(&self) -> Option<Metrics> {
+        let (status, body) = http(&self.admin.to_string(), "GET", "/metrics", b"").ok()?;
+        if status != 200 {
+            return None;
+        }
+        let mut out = BTreeMap::new();
+        for line in body.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            if let Some((series, Ok(v))) = line.rsplit_once(' ').map(|(s, v)| (s, v.parse::<f64>())) {
+                out.insert(series.to_owned(), v);
+            }
+        }
+        Some(Metrics(out))
+    }
+
+    /// Polls /metrics until `pred` holds; panics after `timeout` (with the log's tail).
+    pub fn await_metrics(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(m) = self.metrics().filter(|m| pred(m)) {
+                return m;
+            }
+            if let Some(status) = self.try_exit() {
+                panic!("[{}] exited ({status}) while waiting for {what}:\n{}", self.label, self.log_tail());
+            }
+            assert!(Instant::now() < deadline, "[{}] no {what} within {timeout:?}:\n{}", self.label, self.log_tail());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Peak resident set size so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().unwrap();
+        assert!(status.success(), "kill -{name} {}", self.pid());
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        self.exit = Some(self.child.wait().unwrap());
+    }
+
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().unwrap();
+        }
+        self.exit
+    }
+
+    /// Waits for the process to exit, at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.try_exit() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// SIGTERM; returns the exit status and how long the exit took (panics past `timeout`).
+    pub fn terminate(&mut self, timeout: Duration) -> (ExitStatus, Duration) {
+        let started = Instant::now();
+        self.signal("TERM");
+        let status = self.wait_exit(timeout).unwrap_or_else(|| {
+            panic!("[{}] still running {timeout:?} after SIGTERM:\n{}", self.label, self.log_tail())
+        });
+        (status, started.elapsed())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Lines of the log that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log_text().lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
+    }
+
+    /// The pipeline never panics, whatever happened to it.
+    /// SIGTERM, then: it exits 0 within 60 s and never panicked.
+    pub fn stop_cleanly(&mut self) {
+        let (status, _) = self.terminate(Duration::from_secs(60));
+        assert!(status.success(), "[{}] SIGTERM exits 0: {status}", self.label);
+        self.assert_no_panic();
+    }
+
+    pub fn assert_no_panic(&self) {
+        let panics = self.log_lines("panicked");
+        assert!(panics.is_empty(), "[{}] panicked:\n{}", self.label, panics.join("\n"));
+    }
+
+    /// The sum of the integer field `field=N` over the log's lines (the logs are plain text: the
+    /// runtime colours them only on a terminal).
+    pub fn log_field_sum(&self, field: &str) -> i64 {
+        self.log_text().lines().filter_map(|l| field_value(l, field)).sum()
+    }
+
+    /// Records a revocation's drain left undurable (logged with `abandoned=N`).
+    pub fn abandoned(&self) -> i64 {
+        self.log_field_sum("abandoned")
+    }
+
+    /// Recorded batches the exactly-once replay plans of this process replay: the sum of
+    /// `replayed_batches=N` over its "exactly-once replay plan" lines (one per assigned partition,
+    /// most of them 0).
+    pub fn replayed_batches(&self) -> i64 {
+        self.log_lines("exactly-once replay plan").iter().filter_map(|l| field_value(l, "replayed_batches")).sum()
+    }
+}
+
+/// The integer of `field=N` in a log line.
+fn field_value(line: &str, field: &str) -> Option<i64> {
+    let rest = line.split(&format!("{field}=")).nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.try_exit().is_none() {
+            self.kill();
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The pipelines of `xtask/tests/e2e/`: their files and tables, and their binaries, built once
+//! per test binary with their tables (re)created from `gen --ddl`.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use super::clickhouse::ch_exec;
+use super::infra::infra;
+use super::{root, xtask};
+
+/// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
+/// sizing knobs are compiled in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// `pipeline.yaml`: errors.policy skip, tombstones skip.
+    Skip,
+    /// `pipeline-dlq.yaml`: errors.policy dlq (`$DLQ_TOPIC`), tombstones skip.
+    Dlq,
+    /// `pipeline-fail.yaml`: errors.policy fail, tombstones fail.
+    Fail,
+    /// `pipeline-tls.yaml`: `pipeline.yaml` over TLS (the broker and shard 0).
+    Tls,
+    /// `pipeline-eo.yaml`: `pipeline.yaml` with `exactly_once: true`.
+    Exactly,
+    /// `pipeline-bounded.yaml`: `pipeline.yaml` with a small budget and prefetch, so that its
+    /// memory bound is small enough for the memory scenarios to put several bounds in the topic.
+    Bounded,
+}
+
+impl Variant {
+    pub fn yaml(self) -> PathBuf {
+        let file = match self {
+            Variant::Skip => "pipeline.yaml",
+            Variant::Dlq => "pipeline-dlq.yaml",
+            Variant::Fail => "pipeline-fail.yaml",
+            Variant::Tls => "pipeline-tls.yaml",
+            Variant::Exactly => "pipeline-eo.yaml",
+            Variant::Bounded => "pipeline-bounded.yaml",
+        };
+        root().join("xtask/tests/e2e").join(file)
+    }
+
+    pub fn table(self) -> &'static str {
+        match self {
+            Variant::Skip => "e2e_orders",
+            Variant::Dlq => "e2e_orders_dlq",
+            Variant::Fail => "e2e_orders_fail",
+            Variant::Tls => "e2e_orders_tls",
+            Variant::Exactly => "e2e_orders_eo",
+            Variant::Bounded => "e2e_orders_bounded",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
+    /// on both shards from `cargo xtask gen --ddl` at the same time.
+    pub fn binary(self) -> PathBuf {
+        static BINARIES: [OnceLock<PathBuf>; 6] = [const { OnceLock::new() }; 6];
+        BINARIES[self.index()]
+            .get_or_init(|| {
+                let started = Instant::now();
+                // The fault points (`ETL_FAULT`) are compiled in only on request; every e2e binary
+                // gets them, so all variants share one build of the runtime.
+                let output = xtask()
+                    .arg("build")
+                    .arg(self.yaml())
+                    .arg("--fault-injection")
+                    .output()
+                    .expect("running cargo xtask build");
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                assert!(
+                    output.status.success(),
+                    "cargo xtask build {} failed:\n{stdout}\n{}",
+                    self.yaml().display(),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                let binary = PathBuf::from(stdout.lines().last().expect("build prints the binary").trim());
+                assert!(binary.is_absolute() && binary.exists(), "{} is the built binary", binary.display());
+                eprintln!("built {} in {:.1}s", binary.display(), started.elapsed().as_secs_f64());
+                // The counterpart of the image test's check that a shipped binary has no hook.
+                let bytes = std::fs::read(&binary).expect("reading the built binary");
+                assert!(bytes.windows(9).any(|w| w == b"ETL_FAULT"), "--fault-injection compiles the fault points in");
+
+                let ddl = xtask().args(["gen", "--ddl"]).arg(self.yaml()).output().expect("running gen --ddl");
+                assert!(ddl.status.success(), "gen --ddl: {}", String::from_utf8_lossy(&ddl.stderr));
+                let ddl = String::from_utf8(ddl.stdout).unwrap();
+                for url in &infra().clickhouse {
+                    ch_exec(url, &format!("DROP TABLE IF EXISTS default.{} SYNC", self.table()));
+                    // The exactly-once variant's DDL also creates its ledger table.
+                    ch_exec(url, &format!("DROP TABLE IF EXISTS default.{}_etl_batches SYNC", self.table()));
+                    for statement in etl_gen::ddl::statements(&ddl) {
+                        ch_exec(url, statement);
+                    }
+                }
+                binary
+            })
+            .clone()
+    }
+}
