@@ -46,10 +46,12 @@
 //! * The Invariant 7 bound is "one chunk per lane" for chunks sealed while producing; a drain
 //!   (revocation or shutdown) flushes every open buffer of the drained lane, up to one chunk per
 //!   shard, regardless of the budget, because the drain must not wait for a resume.
-//! * Batch cutting sits behind the crate-private `BatchPolicy` trait: size/rows/linger across
-//!   partitions, or under exactly-once one chunk per batch, the lane having cut it per partition
-//!   and shard at the batch limits or at a span an earlier owner recorded (`exactly_once`,
-//!   docs/adr/0001-exactly-once.md).
+//! * The delivery guarantee is one crate-private trait, `engine::delivery::Delivery`: where the
+//!   lane cuts batches, how the shard worker merges and names them, and what runs before a write.
+//!   At-least-once seals chunks at the chunk target and merges them across partitions up to the
+//!   batch limits; exactly-once cuts one batch per partition and shard at the batch limits or at a
+//!   span an earlier owner recorded, and records each span before its insert
+//!   (docs/adr/0001-exactly-once.md). `Pipeline::start` picks one; nothing else asks.
 //! * A [`SinkErrorKind::Data`] error (rows the sink refused; the others are written) follows
 //!   `errors.policy`: `skip` counts them in `etl_records_dropped_total{reason="sink_refused"}` and
 //!   completes the batch; `fail` stops the pipeline; `dlq` sends the records behind the refused
@@ -96,7 +98,7 @@ pub use crate::engine::handle::PipelineHandle;
 pub use crate::engine::shared::PipelineStats;
 pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 #[cfg(feature = "kafka")]
-pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
+pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats};
 pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use run::{RunOutcome, init_logging, run};
 pub use crate::engine::chunk::{Batch, Chunk};

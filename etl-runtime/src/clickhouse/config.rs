@@ -20,7 +20,7 @@ pub(super) const OWNED_SETTINGS: &[&str] = &[
 ];
 
 /// `sink.clickhouse` with its `${VAR}`s resolved: what the generated `main` passes to
-/// [`ClickhouseSink::new`].
+/// [`ClickhouseSink::new`](super::ClickhouseSink::new).
 #[derive(Clone)]
 pub struct ClickhouseSinkConfig {
     /// `shards[].replicas`: the replica URLs of each shard (`http://` or `https://`).

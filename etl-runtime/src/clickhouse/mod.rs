@@ -45,7 +45,7 @@ use schema::RowLayout;
 /// # One attempt per write
 ///
 /// The runtime's shard worker batches, bounds the concurrent writes per shard
-/// (`inflight.max_per_shard`) and retries [`SinkErrorKind::Retryable`] errors with exponential
+/// (`inflight.max_per_shard`) and retries [`SinkErrorKind::Retryable`](crate::SinkErrorKind::Retryable) errors with exponential
 /// backoff and full jitter. [`ClickhouseSink::write`] therefore makes one attempt (plus, for a data
 /// error, the sub-inserts that isolate the refused rows) and classifies the outcome.
 ///
@@ -109,7 +109,7 @@ use schema::RowLayout;
 /// the halves that fail again until single rows remain. Chunks carry no row index, so the sink finds
 /// row boundaries by walking the RowBinary encoding with the declared column types; a chunk whose
 /// bytes do not decode as its rows (an encoder and the types disagree) is isolated as a whole.
-/// Every row that can be inserted is inserted; the result is [`SinkErrorKind::Data`] with the batch
+/// Every row that can be inserted is inserted; the result is [`SinkErrorKind::Data`](crate::SinkErrorKind::Data) with the batch
 /// indexes of the refused rows, meant for `errors.policy` (the runtime still treats a data error as
 /// fatal, so today the pipeline stops after the accepted rows are written). At most 256
 /// sub-inserts are spent on one batch: when ClickHouse refuses more rows than that can isolate,

@@ -67,7 +67,7 @@ impl Chunk {
     }
 }
 
-/// What a shard worker hands to [`Sink::write`]: chunks merged up to the batch limits.
+/// What a shard worker hands to [`Sink::write`](crate::Sink::write): chunks merged up to the batch limits.
 #[derive(Debug)]
 pub struct Batch {
     pub(crate) shard: usize,

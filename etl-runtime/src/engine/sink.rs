@@ -15,7 +15,7 @@ use crate::engine::ledger::Ledger;
 /// durable (ClickHouse: the INSERT returned success; file: written and fsynced).
 ///
 /// Writes run as tasks on the runtime's small tokio runtime, at most `inflight.max_per_shard` per
-/// shard at a time; the runtime retries [`SinkErrorKind::Retryable`] errors itself.
+/// shard at a time; the runtime retries [`SinkErrorKind::Retryable`](crate::SinkErrorKind::Retryable) errors itself.
 pub trait Sink: Send + Sync + 'static {
     /// Writes one batch to `shard`.
     fn write(&self, shard: usize, batch: &Batch) -> impl Future<Output = Result<(), SinkError>> + Send;

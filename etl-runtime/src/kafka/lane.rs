@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use rdkafka::consumer::Consumer as _;
 use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::context::{Consumer, SourceContext};
 use crate::engine::errors::SourceError;
 use crate::engine::lane::{Lane, Record};
 
@@ -63,9 +62,12 @@ impl LaneProgress {
 /// It copies each message's payload and key into buffers it reuses before handing the record over:
 /// a `BorrowedMessage` borrows the queue the lane owns, and keeping both in one struct would need
 /// unsafe code. The copy is one `memcpy` per message, with no allocation once the buffers have grown.
-pub(crate) struct KafkaLane {
-    queue: PartitionQueue<SourceContext>,
-    consumer: Arc<Consumer>,
+///
+/// Generic over the consumer's context so that the lane does not depend on the source's context
+/// (which creates lanes); the source uses one context type.
+pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
+    queue: PartitionQueue<C>,
+    consumer: Arc<BaseConsumer<C>>,
     partition: i32,
     /// The one-partition list used for pause and resume.
     this: TopicPartitionList,
@@ -80,10 +82,10 @@ pub(crate) struct KafkaLane {
     progress: Arc<LaneProgress>,
 }
 
-impl KafkaLane {
+impl<C: ConsumerContext + 'static> KafkaLane<C> {
     pub(crate) fn new(
-        consumer: Arc<Consumer>,
-        queue: PartitionQueue<SourceContext>,
+        consumer: Arc<BaseConsumer<C>>,
+        queue: PartitionQueue<C>,
         topic: Arc<str>,
         partition: i32,
         progress: Arc<LaneProgress>,
@@ -115,7 +117,7 @@ impl KafkaLane {
     }
 }
 
-impl Lane for KafkaLane {
+impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
     fn partition(&self) -> i32 {
         self.partition
     }
