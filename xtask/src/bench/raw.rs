@@ -134,7 +134,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         .map(|queues| {
             let (count, first, bytes, records) = (count.clone(), first.clone(), bytes.clone(), args.records);
             std::thread::spawn(move || -> anyhow::Result<()> {
-                // The pipeline thread's loop (etl-runtime/src/pipeline.rs): up to 256 records per
+                // The pipeline thread's loop (etl-runtime/src/engine/pipeline/turn.rs): up to 256 records per
                 // lane per round without blocking, a 2 ms wait when a round found nothing.
                 while count.load(Ordering::Relaxed) < records {
                     let (mut got, mut got_bytes) = (0u64, 0u64);
