@@ -27,7 +27,6 @@ use crate::rules::{
 use crate::schema::RecordType;
 use crate::source_map::{SourceMap, join, parent};
 
-
 /// A configuration that passed every rule, with what the generator needs next.
 #[derive(Clone, Debug)]
 pub struct Validated {

@@ -353,7 +353,7 @@ fn plan_step(
                 ),
                 Ok(_) => {}
             }
-                        if !errors.is_empty() {
+            if !errors.is_empty() {
                 return Err(errors);
             }
             Ok(Step::Rust { function: r.function.clone(), row: row.clone(), index })

@@ -5,6 +5,7 @@
 //! concatenates. A missing variable is a configuration error at start-up: exit code 2.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::process::ExitCode;
 
 /// Identity of the binary, shown by `--version` and in `etl_build_info`.
@@ -37,32 +38,32 @@ pub struct Setting {
     pub parts: &'static [Part],
 }
 
-/// Settings with their values from the environment.
+/// Settings with their values from the environment, in the order of the generated `SETTINGS`.
+///
+/// Generated code reads a setting by its index in `SETTINGS`, through a constant the generator
+/// names after the key path (`setting::SOURCE_KAFKA_BROKERS`) and derives from the same list,
+/// so a setting the list lacks fails the generator, not the binary.
 #[derive(Debug, Clone)]
 pub struct Resolved {
     values: Vec<(Setting, String)>,
 }
 
 impl Resolved {
-    /// The value of `key`; the generator only asks for keys it declared.
-    pub fn get(&self, key: &str) -> &str {
-        self.values
-            .iter()
-            .find(|(s, _)| s.key == key)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or_else(|| panic!("setting `{key}` was not declared by the generated code"))
+    /// The value of the setting at `index` in `SETTINGS`.
+    pub fn get(&self, index: usize) -> &str {
+        &self.values[index].1
     }
 
-    /// All values of keys that start with `prefix` (e.g. `source.kafka.rdkafka.`), with
-    /// the prefix removed, in declaration order.
-    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
-        self.values.iter().filter_map(move |(s, v)| s.key.strip_prefix(prefix).map(|k| (k, v.as_str())))
+    /// The settings at `range` in `SETTINGS` (a group such as the `rdkafka:` properties), as
+    /// `(key without prefix, value)`, in declaration order.
+    pub fn group<'a>(&'a self, range: Range<usize>, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.values[range].iter().map(move |(s, v)| (s.key.strip_prefix(prefix).unwrap_or(s.key), v.as_str()))
     }
 
-    /// The value of `key` as a socket address.
-    pub fn socket_addr(&self, key: &str) -> Result<SocketAddr, String> {
-        let value = self.get(key);
-        value.parse().map_err(|e| format!("{key}: `{value}` is not an address such as 0.0.0.0:9464 ({e})"))
+    /// The value of the setting at `index` as a socket address.
+    pub fn socket_addr(&self, index: usize) -> Result<SocketAddr, String> {
+        let (setting, value) = &self.values[index];
+        value.parse().map_err(|e| format!("{}: `{value}` is not an address such as 0.0.0.0:9464 ({e})", setting.key))
     }
 
     /// `key = value` lines, secrets masked, for `--check`.
@@ -186,9 +187,9 @@ mod tests {
             _ => None,
         };
         let r = resolve(SETTINGS, env).unwrap();
-        assert_eq!(r.get("sink.file.path"), "out.ndjson");
-        assert_eq!(r.get("sink.clickhouse.password"), "hunter2");
-        assert_eq!(r.with_prefix("source.kafka.rdkafka.").collect::<Vec<_>>(), [("sasl.username", "u-me")]);
+        assert_eq!(r.get(0), "out.ndjson");
+        assert_eq!(r.get(1), "hunter2");
+        assert_eq!(r.group(2..3, "source.kafka.rdkafka.").collect::<Vec<_>>(), [("sasl.username", "u-me")]);
         let shown = r.describe();
         assert!(shown.contains("sink.clickhouse.password = ********"), "{shown}");
         assert!(!shown.contains("hunter2"));

@@ -491,4 +491,3 @@ fn hash_bytes(ty: &Ty, x: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStr
         _ => quote!(&#x.to_le_bytes()),
     }
 }
-

@@ -3,8 +3,11 @@
 //! the runtime configuration, the source, the sink and the chains and calls
 //! `etl_runtime::__private::run`.
 
-use proc_macro2::TokenStream;
-use quote::quote;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
 
 use super::chain::{MainInputs, datagen_wire};
 use crate::model::{ErrorPolicy, Sink, Source, TombstonePolicy, Wire};
@@ -90,7 +93,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let schema_include = inputs.schema_include;
 
     // Every value read from the environment, with its key, for `--check` and start-up.
-    let settings = settings(m)?;
+    let settings = Settings::new(settings(m)?);
     let drain = m.checkpoint.drain_timeout.as_millis();
     let source = match &m.source {
         Source::Datagen(d) => {
@@ -109,11 +112,14 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         Source::Kafka(k) => {
             let (commit, startup, stats) =
                 (k.commit_interval.as_millis(), k.startup_timeout.as_millis(), k.statistics_interval.as_millis());
+            let brokers = settings.value("source.kafka.brokers")?;
+            let topic = settings.value("source.kafka.topic")?;
+            let group_id = settings.value("source.kafka.group_id")?;
             quote!(
                 let source = match rt::KafkaSource::new(rt::KafkaSourceConfig {
-                    brokers: resolved.get("source.kafka.brokers").to_owned(),
-                    topic: resolved.get("source.kafka.topic").to_owned(),
-                    group_id: resolved.get("source.kafka.group_id").to_owned(),
+                    brokers: #brokers.to_owned(),
+                    topic: #topic.to_owned(),
+                    group_id: #group_id.to_owned(),
                     commit_interval: ::std::time::Duration::from_millis(#commit),
                     startup_timeout: ::std::time::Duration::from_millis(#startup),
                     statistics_interval: ::std::time::Duration::from_millis(#stats),
@@ -126,36 +132,44 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         }
     };
     let (sink, shard_count) = match &m.sink {
-        Sink::File(_) => (
-            quote!(
-                let sink = match rt::FileSink::open(resolved.get("sink.file.path")) {
-                    Ok(sink) => sink,
-                    Err(e) => return rt::startup_error(format!("sink.file.path `{}`: {e}", resolved.get("sink.file.path"))),
-                };
-            ),
-            1usize,
-        ),
+        Sink::File(_) => {
+            let path = settings.value("sink.file.path")?;
+            (
+                quote!(
+                    let sink = match rt::FileSink::open(#path) {
+                        Ok(sink) => sink,
+                        Err(e) => return rt::startup_error(format!("sink.file.path `{}`: {e}", #path)),
+                    };
+                ),
+                1,
+            )
+        }
         Sink::Clickhouse(c) => {
             let mut shards = Vec::new();
             for (s, shard) in c.shards.iter().enumerate() {
                 let mut replicas = Vec::new();
                 for r in 0..shard.replicas.len() {
                     let key = format!("sink.clickhouse.shards[{s}].replicas[{r}]");
-                    replicas.push(quote!(resolved.get(#key).to_owned()));
+                    let replica = settings.value(&key)?;
+                    replicas.push(quote!(#replica.to_owned()));
                 }
                 shards.push(quote!(vec![#(#replicas),*]));
             }
             let (database, table) = (&c.database, &c.table);
             let timeout = c.timeout.as_millis();
             let ca_file = match c.ca_file {
-                Some(_) => quote!(Some(resolved.get("sink.clickhouse.ca_file").into())),
+                Some(_) => {
+                    let ca_file = settings.value("sink.clickhouse.ca_file")?;
+                    quote!(Some(#ca_file.into()))
+                }
                 None => quote!(None),
             };
             // The ledger's identity; E0901 made sure the source is Kafka.
             let exactly_once = if c.exactly_once {
+                let topic = settings.value("source.kafka.topic")?;
                 quote!(Some(rt::ExactlyOnceConfig {
                     pipeline: BUILD.pipeline.to_owned(),
-                    topic: resolved.get("source.kafka.topic").to_owned(),
+                    topic: #topic.to_owned(),
                     config_hash: BUILD.config_hash.to_owned(),
                 }))
             } else {
@@ -165,18 +179,18 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 let (name, ty) = (&col.name, col.ty.clickhouse());
                 quote!((#name.to_owned(), #ty.to_owned()))
             });
+            let (user, password) =
+                (settings.value("sink.clickhouse.user")?, settings.value("sink.clickhouse.password")?);
+            let clickhouse_settings = settings.group("sink.clickhouse.settings.")?;
             (
                 quote!(
                     let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
                         shards: vec![#(#shards),*],
                         database: #database.to_owned(),
                         table: #table.to_owned(),
-                        user: resolved.get("sink.clickhouse.user").to_owned(),
-                        password: resolved.get("sink.clickhouse.password").to_owned(),
-                        settings: resolved
-                            .with_prefix("sink.clickhouse.settings.")
-                            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                            .collect(),
+                        user: #user.to_owned(),
+                        password: #password.to_owned(),
+                        settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
                         timeout: ::std::time::Duration::from_millis(#timeout),
                         columns: vec![#(#columns),*],
                         ca_file: #ca_file,
@@ -193,8 +207,9 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let registry_timeout = m.format.avro.registry_timeout.as_millis();
     let uses_registry = m.format.avro.registry.is_some() && m.format.avro.wire == Wire::Confluent;
     let chains = if uses_registry {
+        let registry = settings.value("format.avro.registry")?;
         quote!(
-            let registry = match resolved.get("format.avro.registry").trim() {
+            let registry = match #registry.trim() {
                 "" if SCHEMA_IDS.is_empty() => {
                     return rt::startup_error(
                         "format.avro.registry resolved to an empty URL and format.avro.schema_id is not set: \
@@ -215,13 +230,16 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     };
     let dead_letter = match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
         (ErrorPolicy::Dlq, Some(_), Source::Kafka(_)) => {
+            let brokers = settings.value("source.kafka.brokers")?;
+            let dlq_topic = settings.value("errors.dlq_topic")?;
+            let topic = settings.value("source.kafka.topic")?;
             quote!(
                 let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = match rt::KafkaDeadLetter::new(
-                    resolved.get("source.kafka.brokers"),
-                    resolved.get("errors.dlq_topic"),
+                    #brokers,
+                    #dlq_topic,
                     &rdkafka_properties(&resolved),
                 ) {
-                    Ok(dlq) => Some(::std::sync::Arc::new(dlq.with_source_topic(resolved.get("source.kafka.topic")))),
+                    Ok(dlq) => Some(::std::sync::Arc::new(dlq.with_source_topic(#topic))),
                     Err(e) => return rt::startup_error(e),
                 };
             )
@@ -229,14 +247,17 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         _ => quote!(let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = None;),
     };
     let rdkafka_fn = match &m.source {
-        Source::Kafka(_) => quote!(
-            /// The `rdkafka:` passthrough properties, resolved.
-            fn rdkafka_properties(
-                resolved: &rt::Resolved,
-            ) -> ::std::vec::Vec<(::std::string::String, ::std::string::String)> {
-                resolved.with_prefix("source.kafka.rdkafka.").map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
-            }
-        ),
+        Source::Kafka(_) => {
+            let properties = settings.group("source.kafka.rdkafka.")?;
+            quote!(
+                /// The `rdkafka:` passthrough properties, resolved.
+                fn rdkafka_properties(
+                    resolved: &rt::Resolved,
+                ) -> ::std::vec::Vec<(::std::string::String, ::std::string::String)> {
+                    #properties.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+                }
+            )
+        }
         Source::Datagen(_) => TokenStream::new(),
     };
     let flow = m.sink.flow();
@@ -272,7 +293,9 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         TombstonePolicy::Skip => quote!(rt::TombstonePolicy::Skip),
         TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
     };
-    let setting_items = settings.iter().map(|(key, t, _)| {
+    let admin_listen = settings.index("admin.listen")?;
+    let setting_indexes = settings.module();
+    let setting_items = settings.list.iter().map(|(key, t, _)| {
         let parts = parts_tokens(t);
         quote!(rt::Setting { key: #key, parts: #parts })
     });
@@ -286,13 +309,15 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         /// The values read from the environment at start-up.
         static SETTINGS: &[rt::Setting] = &[#(#setting_items),*];
 
+        #setting_indexes
+
         fn main() -> ::std::process::ExitCode {
             let resolved = match rt::start(&BUILD, SETTINGS) {
                 rt::Start::Run(resolved) => resolved,
                 rt::Start::Exit(code) => return code,
             };
             rt::init_logging();
-            let admin_listen = match resolved.socket_addr("admin.listen") {
+            let admin_listen = match resolved.socket_addr(#admin_listen) {
                 Ok(addr) => addr,
                 Err(e) => return rt::startup_error(e),
             };
@@ -337,4 +362,118 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
 
         #rdkafka_fn
     })
+}
+
+/// The settings list of `SETTINGS` and the named indexes into it that `main` uses: the
+/// generated code reads a setting as `resolved.get(setting::SOURCE_KAFKA_BROKERS)`, so a key
+/// the list lacks fails here, at gen time, instead of in the binary. Only the indexes `main`
+/// uses are emitted, so the generated crate has no unused constant.
+struct Settings {
+    /// `(key path, template, secret)`, in `SETTINGS` order.
+    list: Vec<(String, Template, bool)>,
+    /// (index, constant name) → its definition, for the indexes asked for so far.
+    used: RefCell<BTreeMap<(usize, String), TokenStream>>,
+}
+
+impl Settings {
+    fn new(list: Vec<(String, Template, bool)>) -> Self {
+        Settings { list, used: RefCell::new(BTreeMap::new()) }
+    }
+
+    /// `setting::NAME`, the index of `key`.
+    fn index(&self, key: &str) -> Result<TokenStream, String> {
+        let index = self
+            .list
+            .iter()
+            .position(|(k, ..)| k == key)
+            .ok_or_else(|| format!("internal error: `main` reads the setting `{key}`, which SETTINGS lacks"))?;
+        let name = const_ident(key);
+        let literal = Literal::usize_unsuffixed(index);
+        self.used.borrow_mut().insert((index, name.to_string()), quote!(pub(crate) const #name: usize = #literal;));
+        Ok(quote!(setting::#name))
+    }
+
+    /// `resolved.get(setting::NAME)`: the value of `key`.
+    fn value(&self, key: &str) -> Result<TokenStream, String> {
+        let index = self.index(key)?;
+        Ok(quote!(resolved.get(#index)))
+    }
+
+    /// `resolved.group(setting::NAME, prefix)`: the settings whose keys start with `prefix`
+    /// (which the list keeps together), as `(key without the prefix, value)`.
+    fn group(&self, prefix: &str) -> Result<TokenStream, String> {
+        let members: Vec<usize> =
+            self.list.iter().enumerate().filter(|(_, (k, ..))| k.starts_with(prefix)).map(|(i, _)| i).collect();
+        let start = members.first().copied().unwrap_or(self.list.len());
+        let end = start + members.len();
+        if members.iter().copied().ne(start..end) {
+            return Err(format!("internal error: the settings under `{prefix}` are not contiguous in SETTINGS"));
+        }
+        let name = const_ident(prefix);
+        let key = (start, name.to_string());
+        let (start, end) = (Literal::usize_unsuffixed(start), Literal::usize_unsuffixed(end));
+        self.used.borrow_mut().insert(key, quote!(pub(crate) const #name: ::std::ops::Range<usize> = #start..#end;));
+        Ok(quote!(resolved.group(setting::#name, #prefix)))
+    }
+
+    /// `mod setting`, with the indexes asked for.
+    fn module(&self) -> TokenStream {
+        let items = self.used.borrow();
+        let items = items.values();
+        quote!(
+            /// Indexes into `SETTINGS`, named by key path (ranges for the groups of properties).
+            mod setting {
+                #(#items)*
+            }
+        )
+    }
+}
+
+/// `source.kafka.rdkafka.` → `SOURCE_KAFKA_RDKAFKA`, `shards[0].replicas[1]` → `SHARDS_0_REPLICAS_1`.
+fn const_ident(key: &str) -> proc_macro2::Ident {
+    let mut name = String::new();
+    for c in key.chars() {
+        if c.is_ascii_alphanumeric() {
+            name.push(c.to_ascii_uppercase());
+        } else if !name.is_empty() && !name.ends_with('_') {
+            name.push('_');
+        }
+    }
+    format_ident!("{}", name.trim_end_matches('_'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        let t = |s: &str| Template::parse(s).unwrap();
+        Settings::new(vec![
+            ("admin.listen".into(), t("0.0.0.0:9464"), false),
+            ("source.kafka.rdkafka.client.id".into(), t("etl"), false),
+            ("source.kafka.rdkafka.auto.offset.reset".into(), t("earliest"), false),
+            ("sink.clickhouse.shards[0].replicas[1]".into(), t("${URL}"), false),
+        ])
+    }
+
+    #[test]
+    fn a_setting_main_reads_but_the_list_lacks_fails_at_gen_time() {
+        let s = settings();
+        assert!(s.value("source.kafka.brokers").unwrap_err().contains("`source.kafka.brokers`"));
+        assert!(s.value("admin.listen").is_ok());
+    }
+
+    #[test]
+    fn indexes_and_ranges_are_named_by_key_path() {
+        let s = settings();
+        assert_eq!(
+            s.index("sink.clickhouse.shards[0].replicas[1]").unwrap().to_string(),
+            "setting :: SINK_CLICKHOUSE_SHARDS_0_REPLICAS_1"
+        );
+        s.group("source.kafka.rdkafka.").unwrap();
+        let module = s.module().to_string();
+        assert!(module.contains("SINK_CLICKHOUSE_SHARDS_0_REPLICAS_1 : usize = 3"), "{module}");
+        assert!(module.contains("SOURCE_KAFKA_RDKAFKA : :: std :: ops :: Range < usize > = 1 .. 3"), "{module}");
+        assert!(!module.contains("ADMIN_LISTEN"), "only what main reads: {module}");
+    }
 }

@@ -180,11 +180,15 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         let bench = bench::emit(v).map_err(Error::Value)?;
         files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
     }
-    files.push(GeneratedFile { path: ".cargo/config.toml".into(), contents: render("cargo-config.toml.j2", base.clone())? });
+    files.push(GeneratedFile {
+        path: ".cargo/config.toml".into(),
+        contents: render("cargo-config.toml.j2", base.clone())?,
+    });
     files.push(GeneratedFile { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
     let columns: Vec<minijinja::Value> =
         v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
-    let settings: Vec<minijinja::Value> = main_fn::settings(&v.model).map_err(Error::Value)?
+    let settings: Vec<minijinja::Value> = main_fn::settings(&v.model)
+        .map_err(Error::Value)?
         .into_iter()
         .map(|(key, template, secret)| {
             // A secret written literally in pipeline.yaml is not repeated in the README.
