@@ -1,0 +1,104 @@
+//! The runtime's import structure, read from the `crate::` paths of its sources: modules import
+//! one way (no circle), and the engine never imports an adapter or the process shell.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// What the engine may not import: the adapters and the process shell around it.
+const OUTSIDE_THE_ENGINE: &[&str] =
+    &["kafka", "clickhouse", "file_sink", "datagen", "registry", "codec", "run", "admin", "entry", "bench"];
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `engine/pipeline/mod.rs` → `engine::pipeline`; `lib.rs` → ``.
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src").with_extension("");
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The module graph: each module and the modules its non-test code names by a `crate::` path
+/// (its own ancestors and descendants are one family, not an edge).
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let modules: BTreeMap<String, PathBuf> = files.iter().map(|f| (module_of(&src, f), f.clone())).collect();
+    let mut names: Vec<&String> = modules.keys().filter(|m| !m.is_empty()).collect();
+    names.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    let mut graph = BTreeMap::new();
+    for (module, file) in &modules {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut edges = BTreeSet::new();
+        for (at, _) in code.match_indices("crate::") {
+            let path: String = code[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_' || *c == ':')
+                .collect();
+            let Some(target) = names.iter().find(|n| path == ***n || path.starts_with(&format!("{n}::"))) else {
+                continue;
+            };
+            let family = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}::"));
+            if !family(module, target) && !family(target, module) {
+                edges.insert((*target).clone());
+            }
+        }
+        graph.insert(module.clone(), edges);
+    }
+    graph
+}
+
+/// A path of imports from `from` back to itself, if there is one.
+fn circle_through(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> Option<Vec<String>> {
+    let mut stack = vec![(from.to_owned(), vec![from.to_owned()])];
+    let mut seen = BTreeSet::new();
+    while let Some((at, path)) = stack.pop() {
+        for next in graph.get(&at).into_iter().flatten() {
+            if next == from {
+                return Some([path.clone(), vec![next.clone()]].concat());
+            }
+            if seen.insert(next.clone()) {
+                stack.push((next.clone(), [path.clone(), vec![next.clone()]].concat()));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn modules_import_one_way() {
+    let graph = graph();
+    assert!(graph.len() > 30, "the source tree was not found: {graph:?}");
+    let circles: Vec<String> =
+        graph.keys().filter_map(|m| circle_through(&graph, m)).map(|path| path.join(" -> ")).collect();
+    assert!(circles.is_empty(), "modules that import each other:\n{}", circles.join("\n"));
+}
+
+#[test]
+fn the_engine_never_imports_an_adapter() {
+    let graph = graph();
+    let mut wrong = Vec::new();
+    for (module, imports) in graph.iter().filter(|(m, _)| m.starts_with("engine")) {
+        for import in imports {
+            let top = import.split("::").next().unwrap_or_default();
+            if OUTSIDE_THE_ENGINE.contains(&top) {
+                wrong.push(format!("{module} imports {import}"));
+            }
+        }
+    }
+    assert!(graph.contains_key("engine::delivery::exactly_once"), "the engine's modules were not found");
+    assert!(wrong.is_empty(), "the engine reaches out:\n{}", wrong.join("\n"));
+}
