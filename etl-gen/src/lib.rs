@@ -10,6 +10,7 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+mod contract;
 pub mod ddl;
 mod diag;
 pub mod docs;
@@ -22,11 +23,6 @@ pub mod model;
 mod plan;
 pub mod rules;
 mod schema;
-/// What is secret: the runtime's own definition, compiled here from the same file (it needs
-/// only `std`), so `--check`, logs and the generated README can never disagree about it.
-#[path = "../../etl-runtime/src/secret.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod secret;
 mod source_map;
 mod template;
 mod typeck;

@@ -640,8 +640,10 @@ default_impls! {
 }
 
 /// The defaults (docs/configuration.md); with them the sizing rule holds for 1 to 3 shards.
+/// Those the runtime applies too come from the shared table (`crate::contract::defaults`).
 mod defaults {
     use super::*;
+    use crate::contract::defaults as shared;
 
     pub(super) fn one() -> u32 {
         1
@@ -659,7 +661,7 @@ mod defaults {
         ByteSize::mib(1)
     }
     pub(super) fn registry_timeout() -> Duration {
-        Duration::from_secs(60)
+        duration(shared::REGISTRY_TIMEOUT)
     }
     pub(super) fn database() -> String {
         "default".to_owned()
@@ -677,49 +679,57 @@ mod defaults {
         template("${CLICKHOUSE_PASSWORD:-}")
     }
     pub(super) fn max_attempts() -> u32 {
-        10
+        shared::RETRY_MAX_ATTEMPTS
     }
     pub(super) fn initial_backoff() -> Duration {
-        Duration::from_millis(100)
+        duration(shared::RETRY_INITIAL_BACKOFF)
     }
     pub(super) fn max_backoff() -> Duration {
-        Duration::from_secs(10)
+        duration(shared::RETRY_MAX_BACKOFF)
     }
     pub(super) fn max_rows() -> u64 {
-        500_000
+        shared::BATCH_MAX_ROWS
     }
     pub(super) fn max_bytes() -> ByteSize {
-        ByteSize::mib(16)
+        ByteSize::b(shared::BATCH_MAX_BYTES)
     }
     pub(super) fn linger() -> Duration {
-        Duration::from_secs(1)
+        duration(shared::BATCH_LINGER)
     }
     pub(super) fn max_per_shard() -> u64 {
-        2
+        shared::INFLIGHT_PER_SHARD
     }
     pub(super) fn chunk_bytes() -> ByteSize {
-        ByteSize::kib(256)
+        ByteSize::b(shared::CHUNK_TARGET_BYTES)
     }
     pub(super) fn queue_capacity() -> u64 {
-        8
+        shared::QUEUE_CAPACITY
     }
     pub(super) fn max_inflight_bytes() -> ByteSize {
-        ByteSize::mib(512)
+        ByteSize::b(shared::MAX_INFLIGHT_BYTES)
     }
     pub(super) fn high_ratio() -> Ratio {
-        Ratio::new(9, 1)
+        ratio(shared::HIGH_RATIO)
     }
     pub(super) fn low_ratio() -> Ratio {
-        Ratio::new(5, 1)
+        ratio(shared::LOW_RATIO)
     }
     pub(super) fn min_pause() -> Duration {
-        Duration::from_millis(250)
+        duration(shared::MIN_PAUSE)
     }
     pub(super) fn drain_timeout() -> Duration {
-        Duration::from_secs(25)
+        duration(shared::DRAIN_TIMEOUT)
     }
     pub(super) fn listen() -> Template {
         template("0.0.0.0:9464")
+    }
+
+    fn duration(d: std::time::Duration) -> Duration {
+        Duration::from_millis(d.as_millis() as u64)
+    }
+
+    fn ratio((numerator, places): (u64, u32)) -> Ratio {
+        Ratio::new(numerator, places)
     }
 
     fn template(text: &str) -> Template {

@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::contract::defaults;
+
 /// Everything the runtime needs to know at start-up.
 ///
 /// The generated code builds this from the validated configuration; the runtime does not parse
-/// YAML. [`RuntimeConfig::default`] carries the defaults of docs/configuration.md, which satisfy the sizing rule
-/// for one to three shards.
+/// YAML. [`RuntimeConfig::default`] carries the defaults of docs/configuration.md (the table the
+/// generator shares, `contract/defaults.rs`), which satisfy the sizing rule for one to three shards.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// `pipeline.name`, used in `etl_build_info` and in batch tokens.
@@ -114,16 +116,16 @@ impl Default for RuntimeConfig {
             shards: 1,
             backpressure: BackpressureConfig::default(),
             batch: BatchConfig::default(),
-            inflight_per_shard: 2,
-            chunk_target_bytes: 256 * 1024,
-            queue_capacity: 8,
+            inflight_per_shard: defaults::INFLIGHT_PER_SHARD as usize,
+            chunk_target_bytes: defaults::CHUNK_TARGET_BYTES as usize,
+            queue_capacity: defaults::QUEUE_CAPACITY as usize,
             retry: RetryConfig::default(),
-            drain_timeout: Duration::from_secs(25),
+            drain_timeout: defaults::DRAIN_TIMEOUT,
             error_policy: ErrorPolicy::Skip,
             tombstones: TombstonePolicy::Skip,
             admin_listen: None,
             exactly_once: false,
-            unavailable_timeout: Duration::from_secs(60),
+            unavailable_timeout: defaults::REGISTRY_TIMEOUT,
         }
     }
 }
@@ -131,26 +133,30 @@ impl Default for RuntimeConfig {
 impl Default for BackpressureConfig {
     fn default() -> Self {
         BackpressureConfig {
-            max_inflight_bytes: 512 * 1024 * 1024,
-            high_ratio: 0.9,
-            low_ratio: 0.5,
-            min_pause: Duration::from_millis(250),
+            max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
+            high_ratio: defaults::ratio(defaults::HIGH_RATIO),
+            low_ratio: defaults::ratio(defaults::LOW_RATIO),
+            min_pause: defaults::MIN_PAUSE,
         }
     }
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig { max_rows: 500_000, max_bytes: 16 * 1024 * 1024, linger: Duration::from_secs(1) }
+        BatchConfig {
+            max_rows: defaults::BATCH_MAX_ROWS,
+            max_bytes: defaults::BATCH_MAX_BYTES,
+            linger: defaults::BATCH_LINGER,
+        }
     }
 }
 
 impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
-            max_attempts: 10,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(10),
+            max_attempts: defaults::RETRY_MAX_ATTEMPTS,
+            initial_backoff: defaults::RETRY_INITIAL_BACKOFF,
+            max_backoff: defaults::RETRY_MAX_BACKOFF,
         }
     }
 }

@@ -73,6 +73,7 @@ mod bench;
 mod clickhouse;
 mod codec;
 mod config;
+mod contract;
 mod engine;
 mod datagen;
 mod entry;

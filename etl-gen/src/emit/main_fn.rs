@@ -10,6 +10,8 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::chain::{MainInputs, datagen_wire};
+use crate::contract::defaults::{RETRY_INITIAL_BACKOFF, RETRY_MAX_ATTEMPTS, RETRY_MAX_BACKOFF};
+use crate::contract::owned_properties::AUTO_OFFSET_RESET;
 use crate::model::{ErrorPolicy, Sink, Source, TombstonePolicy, Wire};
 use crate::template::{Part, Template};
 
@@ -18,7 +20,7 @@ use crate::template::{Part, Template};
 pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
     let mut out = settings_of(m)?;
     for (key, _, secret) in &mut out {
-        *secret = crate::secret::is_secret_setting(key);
+        *secret = crate::contract::secret::is_secret_setting(key);
     }
     Ok(out)
 }
@@ -37,7 +39,7 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
         }
         // The framework's default, shown by `--check` like the properties the user wrote.
         if !k.rdkafka.contains_key("auto.offset.reset") {
-            let earliest = Template::parse(DEFAULT_AUTO_OFFSET_RESET).expect("a literal");
+            let earliest = Template::parse(AUTO_OFFSET_RESET).expect("a literal");
             out.push(("source.kafka.rdkafka.auto.offset.reset".into(), earliest, false));
         }
     }
@@ -69,11 +71,6 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
     }
     Ok(out)
 }
-
-/// Where a partition without a committed offset starts unless `rdkafka:` says otherwise: the
-/// beginning, so a new consumer group never skips what the topic already holds (the runtime's
-/// Kafka source applies the same default to hand-written callers).
-pub(crate) const DEFAULT_AUTO_OFFSET_RESET: &str = "earliest";
 
 fn parts_tokens(t: &Template) -> TokenStream {
     let parts = t.parts().iter().map(|p| match p {
@@ -280,7 +277,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         Sink::Clickhouse(c) => {
             (c.retry.max_attempts, c.retry.initial_backoff.as_millis(), c.retry.max_backoff.as_millis())
         }
-        Sink::File(_) => (10, 100, 10_000),
+        // `sink.file` has no retry keys: the runtime gets the defaults.
+        Sink::File(_) => (
+            RETRY_MAX_ATTEMPTS,
+            RETRY_INITIAL_BACKOFF.as_millis() as u64,
+            RETRY_MAX_BACKOFF.as_millis() as u64,
+        ),
     };
     let (attempts, initial, max_backoff) = retry;
     let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);

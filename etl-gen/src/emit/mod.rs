@@ -193,9 +193,9 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         .map(|(key, template, secret)| {
             // A secret written literally in pipeline.yaml is not repeated in the README.
             let shown = if secret && template.is_literal() {
-                crate::secret::shown_value(&key, template.as_str())
+                crate::contract::secret::shown_value(&key, template.as_str())
             } else {
-                crate::secret::mask_userinfo(&template.to_string())
+                crate::contract::secret::mask_userinfo(&template.to_string())
             };
             context! { key => key, template => shown, secret => secret }
         })

@@ -62,7 +62,7 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Source::Kafka(kafka) = &cx.model.source else { return };
     for (name, value) in &kafka.rdkafka {
         // Owned properties get their own, clearer diagnostic.
-        if super::owned_property::lookup(name).is_some() {
+        if crate::contract::owned_properties::lookup(name).is_some() {
             continue;
         }
         let path = format!("source.kafka.rdkafka.{name}");

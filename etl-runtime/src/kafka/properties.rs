@@ -31,24 +31,8 @@ pub(crate) const DEFAULT_FETCH_WAIT_MAX_MS: u64 = 100;
 
 /// Default `auto.offset.reset`: where a partition without a committed offset starts. The framework
 /// default is the beginning, so no record already in the topic is skipped; `rdkafka:` may say
-/// `latest`.
-pub(crate) const DEFAULT_AUTO_OFFSET_RESET: &str = "earliest";
-
-/// Properties the framework owns (with their aliases): setting them through `rdkafka:` would break the
-/// offset protocol or the threading model. `gen` rejects them already; the runtime checks again so a
-/// hand-written caller gets the same guarantee.
-const DENIED: &[(&str, &str)] = &[
-    ("enable.auto.offset.store", "the source stores offsets itself once they are durable"),
-    ("enable.auto.commit", "interval commit of stored offsets is the commit mechanism"),
-    ("auto.commit.enable", "alias of enable.auto.commit"),
-    ("auto.commit.interval.ms", "owned by commit_interval"),
-    ("enable.partition.eof", "EOF events would reach the partition queues"),
-    ("bootstrap.servers", "owned by brokers"),
-    ("metadata.broker.list", "owned by brokers"),
-    ("group.id", "owned by group_id"),
-    ("statistics.interval.ms", "owned by statistics_interval"),
-    ("group.protocol", "only the classic protocol with eager rebalancing is supported"),
-];
+/// `latest`. The generator shows the same default in `--check` (`contract/owned_properties.rs`).
+pub(crate) const DEFAULT_AUTO_OFFSET_RESET: &str = crate::contract::owned_properties::AUTO_OFFSET_RESET;
 
 /// `key=value` pairs for a log line, secret values masked.
 pub(crate) fn describe(properties: &[(String, String)]) -> String {
@@ -65,11 +49,18 @@ pub(crate) fn redact(message: &str, properties: &[(String, String)]) -> String {
     redact_message(message, properties.iter().filter(|(k, _)| is_secret_property(k)).map(|(_, v)| v.as_str()))
 }
 
-/// Rejects the passthrough properties the framework owns, and cooperative assignment strategies.
+/// Rejects the passthrough properties the framework owns (with their aliases: setting them through
+/// `rdkafka:` would break the offset protocol or the threading model), and cooperative assignment
+/// strategies. `gen` rejects them already, from the same table (`contract/owned_properties.rs`);
+/// the runtime checks again so a hand-written caller gets the same guarantee.
 pub(crate) fn check_passthrough(properties: &[(String, String)]) -> Result<(), SourceError> {
     for (key, value) in properties {
-        if let Some((_, why)) = DENIED.iter().find(|(denied, _)| denied == key) {
-            return Err(SourceError::fatal(format!("rdkafka property `{key}` is owned by the framework: {why}")));
+        if let Some(owned) = crate::contract::owned_properties::lookup(key) {
+            let alias = owned.alias_of.map(|canonical| format!(" (an alias of `{canonical}`)")).unwrap_or_default();
+            return Err(SourceError::fatal(format!(
+                "rdkafka property `{key}`{alias} is owned by the framework: {}; {}",
+                owned.reason, owned.fix
+            )));
         }
         if key == "partition.assignment.strategy" && value.to_ascii_lowercase().contains("cooperative") {
             return Err(SourceError::fatal(format!(
