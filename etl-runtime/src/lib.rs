@@ -95,7 +95,7 @@ pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, Runt
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
 pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use file_sink::FileSink;
-pub use crate::engine::handle::PipelineHandle;
+pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
 pub use crate::engine::shared::PipelineStats;
 pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 #[cfg(feature = "kafka")]
@@ -125,7 +125,7 @@ pub mod __private {
     #[cfg(feature = "kafka")]
     pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
     #[cfg(feature = "registry")]
-    pub use crate::registry::{Datum, Registry};
+    pub use crate::registry::{Datum, Registry, RegistryError};
     pub use crate::run::{RunOutcome, init_logging, run};
     pub use crate::engine::sink::{DeadLetter, Sink};
     pub use crate::engine::lane::Record;

@@ -86,6 +86,17 @@ impl std::fmt::Debug for Inner {
     }
 }
 
+/// A registry client that cannot be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    /// The URL (shown without credentials) is not `http://` or `https://`.
+    #[error("`{0}` is not an http:// or https:// URL")]
+    NotHttp(String),
+    /// The reader schema does not parse.
+    #[error("the reader schema: {0}")]
+    ReaderSchema(String),
+}
+
 #[derive(Debug)]
 enum Entry {
     Same,
@@ -96,12 +107,12 @@ impl Registry {
     /// A client of the registry at `url` for the reader schema `reader_json`, registered under
     /// `reader_ids` (which are decoded without asking the registry). An id whose lookups have
     /// failed for `timeout` makes its records record errors.
-    pub fn new(url: &str, reader_json: &str, reader_ids: &[u32], timeout: Duration) -> Result<Self, String> {
+    pub fn new(url: &str, reader_json: &str, reader_ids: &[u32], timeout: Duration) -> Result<Self, RegistryError> {
         let url = url.trim();
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(format!("`{}` is not an http:// or https:// URL", redact_url(url)));
+            return Err(RegistryError::NotHttp(redact_url(url)));
         }
-        let reader = Schema::parse_str(reader_json).map_err(|e| format!("the reader schema: {e}"))?;
+        let reader = Schema::parse_str(reader_json).map_err(|e| RegistryError::ReaderSchema(e.to_string()))?;
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(LOOKUP_TIMEOUT))
             .http_status_as_error(false)
@@ -363,8 +374,8 @@ mod tests {
     #[test]
     fn only_http_urls_are_registries() {
         let error = Registry::new("registry:8081", READER, &[], Duration::from_secs(1)).unwrap_err();
-        assert!(error.contains("http://"), "{error}");
-        let shown = Registry::new("ftp://me:hunter2@r", READER, &[], Duration::from_secs(1)).unwrap_err();
+        assert!(error.to_string().contains("http://"), "{error}");
+        let shown = Registry::new("ftp://me:hunter2@r", READER, &[], Duration::from_secs(1)).unwrap_err().to_string();
         assert!(!shown.contains("hunter2"), "{shown}");
     }
 

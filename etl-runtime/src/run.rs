@@ -95,9 +95,9 @@ where
     }
 
     // Nothing is consumed before the sink is known to accept what the pipeline writes.
-    if let Err(message) = pipeline.await_sink_check(Duration::from_secs(10)) {
+    if let Err(error) = pipeline.await_sink_check(Duration::from_secs(10)) {
         pipeline.abort();
-        return RunOutcome::Startup(message);
+        return RunOutcome::Startup(error.to_string());
     }
     if let Err(error) = source.start(handle.clone()) {
         pipeline.abort();

@@ -73,6 +73,9 @@ pub enum StartError {
     /// A thread or the tokio runtime could not be created.
     #[error("could not start the runtime: {0}")]
     Io(#[from] std::io::Error),
+    /// The sink's start-up check failed for good (the table does not match, bad credentials).
+    #[error("{0}")]
+    SinkCheck(String),
     /// The metrics registry refused a metric.
     #[error("could not register metrics: {0}")]
     Metrics(String),
@@ -225,12 +228,13 @@ impl Pipeline {
     /// Waits up to `timeout` for the sink's first start-up check. A fatal check (the table
     /// does not match, the credentials are wrong) is a start-up error; a sink that is not
     /// reachable yet is not: its check goes on in the background and /readyz says so.
-    pub fn await_sink_check(&self, timeout: Duration) -> Result<(), String> {
+    pub fn await_sink_check(&self, timeout: Duration) -> Result<(), StartError> {
         let shared = &self.handle.inner.shared;
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if shared.sink_check_failed.load(Ordering::Acquire) {
-                return Err(shared.fatal.message().unwrap_or_else(|| "sink start-up check failed".into()));
+                let message = shared.fatal.message().unwrap_or_else(|| "sink start-up check failed".into());
+                return Err(StartError::SinkCheck(message));
             }
             if shared.sink_ready.load(Ordering::Acquire) {
                 return Ok(());

@@ -180,7 +180,7 @@ impl SourceContext {
             };
             watermarks.push((p, watermark));
         }
-        let plans = self.pipeline.recover(&watermarks)?;
+        let plans = self.pipeline.recover(&watermarks).map_err(|e| e.to_string())?;
         let mut assignment = tpl.clone();
         let mut replays = HashMap::new();
         for ((partition, _), plan) in watermarks.into_iter().zip(plans) {

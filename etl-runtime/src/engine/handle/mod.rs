@@ -4,6 +4,8 @@
 
 mod recover;
 
+pub use recover::LedgerReadError;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

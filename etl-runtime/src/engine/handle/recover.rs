@@ -7,13 +7,24 @@ use crate::engine::errors::{SinkError, SinkErrorKind};
 use crate::engine::handle::PipelineHandle;
 use crate::engine::ledger::Replay;
 
+/// The exactly-once ledger could not be read for a partition: the new owner cannot know where to
+/// start, so the source must stop.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("reading the exactly-once ledger for partition {partition}: {source}")]
+pub struct LedgerReadError {
+    /// The partition whose spans were being read.
+    pub partition: i32,
+    /// The last error of the ledger.
+    pub source: SinkError,
+}
+
 impl PipelineHandle {
     /// Exactly-once: reads the spans recorded for each `(partition, watermark)` (the watermark is
     /// the committed offset minus one, `None` when nothing is committed) and returns each
     /// partition's replay plan, in the same order. Blocks the caller (for Kafka: the assignment
     /// callback) while the ledger is read, retrying a sink that is unreachable for up to
     /// `checkpoint.drain_timeout`; then, or on a fatal error, it fails and the caller must stop.
-    pub fn recover(&self, partitions: &[(i32, Option<i64>)]) -> Result<Vec<Replay>, String> {
+    pub fn recover(&self, partitions: &[(i32, Option<i64>)]) -> Result<Vec<Replay>, LedgerReadError> {
         let shared = &self.inner.shared;
         let Some(ledger) = self.inner.ledger.as_ref() else {
             return Ok(partitions.iter().map(|_| Replay::default()).collect());
@@ -35,7 +46,7 @@ impl PipelineHandle {
                         backoff = (backoff * 2).min(Duration::from_secs(2));
                     }
                     Err(error) => {
-                        return Err(format!("reading the exactly-once ledger for partition {partition}: {error}"));
+                        return Err(LedgerReadError { partition, source: error });
                     }
                 }
             };
