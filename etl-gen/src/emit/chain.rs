@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use indexmap::IndexMap;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
@@ -11,7 +12,8 @@ use super::expr::{Scope, condition, value};
 use super::types::{Val, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
 use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
 use crate::load::Validated;
-use crate::model::{FileFormat, Sink, Wire};
+use crate::ir::{TExpr, TKind};
+use crate::model::{FileFormat, Operator, Sink, Wire};
 use crate::plan::Step;
 
 /// What the emitted `main.rs` needs besides the plan.
@@ -102,10 +104,11 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
 
     let enum_tables = enums.iter().enumerate().map(|(i, symbols)| {
         let id = format_ident!("ENUM_{}", i);
-        let n = symbols.len();
+        let n = Literal::usize_unsuffixed(symbols.len());
         quote!(static #id: [&str; #n] = [#(#symbols),*];)
     });
 
+    let symbol_consts = symbol_consts(&plan.steps);
     let uses_registry = v.model.format.avro.registry.is_some() && v.model.format.avro.wire == Wire::Confluent;
     // The decoder alone, for benchmarks: the writer schema is taken to be the reader's.
     let bench_framing = match v.model.format.avro.wire {
@@ -151,7 +154,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         )
     };
     let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
-    let schema_ids = v.model.format.avro.schema_ids();
+    let schema_ids = v.model.format.avro.schema_ids().into_iter().map(Literal::u32_unsuffixed);
     let schema_ids_const = match v.model.format.avro.wire {
         Wire::Confluent => quote!(
             /// `format.avro.schema_id`: the registry ids of the reader schema, decoded directly.
@@ -212,6 +215,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         #schema_ids_const
 
         #(#enum_tables)*
+        #symbol_consts
         #(#record_defs)*
         #rows_mod
         #(#user_mods)*
@@ -330,7 +334,9 @@ fn steps(
     let Some((step, rest)) = steps_left.split_first() else {
         return Ok(output(row, scope, enums, v));
     };
-    let mut out = TokenStream::new();
+    // Each operator's code starts with its YAML step, as a comment (see `super::comments`).
+    let at = v.plan.steps.len() - steps_left.len();
+    let mut out = v.model.transform.get(at).map(|op| super::comments::marker(&yaml_step(op))).unwrap_or_default();
     let mut rust_index = rust_index;
     match step {
         Step::Filter { cond } => {
@@ -343,7 +349,15 @@ fn steps(
         }
         Step::Map { assigns } => {
             let mut temps = Vec::new();
+            let texts = match v.model.transform.get(at) {
+                Some(Operator::Map(texts)) => Some(texts),
+                _ => None,
+            };
             for (field, e) in assigns {
+                // One comment per assignment: `total: "total_cents / 100.0"`.
+                if let Some(text) = texts.and_then(|t| t.get(field)) {
+                    out.extend(super::comments::marker(&format!("{field}: {}", quoted_text(text))));
+                }
                 let t = fresh(field);
                 let val = value(e, scope);
                 let ty = local_ty(&e.ty);
@@ -430,6 +444,68 @@ fn steps(
     }
     out.extend(steps(rest, rust_index, row, scope, fresh, in_loop, row_types, user_files, enums, v)?);
     Ok(out)
+}
+
+/// An operator as written in pipeline.yaml's `transform:`, on one line.
+fn yaml_step(op: &Operator) -> String {
+    let list = |names: &[String]| names.join(", ");
+    let map = |pairs: &IndexMap<String, String>| {
+        let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        pairs.join(", ")
+    };
+    match op {
+        Operator::Filter(text) => format!("filter: {}", quoted_text(text)),
+        // Each assignment gets its own comment (see `steps`).
+        Operator::Map(_) => "map:".to_owned(),
+        Operator::Rename(pairs) => format!("rename: {{ {} }}", map(pairs)),
+        Operator::Drop(names) => format!("drop: [{}]", list(names)),
+        Operator::Select(names) => format!("select: [{}]", list(names)),
+        Operator::FlatMap(field) => format!("flat_map: {field}"),
+        Operator::Rust(r) => format!("rust: {{ file: {}, fn: {} }}", r.file, r.function),
+    }
+}
+
+/// An expression in double quotes, on one line.
+fn quoted_text(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("\"{}\"", one_line.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The named constants of the enum symbols the operators compare with: `REGION_APAC` for the
+/// symbol `APAC` of the enum `Region`, so a comparison reads as the YAML does.
+fn symbol_consts(steps: &[Step]) -> TokenStream {
+    let mut found = std::collections::BTreeMap::new();
+    for step in steps {
+        match step {
+            Step::Filter { cond } => symbols_of(cond, &mut found),
+            Step::Map { assigns } => assigns.iter().for_each(|(_, e)| symbols_of(e, &mut found)),
+            _ => {}
+        }
+    }
+    let consts = found.into_iter().map(|(name, (index, doc))| {
+        let id = format_ident!("{}", name);
+        let index = Literal::u32_unsuffixed(index);
+        quote!(#[doc = #doc] const #id: u32 = #index;)
+    });
+    quote!(#(#consts)*)
+}
+
+fn symbols_of(e: &TExpr, out: &mut std::collections::BTreeMap<String, (u32, String)>) {
+    match &e.kind {
+        TKind::Symbol(i) => {
+            if let Ty::Enum { name, symbols } = e.ty.non_null() {
+                let doc = format!(" The symbol `{}` of the enum `{name}`.", symbols[*i as usize]);
+                out.insert(super::expr::symbol_const(name, symbols, *i).to_string(), (*i, doc));
+            }
+        }
+        TKind::Call(_, args) => args.iter().for_each(|a| symbols_of(a, out)),
+        TKind::Unary(_, inner) | TKind::Convert(inner) => symbols_of(inner, out),
+        TKind::Binary(_, l, r) => {
+            symbols_of(l, out);
+            symbols_of(r, out);
+        }
+        TKind::Lit(_) | TKind::Field(_) => {}
+    }
 }
 
 /// Chooses the shard and appends the encoded row.

@@ -33,15 +33,27 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             Lit::Bool(b) => quote!(#b),
             Lit::Null => quote!(None),
         },
-        TKind::Symbol(i) => {
-            let i = Literal::u32_unsuffixed(*i);
-            quote!(#i)
-        }
+        TKind::Symbol(i) => match e.ty.non_null() {
+            Ty::Enum { name, symbols } => {
+                let id = symbol_const(name, symbols, *i);
+                quote!(#id)
+            }
+            _ => {
+                let i = Literal::u32_unsuffixed(*i);
+                quote!(#i)
+            }
+        },
         TKind::Field(name) => {
             let id = &scope[name];
             // Copy types are copied; texts and containers are cloned (a borrowed Cow only
             // copies its pointer).
             if is_copy(&e.ty) { quote!(#id) } else { quote!(#id.clone()) }
+        }
+        // An integer literal where a float is wanted is written as a float.
+        TKind::Convert(inner) if matches!(inner.kind, TKind::Lit(Lit::Int(_))) && e.ty == Ty::Float64 => {
+            let TKind::Lit(Lit::Int(v)) = inner.kind else { unreachable!("matched above") };
+            let v = Literal::f64_suffixed(v as f64);
+            quote!(#v)
         }
         TKind::Convert(inner) => {
             let from = inner.ty.non_null().clone();
@@ -53,6 +65,9 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
                 x
             } else if inner.ty.is_nullable() {
                 quote!(#x.map(|x| #conv))
+            } else if is_atom(&x) {
+                // A local or a literal is converted in place.
+                convert(&from, &to, x)
             } else {
                 quote!({ let x = #x; #conv })
             }
@@ -81,6 +96,22 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
     }
 }
 
+/// The constant naming symbol `index` of the enum `name` (`REGION_APAC`); `chain` defines it.
+pub(super) fn symbol_const(name: &str, symbols: &[String], index: u32) -> proc_macro2::Ident {
+    let symbol = symbols.get(index as usize).map(String::as_str).unwrap_or_default();
+    let mut id = String::new();
+    for c in format!("{name}_{symbol}").chars() {
+        id.push(if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' });
+    }
+    quote::format_ident!("{}", id)
+}
+
+/// A single identifier or literal: safe to use twice and to convert without a `let`.
+fn is_atom(x: &TokenStream) -> bool {
+    let mut trees = x.clone().into_iter();
+    matches!((trees.next(), trees.next()), (Some(proc_macro2::TokenTree::Ident(_) | proc_macro2::TokenTree::Literal(_)), None))
+}
+
 /// A Rust `bool` expression: null counts as false.
 pub(super) fn condition(e: &TExpr, scope: &Scope) -> TokenStream {
     let v = value(e, scope);
@@ -104,6 +135,8 @@ fn convert(from: &Ty, to: &Ty, x: TokenStream) -> TokenStream {
         }
         // Already of the target's Rust type (timestamps are `i64`s).
         (Ty::Float64, Ty::Float64) | (Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros, Ty::Int64) => x,
+        // Lossless: `f64::from` says so; a 64-bit integer needs `as`.
+        (Ty::Float32 | Ty::Int32 | Ty::Date, Ty::Float64) => quote!(f64::from(#x)),
         (_, Ty::Float64) => quote!((#x as f64)),
         (_, Ty::Int64) => quote!(i64::from(#x)),
         _ => x,
@@ -166,6 +199,10 @@ fn binary(op: BinOp, l: &TExpr, r: &TExpr, ty: &Ty, scope: &Scope) -> TokenStrea
                 _ => unreachable!("arithmetic operators only"),
             };
             match (l.ty.is_nullable(), r.ty.is_nullable()) {
+                // Operands that are locals, literals or conversions of them go in place.
+                (false, false) if is_simple(&a) && is_simple(&b) => {
+                    arithmetic(op, int, a, b)
+                }
                 (false, false) => quote!({ let (a, b) = (#a, #b); #apply }),
                 (true, false) => quote!(match (#a, #b) { (Some(a), b) => Some(#apply), _ => None }),
                 (false, true) => quote!(match (#a, #b) { (a, Some(b)) => Some(#apply), _ => None }),
@@ -173,6 +210,44 @@ fn binary(op: BinOp, l: &TExpr, r: &TExpr, ty: &Ty, scope: &Scope) -> TokenStrea
             }
         }
         _ => comparison(op, l, r, scope),
+    }
+}
+
+/// `a op b` for operands that can be written in place.
+fn arithmetic(op: BinOp, int: bool, a: TokenStream, b: TokenStream) -> TokenStream {
+    match (op, int) {
+        (BinOp::Add, true) => quote!(rt::ops::add(#a, #b)?),
+        (BinOp::Sub, true) => quote!(rt::ops::sub(#a, #b)?),
+        (BinOp::Mul, true) => quote!(rt::ops::mul(#a, #b)?),
+        (BinOp::Div, true) => quote!(rt::ops::div(#a, #b)?),
+        (BinOp::Rem, true) => quote!(rt::ops::rem(#a, #b)?),
+        (BinOp::Add, false) => quote!((#a + #b)),
+        (BinOp::Sub, false) => quote!((#a - #b)),
+        (BinOp::Mul, false) => quote!((#a * #b)),
+        (BinOp::Div, false) => quote!((#a / #b)),
+        (BinOp::Rem, false) => quote!((#a % #b)),
+        _ => unreachable!("arithmetic operators only"),
+    }
+}
+
+/// A local, a literal, or a conversion of one (`i64::from(x)`, `(x as f64)`): an operand that needs no
+/// `let` of its own.
+fn is_simple(x: &TokenStream) -> bool {
+    use proc_macro2::{Delimiter, TokenTree};
+    if is_atom(x) {
+        return true;
+    }
+    let trees: Vec<TokenTree> = x.clone().into_iter().collect();
+    match trees.as_slice() {
+        [TokenTree::Ident(_), TokenTree::Punct(c1), TokenTree::Punct(c2), TokenTree::Ident(_), TokenTree::Group(g)] => {
+            c1.as_char() == ':' && c2.as_char() == ':' && g.delimiter() == Delimiter::Parenthesis && is_atom(&g.stream())
+        }
+        // `(x as f64)`
+        [TokenTree::Group(g)] if g.delimiter() == Delimiter::Parenthesis => {
+            let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+            matches!(inner.as_slice(), [TokenTree::Ident(_) | TokenTree::Literal(_), TokenTree::Ident(as_), TokenTree::Ident(_)] if as_ == "as")
+        }
+        _ => false,
     }
 }
 

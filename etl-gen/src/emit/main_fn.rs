@@ -301,7 +301,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         let parts = parts_tokens(t);
         quote!(rt::Setting { key: #key, parts: #parts })
     });
-    Ok(quote! {
+    Ok(unsuffixed(quote! {
         /// The reader schema, compiled in.
         #[allow(dead_code)]
         pub(crate) const SCHEMA: &str = include_str!(#schema_include);
@@ -363,7 +363,34 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         }
 
         #rdkafka_fn
-    })
+    }))
+}
+
+/// `tokens` with the numeric literals' type suffixes (`250u64`, `0.9f64`) dropped: in `main`
+/// every number is a struct field or an argument of a known type, so the suffix is noise.
+fn unsuffixed(tokens: TokenStream) -> TokenStream {
+    use proc_macro2::{Group, TokenTree};
+    tokens
+        .into_iter()
+        .map(|tree| match tree {
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), unsuffixed(g.stream()));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            TokenTree::Literal(l) => {
+                let text = l.to_string();
+                let int = ["u64", "usize", "u32"].iter().find_map(|s| text.strip_suffix(s)?.parse::<u64>().ok());
+                let float = text.strip_suffix("f64").and_then(|t| t.parse::<f64>().ok());
+                match (int, float) {
+                    (Some(n), _) => TokenTree::Literal(Literal::u64_unsuffixed(n)),
+                    (None, Some(x)) => TokenTree::Literal(Literal::f64_unsuffixed(x)),
+                    _ => TokenTree::Literal(l),
+                }
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// The settings list of `SETTINGS` and the named indexes into it that `main` uses: the

@@ -7,6 +7,7 @@
 
 mod bench;
 mod chain;
+mod comments;
 mod expr;
 mod main_fn;
 mod types;
@@ -99,6 +100,7 @@ pub fn main_rs_tokens(v: &Validated) -> Result<proc_macro2::TokenStream, Error> 
         user_files: &user_files,
         bench: false,
     })
+    .map(comments::strip)
     .map_err(Error::Value)
 }
 
@@ -134,7 +136,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     );
     files.push(GeneratedFile {
         path: "src/main.rs".into(),
-        contents: format!("{preamble}{}", prettyplease::unparse(&file)).into_bytes(),
+        contents: format!("{preamble}{}", comments::restore(&prettyplease::unparse(&file))).into_bytes(),
     });
     files.push(GeneratedFile { path: "schema.avsc".into(), contents: v.schema_text.clone().into_bytes() });
     files.push(GeneratedFile { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
