@@ -11,8 +11,8 @@ use quote::{format_ident, quote};
 use super::expr::{Scope, condition, value};
 use super::types::{Val, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
 use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
-use crate::load::Validated;
 use crate::ir::{TExpr, TKind};
+use crate::load::Validated;
 use crate::model::{FileFormat, Operator, Sink, Wire};
 use crate::plan::Step;
 
@@ -168,10 +168,6 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         let alias = row_ty.map(|name| quote!(#[allow(unused_imports)] use super::rows::#name as Row;));
         quote!(#[allow(dead_code)] mod #m { #alias include!(#path); })
     });
-    let row_structs = row_types.iter().map(|(_, name)| {
-        let _ = name;
-        quote!()
-    });
     let rows_mod = rows_module(&plan.steps);
     let bench_decode = if inputs.bench {
         // Every field built, as apache-avro's generic path (its comparison) does.
@@ -192,7 +188,6 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     } else {
         TokenStream::new()
     };
-    let _ = row_structs;
     let fuzz_wire = datagen_wire(&v.model);
     let fuzz_test = quote!(
         #[cfg(test)]

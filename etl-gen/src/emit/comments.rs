@@ -79,6 +79,14 @@ mod tests {
         let file = syn::parse2::<syn::File>(tokens.clone()).unwrap();
         let formatted = restore(&prettyplease::unparse(&file));
         assert!(formatted.contains("    // filter: \"a > 0\"\n    let x = 1;"), "{formatted}");
-        assert_eq!(strip(tokens).to_string(), quote!(fn f() { let x = 1; }).to_string());
+        assert_eq!(
+            strip(tokens).to_string(),
+            quote!(
+                fn f() {
+                    let x = 1;
+                }
+            )
+            .to_string()
+        );
     }
 }

@@ -109,7 +109,10 @@ pub(super) fn symbol_const(name: &str, symbols: &[String], index: u32) -> proc_m
 /// A single identifier or literal: safe to use twice and to convert without a `let`.
 fn is_atom(x: &TokenStream) -> bool {
     let mut trees = x.clone().into_iter();
-    matches!((trees.next(), trees.next()), (Some(proc_macro2::TokenTree::Ident(_) | proc_macro2::TokenTree::Literal(_)), None))
+    matches!(
+        (trees.next(), trees.next()),
+        (Some(proc_macro2::TokenTree::Ident(_) | proc_macro2::TokenTree::Literal(_)), None)
+    )
 }
 
 /// A Rust `bool` expression: null counts as false.
@@ -200,9 +203,7 @@ fn binary(op: BinOp, l: &TExpr, r: &TExpr, ty: &Ty, scope: &Scope) -> TokenStrea
             };
             match (l.ty.is_nullable(), r.ty.is_nullable()) {
                 // Operands that are locals, literals or conversions of them go in place.
-                (false, false) if is_simple(&a) && is_simple(&b) => {
-                    arithmetic(op, int, a, b)
-                }
+                (false, false) if is_simple(&a) && is_simple(&b) => arithmetic(op, int, a, b),
                 (false, false) => quote!({ let (a, b) = (#a, #b); #apply }),
                 (true, false) => quote!(match (#a, #b) { (Some(a), b) => Some(#apply), _ => None }),
                 (false, true) => quote!(match (#a, #b) { (a, Some(b)) => Some(#apply), _ => None }),
@@ -240,7 +241,10 @@ fn is_simple(x: &TokenStream) -> bool {
     let trees: Vec<TokenTree> = x.clone().into_iter().collect();
     match trees.as_slice() {
         [TokenTree::Ident(_), TokenTree::Punct(c1), TokenTree::Punct(c2), TokenTree::Ident(_), TokenTree::Group(g)] => {
-            c1.as_char() == ':' && c2.as_char() == ':' && g.delimiter() == Delimiter::Parenthesis && is_atom(&g.stream())
+            c1.as_char() == ':'
+                && c2.as_char() == ':'
+                && g.delimiter() == Delimiter::Parenthesis
+                && is_atom(&g.stream())
         }
         // `(x as f64)`
         [TokenTree::Group(g)] if g.delimiter() == Delimiter::Parenthesis => {

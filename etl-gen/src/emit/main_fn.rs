@@ -278,11 +278,9 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             (c.retry.max_attempts, c.retry.initial_backoff.as_millis(), c.retry.max_backoff.as_millis())
         }
         // `sink.file` has no retry keys: the runtime gets the defaults.
-        Sink::File(_) => (
-            RETRY_MAX_ATTEMPTS,
-            RETRY_INITIAL_BACKOFF.as_millis() as u64,
-            RETRY_MAX_BACKOFF.as_millis() as u64,
-        ),
+        Sink::File(_) => {
+            (RETRY_MAX_ATTEMPTS, RETRY_INITIAL_BACKOFF.as_millis() as u64, RETRY_MAX_BACKOFF.as_millis() as u64)
+        }
     };
     let (attempts, initial, max_backoff) = retry;
     let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);

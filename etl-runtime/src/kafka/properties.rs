@@ -7,8 +7,8 @@ use rdkafka::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
-use crate::secret::{MASK, is_secret_property, mask_userinfo, redact_message};
 use crate::engine::errors::SourceError;
+use crate::secret::{MASK, is_secret_property, mask_userinfo, redact_message};
 
 /// Default `queued.max.messages.kbytes`: 16 MiB. With split partition queues librdkafka applies it
 /// per partition queue, so it is the prefetch bound per owned partition (see the module docs).
