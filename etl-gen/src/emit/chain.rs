@@ -56,8 +56,17 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     let mut decode_stmts = Vec::new();
     let live = plan.live_inputs();
     decode_nodes(&plan.decode, &plan.input, &live, &mut decode_stmts, &mut scope, &mut fresh);
+    // Record metadata only where an expression reads it.
+    let mut read = BTreeSet::new();
+    for step in &plan.steps {
+        match step {
+            Step::Filter { cond } => cond.fields(&mut read),
+            Step::Map { assigns } => assigns.iter().for_each(|(_, e)| e.fields(&mut read)),
+            _ => {}
+        }
+    }
     let mut meta_stmts = Vec::new();
-    for c in metadata_columns() {
+    for c in metadata_columns().into_iter().filter(|c| read.contains(&c.name)) {
         let id = fresh(&c.name);
         let init = match c.name.as_str() {
             "_key" => quote!(record.key.map(::std::borrow::Cow::Borrowed)),
@@ -336,7 +345,7 @@ fn steps(
     match step {
         Step::Filter { cond } => {
             // A named condition reads as the YAML does and keeps clippy's boolean rewrites away.
-            let c = condition(cond, scope);
+            let c = unparen(condition(cond, scope));
             out.extend(quote!(
                 let keep: bool = #c;
                 if !keep { #skip; }
@@ -356,6 +365,7 @@ fn steps(
                 let t = fresh(field);
                 let val = value(e, scope);
                 let ty = local_ty(&e.ty);
+                let val = unparen(val);
                 out.extend(quote!(let #t: #ty = #val;));
                 temps.push((field.clone(), t, e.ty.clone()));
             }
@@ -439,6 +449,18 @@ fn steps(
     }
     out.extend(steps(rest, rust_index, row, scope, fresh, in_loop, row_types, user_files, enums, v)?);
     Ok(out)
+}
+
+/// `e` without the parentheses around it, if it is one parenthesized expression: a `let`
+/// initializer needs none.
+fn unparen(e: TokenStream) -> TokenStream {
+    let mut trees = e.clone().into_iter();
+    match (trees.next(), trees.next()) {
+        (Some(proc_macro2::TokenTree::Group(g)), None) if g.delimiter() == proc_macro2::Delimiter::Parenthesis => {
+            g.stream()
+        }
+        _ => e,
+    }
 }
 
 /// An operator as written in pipeline.yaml's `transform:`, on one line.
