@@ -92,11 +92,11 @@ pub fn validate_file(path: &Path, options: &Options) -> Result<Outcome, ReadErro
     Ok(validate(&path.display().to_string(), &absolute(path), &text, &base_dir, options))
 }
 
-/// Validates `text` as if read from `file_name` in `base_dir`.
+/// Validates `text` as if read from `file_name` in `base_dir` (`file_name` names the file in
+/// messages; its last component, in `base_dir`, is the pipeline's path).
 pub fn validate_str(file_name: &str, text: &str, base_dir: &Path, options: &Options) -> Outcome {
-    let file = Path::new(file_name);
-    let path = if file.is_absolute() { file.to_owned() } else { absolute(&base_dir.join(file)) };
-    validate(file_name, &path, text, base_dir, options)
+    let name = Path::new(file_name).file_name().unwrap_or_else(|| "pipeline.yaml".as_ref());
+    validate(file_name, &absolute(&base_dir.join(name)), text, base_dir, options)
 }
 
 /// Reads a Cargo.lock to start a generated crate from; `None` when there is none.
