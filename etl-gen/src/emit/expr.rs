@@ -87,6 +87,8 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             let neg = if inner.ty.non_null() == &Ty::Int64 { quote!(rt::ops::neg(x)?) } else { quote!(-x) };
             if inner.ty.is_nullable() {
                 quote!(match #x { Some(x) => Some(#neg), None => None })
+            } else if is_simple(&x) {
+                if inner.ty.non_null() == &Ty::Int64 { quote!(rt::ops::neg(#x)?) } else { quote!((-#x)) }
             } else {
                 quote!({ let x = #x; #neg })
             }
@@ -343,6 +345,8 @@ fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
             let abs = if a.ty.non_null() == &Ty::Int64 { quote!(rt::ops::abs(x)?) } else { quote!(x.abs()) };
             if a.ty.is_nullable() {
                 quote!(match #v { Some(x) => Some(#abs), None => None })
+            } else if is_simple(&v) {
+                if a.ty.non_null() == &Ty::Int64 { quote!(rt::ops::abs(#v)?) } else { quote!(#v.abs()) }
             } else {
                 quote!({ let x = #v; #abs })
             }
