@@ -8,9 +8,9 @@ use apache_avro::Schema;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use crate::datagen::{Wire, random_value};
 use crate::engine::chain::{Chain, OpenBuffer, RowOut};
 use crate::engine::errors::RecordError;
-use crate::datagen::{Wire, random_value};
 use crate::engine::lane::Record;
 
 /// `n` payloads of random records of `schema`, framed as `wire` says; the same seed gives

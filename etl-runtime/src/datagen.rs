@@ -10,8 +10,8 @@ use apache_avro::types::Value;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::engine::handle::PipelineHandle;
 use crate::engine::errors::SourceError;
+use crate::engine::handle::PipelineHandle;
 use crate::engine::lane::{Lane, Record};
 use crate::engine::source::Source;
 

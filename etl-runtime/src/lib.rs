@@ -74,8 +74,8 @@ mod clickhouse;
 mod codec;
 mod config;
 mod contract;
-mod engine;
 mod datagen;
+mod engine;
 mod entry;
 mod file_sink;
 #[cfg(feature = "kafka")]
@@ -90,29 +90,27 @@ mod testing;
 #[cfg(feature = "clickhouse")]
 pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, ledger_table};
 pub use crate::engine::chain::{Chain, RowOut};
+pub use crate::engine::chunk::{Batch, Chunk};
 pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErrorKind, SourceError, SourceErrorKind};
+pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
+pub use crate::engine::lane::{Lane, Record};
+pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
+pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
+pub use crate::engine::shared::PipelineStats;
+pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, Sink};
+pub use crate::engine::source::Source;
+pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
-pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use file_sink::FileSink;
-pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
-pub use crate::engine::shared::PipelineStats;
-pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 #[cfg(feature = "kafka")]
 pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats};
-pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use run::{RunOutcome, init_logging, run};
-pub use crate::engine::chunk::{Batch, Chunk};
-pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, Sink};
-pub use crate::engine::lane::{Lane, Record};
-pub use crate::engine::source::Source;
 
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bench::{ChainHarness, fuzz_chain, sample_payloads};
-    pub use crate::engine::chain::{Chain, RowOut};
-    pub use crate::engine::errors::{RecordError, RecordErrorKind};
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
     pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
@@ -120,6 +118,11 @@ pub mod __private {
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,
     };
     pub use crate::datagen::{DatagenConfig, DatagenSource, Wire};
+    pub use crate::engine::chain::{Chain, RowOut};
+    pub use crate::engine::errors::{RecordError, RecordErrorKind};
+    pub use crate::engine::lane::Record;
+    pub use crate::engine::sink::{DeadLetter, Sink};
+    pub use crate::engine::source::Source;
     pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
     #[cfg(feature = "kafka")]
@@ -127,9 +130,6 @@ pub mod __private {
     #[cfg(feature = "registry")]
     pub use crate::registry::{Datum, Registry, RegistryError};
     pub use crate::run::{RunOutcome, init_logging, run};
-    pub use crate::engine::sink::{DeadLetter, Sink};
-    pub use crate::engine::lane::Record;
-    pub use crate::engine::source::Source;
     pub use apache_avro;
     pub use tracing;
 }

@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use crate::engine::chain::{Chain, RowOut};
-use crate::engine::errors::RecordError;
 use crate::config::{BackpressureConfig, BatchConfig, RuntimeConfig};
+use crate::engine::chain::{Chain, RowOut};
 use crate::engine::chunk::Batch;
+use crate::engine::errors::RecordError;
 use crate::engine::errors::SinkError;
-use crate::engine::sink::Sink;
 use crate::engine::lane::Record;
+use crate::engine::sink::Sink;
 
 /// A small configuration that satisfies the sizing rule.
 pub(crate) fn config(threads: usize, shards: usize) -> RuntimeConfig {

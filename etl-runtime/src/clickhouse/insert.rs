@@ -1,8 +1,8 @@
 //! One INSERT on a shard's current replica, bounded by the timeout, and its failure classified
 //! and scrubbed of the password.
 
-use crate::clickhouse::errors::{self, Class};
 use crate::clickhouse::ClickhouseSink;
+use crate::clickhouse::errors::{self, Class};
 use crate::engine::errors::SinkError;
 
 /// A failed request, classified, its message already scrubbed of the password.

@@ -6,8 +6,8 @@
 use ::clickhouse::Client;
 
 use crate::clickhouse::insert::Failure;
-use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
 use crate::engine::errors::SinkError;
+use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
 
 /// The ledger table of `table`.
 pub fn ledger_table(table: &str) -> String {

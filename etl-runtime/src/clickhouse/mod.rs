@@ -237,7 +237,6 @@ impl ClickhouseSink {
             password: config.password,
         })
     }
-
 }
 
 impl Sink for ClickhouseSink {

@@ -92,22 +92,12 @@ pub struct DeadLetterAck(AckTarget);
 
 #[derive(Debug)]
 enum AckTarget {
-    Lane {
-        ack: crossbeam_channel::Sender<Ack>,
-        fatal: FatalSlot,
-        lane_id: u64,
-        offset: i64,
-    },
+    Lane { ack: crossbeam_channel::Sender<Ack>, fatal: FatalSlot, lane_id: u64, offset: i64 },
     Batch(tokio::sync::oneshot::Sender<Result<(), SinkError>>),
 }
 
 impl DeadLetterAck {
-    pub(crate) fn for_lane(
-        ack: crossbeam_channel::Sender<Ack>,
-        fatal: FatalSlot,
-        lane_id: u64,
-        offset: i64,
-    ) -> Self {
+    pub(crate) fn for_lane(ack: crossbeam_channel::Sender<Ack>, fatal: FatalSlot, lane_id: u64, offset: i64) -> Self {
         DeadLetterAck(AckTarget::Lane { ack, fatal, lane_id, offset })
     }
 

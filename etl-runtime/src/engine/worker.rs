@@ -104,7 +104,14 @@ impl<K: Sink, D: Delivery> ShardWorker<K, D> {
             Ok(permit) => permit,
             Err(_) => return false,
         };
-        let task = write_batch(self.sink.clone(), self.delivery.clone(), batch, self.shared.clone(), self.acks.clone(), permit);
+        let task = write_batch(
+            self.sink.clone(),
+            self.delivery.clone(),
+            batch,
+            self.shared.clone(),
+            self.acks.clone(),
+            permit,
+        );
         self.runtime.spawn(task);
         true
     }

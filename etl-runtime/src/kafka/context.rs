@@ -14,8 +14,8 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::lane::{KafkaLane, LaneProgress};
-use crate::engine::ledger::Replay;
 use crate::engine::handle::PipelineHandle;
+use crate::engine::ledger::Replay;
 
 /// The bound on reading the committed offsets of a new assignment (exactly-once).
 const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);

@@ -19,8 +19,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::context::log_to_tracing;
 use super::properties;
 use crate::engine::errors::SinkError;
-use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord};
 use crate::engine::errors::SourceError;
+use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord};
 
 /// How long dropping the dead-letter sink waits for outstanding deliveries.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -320,7 +320,11 @@ mod tests {
 
     #[test]
     fn error_kind_comes_from_the_record_error_text() {
-        let error = crate::engine::errors::RecordError::new(crate::engine::errors::RecordErrorKind::Operator, "division by zero").to_string();
+        let error = crate::engine::errors::RecordError::new(
+            crate::engine::errors::RecordErrorKind::Operator,
+            "division by zero",
+        )
+        .to_string();
         assert_eq!(error_kind(&error), "operator");
         assert_eq!(error_kind("something else"), "unknown");
     }

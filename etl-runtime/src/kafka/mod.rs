@@ -110,8 +110,8 @@ use rdkafka::message::Message as _;
 use rdkafka::types::RDKafkaErrorCode;
 
 use self::context::{Consumer, Counters, SourceContext, commit_sync};
-use crate::engine::handle::PipelineHandle;
 use crate::engine::errors::SourceError;
+use crate::engine::handle::PipelineHandle;
 use crate::engine::source::Source;
 
 pub use self::dead_letter::KafkaDeadLetter;

@@ -298,7 +298,10 @@ impl ExactlyOnce {
         if let Some(fence) = &fence
             && !fence.enter()
         {
-            tracing::info!(?span, "the partition was handed over before its batch was recorded; the next owner replays it");
+            tracing::info!(
+                ?span,
+                "the partition was handed over before its batch was recorded; the next owner replays it"
+            );
             abandon(&shared.budget, acks, batch);
             return false;
         }

@@ -183,14 +183,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
     /// Lets the delivery of lane `i` seal the buffers whose batch ends `at`.
     fn cut(&mut self, i: usize, at: At) {
         let PipelineThread { index, lanes, deliveries, queues, shared, .. } = self;
-        let mut cutter = Cutter {
-            thread: *index,
-            i,
-            lanes,
-            queues,
-            shared,
-            pause_when_full: D::PAUSE_WHEN_QUEUE_FULL,
-        };
+        let mut cutter = Cutter { thread: *index, i, lanes, queues, shared, pause_when_full: D::PAUSE_WHEN_QUEUE_FULL };
         D::cut(&mut deliveries[i], at, &mut cutter);
     }
 

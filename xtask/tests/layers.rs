@@ -1,5 +1,6 @@
-//! The runtime's import structure, read from the `crate::` paths of its sources: modules import
-//! one way (no circle), and the engine never imports an adapter or the process shell.
+//! The import structure of the two library crates, read from the `crate::` paths of their
+//! sources: in each, modules import one way (no circle); the runtime's engine never imports an
+//! adapter or the process shell; the generator runs load → rules → plan → emit one way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,10 +30,11 @@ fn module_of(src: &Path, file: &Path) -> String {
     parts.join("::")
 }
 
-/// The module graph: each module and the modules its non-test code names by a `crate::` path
-/// (its own ancestors and descendants are one family, not an edge).
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The module graph of `crate_dir` (`etl-runtime`, `etl-gen`): each module and the modules its
+/// non-test code names by a `crate::` path (its own ancestors and descendants are one family, not
+/// an edge).
+fn graph(crate_dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(crate_dir).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
     let modules: BTreeMap<String, PathBuf> = files.iter().map(|f| (module_of(&src, f), f.clone())).collect();
@@ -78,18 +80,22 @@ fn circle_through(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> Opt
     None
 }
 
+/// Every circle of `graph`, each as a path of imports.
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    graph.keys().filter_map(|m| circle_through(graph, m)).map(|path| path.join(" -> ")).collect()
+}
+
 #[test]
-fn modules_import_one_way() {
-    let graph = graph();
-    assert!(graph.len() > 30, "the source tree was not found: {graph:?}");
-    let circles: Vec<String> =
-        graph.keys().filter_map(|m| circle_through(&graph, m)).map(|path| path.join(" -> ")).collect();
-    assert!(circles.is_empty(), "modules that import each other:\n{}", circles.join("\n"));
+fn runtime_modules_import_one_way() {
+    let graph = graph("etl-runtime");
+    assert!(graph.len() > 30, "the runtime's source tree was not found: {graph:?}");
+    let circles = circles(&graph);
+    assert!(circles.is_empty(), "runtime modules that import each other:\n{}", circles.join("\n"));
 }
 
 #[test]
 fn the_engine_never_imports_an_adapter() {
-    let graph = graph();
+    let graph = graph("etl-runtime");
     let mut wrong = Vec::new();
     for (module, imports) in graph.iter().filter(|(m, _)| m.starts_with("engine")) {
         for import in imports {
@@ -101,4 +107,27 @@ fn the_engine_never_imports_an_adapter() {
     }
     assert!(graph.contains_key("engine::delivery::exactly_once"), "the engine's modules were not found");
     assert!(wrong.is_empty(), "the engine reaches out:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn generator_stages_run_one_way() {
+    let graph = graph("etl-gen");
+    assert!(graph.contains_key("load") && graph.contains_key("emit"), "the generator's modules were not found");
+    let circles = circles(&graph);
+    assert!(circles.is_empty(), "generator modules that import each other:\n{}", circles.join("\n"));
+    // Each stage may use the ones before it, never one after it.
+    let stages = ["model", "rules", "plan", "load", "emit", "cli"];
+    let mut wrong = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        let later = &stages[i + 1..];
+        for (module, imports) in graph.iter().filter(|(m, _)| *m == stage || m.starts_with(&format!("{stage}::"))) {
+            for import in imports {
+                let top = import.split("::").next().unwrap_or_default();
+                if later.contains(&top) {
+                    wrong.push(format!("{module} imports {import}, a later stage"));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the generator runs backwards:\n{}", wrong.join("\n"));
 }
