@@ -362,8 +362,9 @@ async fn check_sink<K: Sink>(sink: &K, shared: &Shared) {
             // A fatal check (the table does not match, bad credentials) will not get better
             // by waiting: stop before the source starts.
             Err(error) if error.kind == SinkErrorKind::Fatal => {
-                shared.sink_check_failed.store(true, Ordering::Release);
+                // The message first: whoever sees the flag reads it (`await_sink_check`).
                 shared.fatal.report(format!("sink start-up check failed: {error}"));
+                shared.sink_check_failed.store(true, Ordering::Release);
                 return;
             }
             Err(error) => {

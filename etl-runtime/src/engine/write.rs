@@ -12,6 +12,7 @@ use crate::engine::ack::{Ack, abandon, send_acks};
 use crate::engine::chunk::Batch;
 use crate::engine::delivery::Delivery;
 use crate::engine::errors::{SinkError, SinkErrorKind};
+use crate::engine::fault::{FaultPoint, fault};
 use crate::engine::retry::backoff;
 use crate::engine::shared::Shared;
 use crate::engine::sink::{DeadLetterAck, Sink};
@@ -125,7 +126,7 @@ pub(crate) async fn write_batch<K: Sink, D: Delivery>(
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);
         metrics.records_out.inc_by(batch.rows.saturating_sub(refused));
-        delivery.written();
+        fault(FaultPoint::InsertAcked);
         shared.budget.release(batch.held);
         drop(permit);
         send_acks(&acks, &batch, Ack::Chunks);

@@ -283,10 +283,6 @@ impl Delivery for ExactlyOnce {
             None => true,
         }
     }
-
-    fn written(&self) {
-        fault(FaultPoint::InsertAcked);
-    }
 }
 
 impl ExactlyOnce {

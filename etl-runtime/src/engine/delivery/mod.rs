@@ -128,9 +128,6 @@ pub(crate) trait Delivery: Send + Sync + 'static {
     /// Runs before the batch's first write attempt; false when it must not be written (it was
     /// given up, or the pipeline stops).
     fn before_write(&self, shared: &Shared, acks: &[Sender<Ack>], batch: &Batch) -> impl Future<Output = bool> + Send;
-
-    /// Runs once the sink acknowledged the batch, before its chunks are acknowledged.
-    fn written(&self) {}
 }
 
 /// Registers the rows the record at `offset` added to `buffer` (which held `rows_before` rows):

@@ -41,8 +41,10 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         if self.lanes[i].failed || stopped {
             return false;
         }
-        if !self.lanes[i].pending.is_empty() {
-            // Holding a chunk its shard queue rejected: not polled until the queue takes it.
+        if !D::PAUSE_WHEN_QUEUE_FULL && !self.lanes[i].pending.is_empty() {
+            // A delivery that does not pause on a full queue holds the lane instead: it is not
+            // polled (nor its held record retried) until the queue takes the chunk. One that
+            // pauses lets the pause controller decide, below.
             return false;
         }
         if let Some(next_try) = self.lanes[i].held.as_ref().map(|h| h.next_try) {
