@@ -1,7 +1,6 @@
 //! At-least-once delivery: chunks sealed at `chunk.target_bytes`, merged across partitions up to
 //! the batch limits, and written under a per-process token that is the same for every retry.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
@@ -12,7 +11,6 @@ use crate::engine::chain::OpenBuffer;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::{Batch, Chunk};
 use crate::engine::delivery::{At, BatchPolicy, Delivery, LaneCut, note_rows};
-use crate::engine::fence::Fence;
 use crate::engine::lane::Lane;
 use crate::engine::ledger::Replay;
 use crate::engine::shared::Shared;
@@ -36,7 +34,7 @@ impl Delivery for AtLeastOnce {
     type Batching = SizePolicy;
     const PAUSE_WHEN_QUEUE_FULL: bool = true;
 
-    fn open_lane(&self, _: &mut dyn Lane, _: &mut Checkpointer, _: usize, _: Option<Replay>, _: Option<Arc<Fence>>) {}
+    fn open_lane(&self, _: &mut dyn Lane, _: &mut Checkpointer, _: usize, _: Option<Replay>) {}
 
     #[inline]
     fn place(
@@ -95,10 +93,6 @@ impl Delivery for AtLeastOnce {
             }
             At::Turn | At::Held { started: false } | At::Removed => {}
         }
-    }
-
-    fn fence(_: &()) -> Option<Arc<Fence>> {
-        None
     }
 
     fn batching(&self) -> SizePolicy {

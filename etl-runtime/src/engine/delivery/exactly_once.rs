@@ -30,11 +30,10 @@ impl ExactlyOnce {
     }
 }
 
-/// A lane's exactly-once state: where its replayed batches end, its fence, and the rows the last
-/// record carried over to the next batch of their shard.
+/// A lane's exactly-once state: where its replayed batches end, and the rows the last record
+/// carried over to the next batch of their shard. (Its fence is the lane's, see `LaneCut::fence`.)
 pub(crate) struct ExactLane {
     replay: Replay,
-    fence: Arc<Fence>,
     /// Rows of the last record that belong to another batch than the open buffer of their shard:
     /// the buffer is sealed first, then they start the next one.
     carry: Vec<Carry>,
@@ -140,8 +139,8 @@ impl ExactLane {
     /// an earlier owner may have inserted them under; instead the watermark stays below its first
     /// offset, and the next owner replays it whole. Once the lane is fenced (its assignment was
     /// lost) nothing more is written: every open buffer is left.
-    fn flush_for_drain(&self, lane: &mut impl LaneCut) {
-        let fenced = self.fence.is_closed();
+    fn flush_for_drain(lane: &mut impl LaneCut) {
+        let fenced = lane.fence().is_some_and(Fence::is_closed);
         let partition = lane.partition();
         for shard in 0..lane.shards() {
             let buffer = lane.buffer(shard);
@@ -188,7 +187,6 @@ impl Delivery for ExactlyOnce {
         checkpointer: &mut Checkpointer,
         shards: usize,
         replay: Option<Replay>,
-        fence: Option<Arc<Fence>>,
     ) -> ExactLane {
         let replay = replay.unwrap_or_else(|| Replay::new(shards, None, &Recorded::default(), 0));
         // A replay may start below the committed offset; storing below it again would only widen
@@ -200,8 +198,7 @@ impl Delivery for ExactlyOnce {
             }
             checkpointer.mark_stored(watermark + 1);
         }
-        let fence = fence.unwrap_or_else(|| Arc::new(Fence::new(replay.epoch)));
-        ExactLane { replay, fence, carry: Vec::new() }
+        ExactLane { replay, carry: Vec::new() }
     }
 
     fn place(
@@ -240,10 +237,10 @@ impl Delivery for ExactlyOnce {
             // batches of the records before it still end at their linger.
             At::Turn | At::Held { .. } => ExactLane::seal_lingering(cut),
             At::Idle => {}
-            At::Drain => lane.flush_for_drain(cut),
+            At::Drain => ExactLane::flush_for_drain(cut),
             At::Removed => {
                 // From here on no write task records a span of this lane (see `Fence`).
-                let recording = lane.fence.close();
+                let recording = cut.fence().map_or(0, Fence::close);
                 if recording > 0 {
                     tracing::info!(
                         partition = cut.partition(),
@@ -254,10 +251,6 @@ impl Delivery for ExactlyOnce {
                 }
             }
         }
-    }
-
-    fn fence(lane: &ExactLane) -> Option<Arc<Fence>> {
-        Some(lane.fence.clone())
     }
 
     fn batching(&self) -> ChunkPolicy {

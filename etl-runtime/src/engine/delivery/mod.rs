@@ -9,7 +9,6 @@ pub(crate) mod at_least_once;
 pub(crate) mod exactly_once;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
@@ -59,6 +58,9 @@ pub(crate) trait LaneCut {
     fn checkpointer(&mut self) -> &mut Checkpointer;
     /// True while the lane is paused at the source.
     fn is_paused(&self) -> bool;
+    /// The lane's hand-over fence, which its chunks carry (`None` unless the source made one:
+    /// only under exactly-once).
+    fn fence(&self) -> Option<&Fence>;
     /// Seals `shard`'s open buffer into a chunk, counts it in the budget and offers it to the
     /// shard's queue (Invariant 1: never blocking). `urgent`: its batch is written at once; an
     /// urgent seal of an empty buffer sends an empty marker that only flushes the worker.
@@ -94,7 +96,6 @@ pub(crate) trait Delivery: Send + Sync + 'static {
         checkpointer: &mut Checkpointer,
         shards: usize,
         replay: Option<Replay>,
-        fence: Option<Arc<Fence>>,
     ) -> Self::Lane;
 
     /// Files the rows the record at `offset` added: `before[shard]` is each buffer's
@@ -111,9 +112,6 @@ pub(crate) trait Delivery: Send + Sync + 'static {
 
     /// Seals the buffers whose batch ends at `at`.
     fn cut(lane: &mut Self::Lane, at: At, cut: &mut impl LaneCut);
-
-    /// The lane's hand-over fence, carried by its chunks.
-    fn fence(lane: &Self::Lane) -> Option<Arc<Fence>>;
 
     /// The shard workers' batching.
     fn batching(&self) -> Self::Batching;

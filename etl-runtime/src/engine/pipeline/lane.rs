@@ -39,8 +39,8 @@ pub(super) struct LaneState {
     pub(super) failed: bool,
     pub(super) newest_timestamp_ms: Option<i64>,
     pub(super) lag_seconds: prometheus::Gauge,
-    /// The hand-over fence the delivery gave the lane, carried by its chunks (`None`: the
-    /// delivery needs none).
+    /// The hand-over fence the handle gave the lane, carried by its chunks (`None` unless the
+    /// pipeline runs exactly-once).
     pub(super) fence: Option<Arc<Fence>>,
     /// A record the chain could not process because something it needs is unavailable: the lane
     /// is paused and the record is tried again (see [`Held`]).

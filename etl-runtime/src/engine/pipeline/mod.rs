@@ -139,8 +139,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             Control::AddLane { lane_id, mut lane, replay, fence } => {
                 tracing::info!(thread = self.index, partition = lane.partition(), lane_id, "lane added");
                 let mut checkpointer = Checkpointer::default();
-                let state = self.delivery.open_lane(&mut *lane, &mut checkpointer, self.queues.len(), replay, fence);
-                let fence = D::fence(&state);
+                let state = self.delivery.open_lane(&mut *lane, &mut checkpointer, self.queues.len(), replay);
                 self.lanes.push(LaneState::new(lane_id, lane, self.queues.len(), checkpointer, fence, &self.shared));
                 self.deliveries.push(state);
                 false

@@ -8,6 +8,7 @@ use crate::engine::chain::OpenBuffer;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::{Chunk, ChunkOrigin};
 use crate::engine::delivery::LaneCut;
+use crate::engine::fence::Fence;
 use crate::engine::pipeline::lane::LaneState;
 use crate::engine::shared::Shared;
 
@@ -49,6 +50,10 @@ impl LaneCut for Cutter<'_> {
 
     fn is_paused(&self) -> bool {
         self.lanes[self.i].paused_since.is_some()
+    }
+
+    fn fence(&self) -> Option<&Fence> {
+        self.lanes[self.i].fence.as_deref()
     }
 
     /// A rejection keeps the chunk as the lane's resume point and, when the delivery says so,
