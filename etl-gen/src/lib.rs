@@ -32,4 +32,4 @@ pub use diag::{Anchor, Diagnostic, Report, Rule, Severity};
 pub use load::{Outcome, ReadError, Validated, validate_file, validate_str};
 pub use rules::Options;
 pub use template::{Template, UnsetVariable};
-pub use units::{ByteSize, Duration, Ratio};
+pub use units::{Attempts, ByteSize, Duration, Ratio};

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::template::Template;
-use crate::units::{ByteSize, Duration, Ratio};
+use crate::units::{Attempts, ByteSize, Duration, Ratio};
 
 /// Key paths whose values may use `${VAR}`; `*` matches one map key or list index, and a
 /// trailing `.*` any property name (librdkafka names contain dots).
@@ -432,10 +432,12 @@ pub struct Shard {
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Retry {
-    /// Attempts per batch, the first included; then the pipeline stops without storing
-    /// the batch's offsets.
+    /// Attempts per batch for a retryable error (a connection refused, a timeout, a 5xx, a
+    /// transient ClickHouse code), the first included, or `unlimited` (the default): a shard that
+    /// is down pauses the lanes, and writing resumes when it is back. With a number, the pipeline
+    /// stops after that many attempts without storing the batch's offsets.
     #[serde(default = "defaults::max_attempts")]
-    pub max_attempts: u32,
+    pub max_attempts: Attempts,
     /// The first backoff; it doubles each attempt, with jitter.
     #[serde(default = "defaults::initial_backoff")]
     pub initial_backoff: Duration,
@@ -678,8 +680,8 @@ mod defaults {
     pub(super) fn password() -> Template {
         template("${CLICKHOUSE_PASSWORD:-}")
     }
-    pub(super) fn max_attempts() -> u32 {
-        shared::RETRY_MAX_ATTEMPTS
+    pub(super) fn max_attempts() -> Attempts {
+        Attempts::from_limit(shared::RETRY_MAX_ATTEMPTS)
     }
     pub(super) fn initial_backoff() -> Duration {
         duration(shared::RETRY_INITIAL_BACKOFF)

@@ -1,4 +1,4 @@
-//! Durations, byte sizes and decimal ratios as written in pipeline.yaml.
+//! Durations, byte sizes, decimal ratios and attempt counts as written in pipeline.yaml.
 //!
 //! Each type keeps the exact quantity the user wrote: durations in milliseconds, sizes in
 //! bytes, ratios as a decimal fraction. The sizing rule is checked with integer arithmetic
@@ -217,6 +217,81 @@ impl fmt::Display for Ratio {
     }
 }
 
+/// A number of attempts, the first included, or `unlimited`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempts {
+    /// Retry for as long as the error lasts.
+    Unlimited,
+    /// At most this many attempts.
+    AtMost(u32),
+}
+
+impl Attempts {
+    /// `None` for unlimited, as the runtime's `RetryConfig` takes it.
+    pub const fn limit(self) -> Option<u32> {
+        match self {
+            Attempts::Unlimited => None,
+            Attempts::AtMost(n) => Some(n),
+        }
+    }
+
+    /// The inverse of [`Attempts::limit`].
+    pub const fn from_limit(limit: Option<u32>) -> Self {
+        match limit {
+            None => Attempts::Unlimited,
+            Some(n) => Attempts::AtMost(n),
+        }
+    }
+}
+
+impl fmt::Display for Attempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attempts::Unlimited => f.write_str("unlimited"),
+            Attempts::AtMost(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Attempts {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Attempts;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of attempts such as `10`, or `unlimited`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Attempts, E> {
+                match v.trim() {
+                    "unlimited" => Ok(Attempts::Unlimited),
+                    other => other.parse::<u32>().map(Attempts::AtMost).map_err(|_| {
+                        E::custom(format!("`{v}` is not a number of attempts; write e.g. `10`, or `unlimited`"))
+                    }),
+                }
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Attempts, E> {
+                u32::try_from(v).map(Attempts::AtMost).map_err(|_| {
+                    E::custom(format!("`{v}` attempts is more than {}; write `unlimited` instead", u32::MAX))
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Attempts, E> {
+                let v = u64::try_from(v).map_err(|_| E::custom(format!("`{v}` must not be negative")))?;
+                self.visit_u64(v)
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl Serialize for Attempts {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Attempts::Unlimited => serializer.serialize_str("unlimited"),
+            Attempts::AtMost(n) => serializer.serialize_u32(*n),
+        }
+    }
+}
+
 /// Implements Deserialize (from a string or, where it makes sense, a number) and Serialize
 /// (as the canonical text) for the unit types above.
 macro_rules! text_unit {
@@ -287,6 +362,22 @@ text_unit!(
 mod tests {
     use super::*;
 
+    // `max_attempts` takes a count or `unlimited`, and prints back the same way.
+    #[test]
+    fn attempts_parse_and_print() {
+        let parse = |text: &str| serde_yaml::from_str::<Attempts>(text);
+        assert_eq!(parse("unlimited").unwrap(), Attempts::Unlimited);
+        assert_eq!(parse("3").unwrap(), Attempts::AtMost(3));
+        assert_eq!(parse("'7'").unwrap(), Attempts::AtMost(7));
+        assert!(parse("forever").unwrap_err().to_string().contains("unlimited"));
+        assert!(parse("-1").is_err());
+        assert!(parse("5000000000").unwrap_err().to_string().contains("write `unlimited`"));
+        assert_eq!(Attempts::Unlimited.limit(), None);
+        assert_eq!(Attempts::from_limit(Some(4)).to_string(), "4");
+        assert_eq!(serde_yaml::to_string(&Attempts::Unlimited).unwrap().trim(), "unlimited");
+        assert_eq!(serde_yaml::to_string(&Attempts::AtMost(10)).unwrap().trim(), "10");
+    }
+
     #[test]
     fn durations_parse_and_print() {
         assert_eq!(Duration::parse("250ms").unwrap().as_millis(), 250);
@@ -338,7 +429,19 @@ mod json_schema {
 
     use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-    use super::{ByteSize, Duration, Ratio};
+    use super::{Attempts, ByteSize, Duration, Ratio};
+
+    impl JsonSchema for Attempts {
+        fn schema_name() -> Cow<'static, str> {
+            "Attempts".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "anyOf": [{ "type": "integer", "minimum": 1 }, { "const": "unlimited" }],
+                "description": "A number of attempts, the first included, or `unlimited`."
+            })
+        }
+    }
 
     impl JsonSchema for Duration {
         fn schema_name() -> Cow<'static, str> {

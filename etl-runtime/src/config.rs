@@ -78,8 +78,10 @@ pub struct BatchConfig {
 /// `sink.clickhouse.retry`: exponential backoff with full jitter.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryConfig {
-    /// `max_attempts`: the total number of attempts, the first included.
-    pub max_attempts: u32,
+    /// `max_attempts`: the total number of attempts, the first included; `None` (the default,
+    /// `unlimited` in pipeline.yaml) retries a retryable error until it stops: an outage of any
+    /// length pauses the lanes instead of stopping the pipeline.
+    pub max_attempts: Option<u32>,
     /// `initial_backoff`: the backoff cap before the second attempt.
     pub initial_backoff: Duration,
     /// `max_backoff`: the largest backoff cap.
@@ -151,6 +153,13 @@ impl Default for BatchConfig {
     }
 }
 
+impl RetryConfig {
+    /// Whether an error after `attempt` attempts may be retried.
+    pub(crate) fn allows_after(&self, attempt: u32) -> bool {
+        self.max_attempts.is_none_or(|max| attempt < max)
+    }
+}
+
 impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
@@ -180,7 +189,7 @@ impl RuntimeConfig {
                 bp.low_ratio, bp.high_ratio
             ));
         }
-        if self.retry.max_attempts == 0 {
+        if self.retry.max_attempts == Some(0) {
             return Err("retry.max_attempts must be at least 1".into());
         }
         Ok(())

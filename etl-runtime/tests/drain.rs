@@ -109,8 +109,11 @@ impl Sink for FailingSink {
 
 fn fatal_sink_case(kind: fn(String) -> SinkError, max_attempts: u32) -> (Wake, Option<i64>, i64, String) {
     let mut cfg = config(1, 1);
-    cfg.retry =
-        RetryConfig { max_attempts, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(5) };
+    cfg.retry = RetryConfig {
+        max_attempts: Some(max_attempts),
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(5),
+    };
     let lowest_failed = Arc::new(Mutex::new(None));
     let sink = FailingSink { fail_from: 500, kind, lowest_failed: lowest_failed.clone() };
     let pipeline = Pipeline::start(cfg, || PassThrough, sink, None).unwrap();
@@ -141,6 +144,62 @@ fn retry_exhaustion_stops_without_storing_failed_offsets() {
     assert!(matches!(wake, Wake::Fatal(ref m) if m.contains("after 3 attempt(s)")), "{wake:?}");
     assert!(stored.is_some_and(|s| s <= lowest), "stored {stored:?} passes failed batch at {lowest}");
     assert!(metric(&metrics, r#"etl_sink_retries_total{shard="0"}"#) >= 2.0);
+}
+
+/// A sink that is down (every write a retryable error, counted) while `down` is set, and writes
+/// like [`RecordingSink`] otherwise.
+#[derive(Clone)]
+struct OutageSink {
+    down: Arc<std::sync::atomic::AtomicBool>,
+    failed: Arc<std::sync::atomic::AtomicU64>,
+    up: RecordingSink,
+}
+
+impl Sink for OutageSink {
+    async fn write(&self, shard: usize, batch: &Batch) -> Result<(), SinkError> {
+        use std::sync::atomic::Ordering;
+        if self.down.load(Ordering::SeqCst) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(SinkError::retryable("connection refused"));
+        }
+        self.up.write(shard, batch).await
+    }
+
+    async fn check(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+// Invariant 3 under the default retry: an outage of any length (here many more failed attempts
+// than any former default allowed) stops nothing. The pipeline neither exits nor stores an offset
+// while the shard is down, `/readyz` answers not ready and etl_sink_shard_failing_seconds counts;
+// once the shard is back, everything is written once and the pipeline is ready again.
+#[test]
+fn an_outage_of_any_length_is_retried_by_default() {
+    use std::sync::atomic::Ordering;
+    let mut cfg = config(1, 1);
+    assert_eq!(cfg.retry.max_attempts, None, "unlimited is the default");
+    cfg.retry.initial_backoff = Duration::from_millis(1);
+    cfg.retry.max_backoff = Duration::from_millis(4);
+    let sink = OutageSink { down: Arc::new(true.into()), failed: Arc::new(0.into()), up: RecordingSink::default() };
+    let pipeline = Pipeline::start(cfg, || PassThrough, sink.clone(), None).unwrap();
+    pipeline.handle().set_source_ready(true);
+    let stored = Stored::default();
+    pipeline.handle().add_lane(Box::new(MemLane::new(0, Some(2_000), &stored)));
+    assert!(wait_for(Duration::from_secs(30), || sink.failed.load(Ordering::SeqCst) >= 300), "the writes are retried");
+    assert!(matches!(pipeline.wait(Duration::from_millis(100)), Wake::Timeout), "the outage is not fatal");
+    assert!(!pipeline.handle().is_ready(), "/readyz is not ready while the shard fails");
+    let failing = metric(&pipeline.metrics_text(), r#"etl_sink_shard_failing_seconds{shard="0"}"#);
+    assert!(failing > 0.0, "the failing gauge counts: {failing}");
+    let before = stored.lock().unwrap().get(&0).copied();
+    assert!(matches!(before, None | Some(0)), "no offset passes a row while nothing is durable: {before:?}");
+
+    sink.down.store(false, Ordering::SeqCst);
+    assert!(wait_for(Duration::from_secs(30), || stored.lock().unwrap().get(&0) == Some(&2_000)), "writing resumes");
+    assert!(pipeline.handle().is_ready(), "ready again once the shard accepts writes");
+    assert_eq!(metric(&pipeline.metrics_text(), r#"etl_sink_shard_failing_seconds{shard="0"}"#), 0.0);
+    assert_eq!(sink.up.assert_exactly_once(&[(0, 2_000)].into()), 2_000);
+    pipeline.shutdown(Duration::from_secs(5));
 }
 
 /// Fails on every record whose offset is a multiple of 7 (offset 0 included).

@@ -275,7 +275,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let queue = flow.queue.capacity as usize;
     let retry = match &m.sink {
         Sink::Clickhouse(c) => {
-            (c.retry.max_attempts, c.retry.initial_backoff.as_millis(), c.retry.max_backoff.as_millis())
+            (c.retry.max_attempts.limit(), c.retry.initial_backoff.as_millis(), c.retry.max_backoff.as_millis())
         }
         // `sink.file` has no retry keys: the runtime gets the defaults.
         Sink::File(_) => {
@@ -283,6 +283,10 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         }
     };
     let (attempts, initial, max_backoff) = retry;
+    let attempts = match attempts {
+        Some(n) => quote!(::std::option::Option::Some(#n)),
+        None => quote!(::std::option::Option::None),
+    };
     let exactly_once_runtime = matches!(&m.sink, Sink::Clickhouse(c) if c.exactly_once);
     let policy = match m.errors.policy {
         ErrorPolicy::Skip => quote!(rt::ErrorPolicy::Skip),

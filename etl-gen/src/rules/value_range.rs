@@ -68,7 +68,9 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
                     );
                 }
             }
-            at_least_one(out, "sink.clickhouse.retry.max_attempts".into(), u64::from(c.retry.max_attempts));
+            if let Some(attempts) = c.retry.max_attempts.limit() {
+                at_least_one(out, "sink.clickhouse.retry.max_attempts".into(), u64::from(attempts));
+            }
             if c.retry.max_backoff < c.retry.initial_backoff {
                 out.push(
                     Diagnostic::error(

@@ -21,8 +21,9 @@ pub(crate) const INFLIGHT_PER_SHARD: u64 = 2;
 pub(crate) const CHUNK_TARGET_BYTES: u64 = 256 << 10;
 /// `sink.*.queue.capacity`.
 pub(crate) const QUEUE_CAPACITY: u64 = 8;
-/// `sink.clickhouse.retry.max_attempts`.
-pub(crate) const RETRY_MAX_ATTEMPTS: u32 = 10;
+/// `sink.clickhouse.retry.max_attempts`: unlimited (`None`), so that no outage, however long,
+/// stops the pipeline by itself.
+pub(crate) const RETRY_MAX_ATTEMPTS: Option<u32> = None;
 /// `sink.clickhouse.retry.initial_backoff`.
 pub(crate) const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// `sink.clickhouse.retry.max_backoff`.

@@ -128,6 +128,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Duration of successful sink writes.",
     },
     MetricDoc {
+        name: "etl_sink_shard_failing_seconds",
+        kind: "gauge",
+        labels: &["shard"],
+        help: "How long the shard's writes have been failing: seconds since the first failed attempt that no success has followed, 0 while it accepts writes. While it is above 0 the batches are retried (without limit by default), the lanes pause and /readyz answers not ready.",
+    },
+    MetricDoc {
         name: "etl_sink_replica_healthy",
         kind: "gauge",
         labels: &["shard", "replica"],
@@ -218,6 +224,7 @@ pub(crate) struct Metrics {
     pub(crate) lag_seconds: prometheus::GaugeVec,
     pub(crate) sink_errors: Vec<IntCounter>,
     pub(crate) sink_retries: Vec<IntCounter>,
+    pub(crate) shard_failing: Vec<prometheus::Gauge>,
     pub(crate) records_in: IntCounter,
     pub(crate) records_out: IntCounter,
     pub(crate) dropped_filtered: IntCounter,
@@ -254,6 +261,7 @@ impl Metrics {
         let lag_seconds = prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["partition"])?;
         let sink_errors = IntCounterVec::new(opts("etl_sink_errors_total"), &["shard"])?;
         let sink_retries = IntCounterVec::new(opts("etl_sink_retries_total"), &["shard"])?;
+        let shard_failing = prometheus::GaugeVec::new(opts("etl_sink_shard_failing_seconds"), &["shard"])?;
         let records_in = IntCounter::with_opts(opts("etl_records_in_total"))?;
         let records_out = IntCounter::with_opts(opts("etl_records_out_total"))?;
         let dropped = IntCounterVec::new(opts("etl_records_dropped_total"), &["reason"])?;
@@ -282,6 +290,7 @@ impl Metrics {
         reg(Box::new(lag_seconds.clone()))?;
         reg(Box::new(sink_errors.clone()))?;
         reg(Box::new(sink_retries.clone()))?;
+        reg(Box::new(shard_failing.clone()))?;
         reg(Box::new(records_in.clone()))?;
         reg(Box::new(records_out.clone()))?;
         reg(Box::new(dropped.clone()))?;
@@ -310,6 +319,7 @@ impl Metrics {
             lag_seconds,
             sink_errors: each(&|l| sink_errors.with_label_values(&[l])),
             sink_retries: each(&|l| sink_retries.with_label_values(&[l])),
+            shard_failing: labels.iter().map(|l| shard_failing.with_label_values(&[l.as_str()])).collect(),
             records_in,
             records_out,
             dropped_filtered: dropped.with_label_values(&["filtered"]),

@@ -22,7 +22,7 @@ mod tests {
     #[test]
     fn backoff_is_bounded_by_exponential_cap() {
         let retry = RetryConfig {
-            max_attempts: 10,
+            max_attempts: Some(10),
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
         };

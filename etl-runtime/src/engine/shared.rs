@@ -1,9 +1,9 @@
 //! The state every part of a running pipeline shares: configuration, budget, metrics, the fatal
-//! slot, readiness, and the counters behind [`PipelineStats`].
+//! slot, readiness, each shard's health, and the counters behind [`PipelineStats`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -52,6 +52,47 @@ pub(crate) struct Shared {
     /// The sink's start-up check failed fatally (the pipeline must not start).
     pub(crate) sink_check_failed: AtomicBool,
     pub(crate) stopping: AtomicBool,
+    /// Per shard, since when its writes fail (see [`ShardHealth`]).
+    pub(crate) shard_health: Vec<ShardHealth>,
+}
+
+/// Since when one shard's writes have been failing: set by the first failed attempt (of a
+/// batch's insert or of its span's recording) that no success has followed, cleared by the next
+/// success. While it is set the shard's batches wait in their retry loops, the shard queue fills
+/// and the lanes pause; `/readyz` answers not ready and `etl_sink_shard_failing_seconds` counts.
+#[derive(Debug)]
+pub(crate) struct ShardHealth {
+    /// Nanoseconds from `origin` to the first failure, plus one; 0 while the shard is healthy.
+    failing_since: AtomicU64,
+    origin: Instant,
+}
+
+impl ShardHealth {
+    pub(crate) fn new() -> Self {
+        ShardHealth { failing_since: AtomicU64::new(0), origin: Instant::now() }
+    }
+
+    /// A write attempt failed; returns true when the shard was healthy until now.
+    pub(crate) fn failed(&self) -> bool {
+        let now = self.origin.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64 + 1;
+        self.failing_since.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// A write succeeded; returns how long the shard had been failing, if it was.
+    pub(crate) fn succeeded(&self) -> Option<Duration> {
+        match self.failing_since.swap(0, Ordering::AcqRel) {
+            0 => None,
+            since => Some(self.origin.elapsed().saturating_sub(Duration::from_nanos(since - 1))),
+        }
+    }
+
+    /// How long the shard has been failing (zero while it is healthy).
+    pub(crate) fn failing_for(&self) -> Duration {
+        match self.failing_since.load(Ordering::Acquire) {
+            0 => Duration::ZERO,
+            since => self.origin.elapsed().saturating_sub(Duration::from_nanos(since - 1)),
+        }
+    }
 }
 
 impl Shared {
@@ -76,10 +117,17 @@ impl Shared {
         for (gauge, rx) in m.queue_depth.iter().zip(&self.queue_rx) {
             gauge.set(rx.len() as i64);
         }
+        for (gauge, health) in m.shard_failing.iter().zip(&self.shard_health) {
+            gauge.set(health.failing_for().as_secs_f64());
+        }
         m.render()
     }
 
+    /// Ready: the source joined its group, the sink's start-up check passed, and no shard's
+    /// writes are failing now.
     pub(crate) fn is_ready(&self) -> bool {
-        self.source_ready.load(Ordering::Acquire) && self.sink_ready.load(Ordering::Acquire)
+        self.source_ready.load(Ordering::Acquire)
+            && self.sink_ready.load(Ordering::Acquire)
+            && self.shard_health.iter().all(|h| h.failing_for().is_zero())
     }
 }

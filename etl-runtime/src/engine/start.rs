@@ -24,7 +24,7 @@ use crate::engine::handle::{HandleInner, PipelineHandle};
 use crate::engine::ledger::Ledger;
 use crate::engine::metrics::Metrics;
 use crate::engine::pipeline::PipelineThread;
-use crate::engine::shared::{PipelineStats, Shared};
+use crate::engine::shared::{PipelineStats, ShardHealth, Shared};
 use crate::engine::sink::{DeadLetter, Sink};
 use crate::engine::worker::ShardWorker;
 
@@ -144,6 +144,7 @@ impl Pipeline {
         let (fatal_tx, fatal_rx) = crossbeam_channel::unbounded();
 
         let track_row_sources = config.error_policy == ErrorPolicy::DeadLetter && dead_letter.is_some();
+        let shards = config.shards;
         let shared = Arc::new(Shared {
             budget: Budget::new(&config.backpressure),
             lane_counts: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -159,6 +160,7 @@ impl Pipeline {
             sink_ready: AtomicBool::new(false),
             sink_check_failed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            shard_health: (0..shards).map(|_| ShardHealth::new()).collect(),
         });
 
         let sink = Arc::new(sink);

@@ -44,8 +44,11 @@ async fn dead_letter_refused(shared: &Shared, batch: &Batch, rows: &[u64], messa
 }
 
 /// Writes one batch, retrying retryable errors with exponential backoff and full jitter under the
-/// same token. Success releases the bytes and acks every chunk to its pipeline thread; exhaustion
-/// or a fatal error stops the pipeline and never acks, so those offsets are never stored.
+/// same token, without limit unless `retry.max_attempts` sets one: a shard that is down keeps
+/// its batches here, its write slots taken, so its queue fills and the lanes pause while the
+/// consumer stays in its group. Success releases the bytes and acks every chunk to its pipeline
+/// thread; exhaustion or a fatal error stops the pipeline and never acks, so those offsets are
+/// never stored.
 pub(crate) async fn write_batch<K: Sink, D: Delivery>(
     sink: Arc<K>,
     delivery: Arc<D>,
@@ -107,12 +110,15 @@ pub(crate) async fn write_batch<K: Sink, D: Delivery>(
                     abandon(&shared.budget, &acks, &batch);
                     return;
                 }
-                if error.is_retryable() && attempt < retry.max_attempts {
+                if error.is_retryable() && retry.allows_after(attempt) {
                     let backoff = backoff(&retry, attempt);
+                    if shared.shard_health[shard].failed() {
+                        tracing::error!(shard, %error, "the shard's writes fail; its batches are retried and the lanes pause until it accepts them again");
+                    }
                     tracing::warn!(shard, token = %batch.token, attempt, ?backoff, %error, "sink write failed; retrying");
                     metrics.sink_retries[shard].inc();
                     tokio::time::sleep(backoff).await;
-                    attempt += 1;
+                    attempt = attempt.saturating_add(1);
                     continue;
                 }
                 shared.fatal.report(format!(
@@ -122,6 +128,9 @@ pub(crate) async fn write_batch<K: Sink, D: Delivery>(
                 return;
             }
         };
+        if let Some(failing) = shared.shard_health[shard].succeeded() {
+            tracing::info!(shard, failing_for = ?failing, "the shard accepts writes again");
+        }
         metrics.insert_duration[shard].observe(started.elapsed().as_secs_f64());
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);

@@ -200,7 +200,7 @@ pub fn runtime_config(shards: usize) -> RuntimeConfig {
         batch: BatchConfig { max_rows: 5_000, max_bytes: 1 << 20, linger: Duration::from_millis(50) },
         chunk_target_bytes: 16 << 10,
         retry: RetryConfig {
-            max_attempts: 60,
+            max_attempts: Some(60),
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(500),
         },

@@ -302,12 +302,15 @@ impl ExactlyOnce {
                 // Recording after the hand-over is useless (the batch would not be inserted) and
                 // only leaves a stray span behind.
                 Err(_) if self.handed_over(batch) => break false,
-                Err(error) if error.is_retryable() && attempt < retry.max_attempts => {
+                Err(error) if error.is_retryable() && retry.allows_after(attempt) => {
                     let backoff = backoff(&retry, attempt);
+                    if shared.shard_health[span.shard].failed() {
+                        tracing::error!(shard = span.shard, %error, "the shard's writes fail; its batches are retried and the lanes pause until it accepts them again");
+                    }
                     tracing::warn!(?span, attempt, ?backoff, %error, "recording the batch span failed; retrying");
                     shared.metrics.sink_retries[span.shard].inc();
                     tokio::time::sleep(backoff).await;
-                    attempt += 1;
+                    attempt = attempt.saturating_add(1);
                 }
                 Err(error) => {
                     shared.fatal.report(format!(

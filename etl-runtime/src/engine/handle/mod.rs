@@ -133,6 +133,12 @@ impl PipelineHandle {
         self.inner.shared.source_ready.store(ready, Ordering::Release);
     }
 
+    /// What `/readyz` answers: the source is ready, the sink's start-up check passed, and no
+    /// shard's writes are failing now.
+    pub fn is_ready(&self) -> bool {
+        self.inner.shared.is_ready()
+    }
+
     /// Sets `etl_source_lag_records{partition}`.
     pub fn set_lag_records(&self, partition: i32, lag: i64) {
         self.inner.shared.metrics.lag_records.with_label_values(&[partition.to_string().as_str()]).set(lag);
