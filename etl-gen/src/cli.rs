@@ -39,6 +39,14 @@ pub struct GenArgs {
     /// Print the CREATE TABLE that fits the pipeline (and write nothing).
     #[arg(long)]
     pub ddl: bool,
+    /// With --ddl: ReplicatedMergeTree tables for a cluster with Keeper or ZooKeeper, each created
+    /// on every replica by one ON CLUSTER statement, instead of a MergeTree to create on each shard.
+    #[arg(long, requires = "ddl")]
+    pub replicated: bool,
+    /// With --replicated: the cluster ON CLUSTER names (default: each server's `{cluster}` macro).
+    #[arg(long, value_name = "NAME", requires = "replicated")]
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub cluster: Option<String>,
     /// Print the bound on the pipeline's memory (and write nothing); needs --partitions.
     #[arg(long, requires = "partitions")]
     pub memory: bool,
@@ -189,7 +197,12 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
         );
     }
     if args.ddl {
-        match crate::ddl::create_table(&pipeline) {
+        let replication = if args.replicated {
+            crate::ddl::Replication::Replicated { cluster: args.cluster.clone() }
+        } else {
+            crate::ddl::Replication::PerShard
+        };
+        match crate::ddl::create_tables(&pipeline, &replication) {
             Ok(sql) => print!("{sql}"),
             Err(e) => {
                 eprintln!("error: {e}");

@@ -79,6 +79,7 @@ fn type_name(schema: &Value, defs: &Map<String, Value>) -> String {
     if let Some(name) = ref_name(schema) {
         match name {
             "Duration" => return "duration".into(),
+            "Attempts" => return "integer or `unlimited`".into(),
             "ByteSize" => return "size".into(),
             "Ratio" => return "ratio".into(),
             "Template" => return "string, `${VAR}` allowed".into(),
@@ -284,7 +285,9 @@ const TYPES: &str = "
 | `decimal(p, s)`, p ≤ 38 | `Decimal(p, s)` |
 | `uuid` | `UUID` |
 
-`cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row.
+`cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
+`--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`
+([operations.md](operations.md#replicated-tables)).
 Rows are routed to shards by `xxHash64(shard_key) % shards` over the key's little-endian
 bytes (integers) or bytes (texts), as a Distributed table with sharding key
 `xxHash64(shard_key)` and equal weights would; without a shard key, round-robin.

@@ -2,7 +2,8 @@
 //! `cargo xtask infra up --only-clickhouse`: every mapped type round-trips through the runtime's
 //! RowBinary encoders, outages are retried without losing rows, the start-up check names the
 //! columns that differ, rows are routed to shards the way a Distributed table would, refused rows
-//! are isolated one by one, and a retried batch lands once.
+//! are isolated one by one, a retried batch lands once, and ClickHouse parses the statements of
+//! `gen --ddl --replicated`.
 
 // Only the ClickHouse helpers: this binary needs none of the Kafka ones in `support/mod.rs`.
 #[path = "support/clickhouse.rs"]
@@ -698,4 +699,77 @@ fn an_insert_whose_answer_is_lost_lands_once() {
     assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), n, "the retry landed nothing twice");
     assert_eq!(scalar(&url, &format!("SELECT uniqExact(id) FROM default.`{table}`")), n);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
+}
+
+/// What `cargo xtask gen <pipeline> --ddl <args>` prints: the statements a user runs, not a copy
+/// of them.
+fn gen_ddl(pipeline: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args(["xtask", "gen", pipeline, "--ddl"])
+        .args(args)
+        .output()
+        .expect("running cargo xtask gen --ddl");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "cargo xtask gen {pipeline} --ddl {args:?} failed:\n{stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// ClickHouse's parser on one statement, which it does not run: `formatQuery` answers with the
+/// statement as the server formats what it parsed, or with the syntax error.
+fn format_query(url: &str, statement: &str) -> Result<String, String> {
+    let client = clickhouse::Client::default().with_url(url);
+    let query = client.query("SELECT formatQuery({statement:String})").param("statement", statement);
+    let bytes = block_on(async { query.fetch_bytes("TabSeparatedRaw")?.collect().await }).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+// `gen --ddl --replicated` prints statements for a cluster with Keeper, which the test servers do not
+// have, so they cannot be run here; ClickHouse's own parser reads each one instead (ON CLUSTER, the
+// ReplicatedMergeTree with its macros, the ledger's TTL), and the settings they set exist (a
+// parser takes any name).
+#[test]
+fn replicated_ddl_parses_in_clickhouse() {
+    let _servers = share_servers();
+    let (url, _) = clickhouse_urls();
+    let cases: [(&str, &[&str], &[&str]); 3] = [
+        ("examples/kafka_avro_to_clickhouse/pipeline.yaml", &["--replicated"], &["orders"]),
+        ("etl-gen/tests/corpus/valid/exactly_once.yaml", &["--replicated"], &["orders", "orders_etl_batches"]),
+        (
+            "etl-gen/tests/corpus/valid/exactly_once.yaml",
+            &["--replicated", "--cluster", "prod"],
+            &["orders", "orders_etl_batches"],
+        ),
+    ];
+    for (pipeline, args, tables) in cases {
+        let ddl = gen_ddl(pipeline, args);
+        // One statement per request, as operations.md runs them: split where `--ddl` ends one.
+        let statements: Vec<&str> = ddl
+            .split(";\n")
+            .filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--")))
+            .collect();
+        assert_eq!(statements.len(), tables.len(), "{ddl}");
+        let on_cluster = if args.contains(&"--cluster") { "ON CLUSTER prod" } else { "ON CLUSTER `{cluster}`" };
+        for (statement, table) in statements.into_iter().zip(tables) {
+            let parsed = format_query(&url, statement)
+                .unwrap_or_else(|e| panic!("ClickHouse does not parse `gen --ddl {args:?}`: {e}\n{statement}"));
+            let engine =
+                format!("ENGINE = ReplicatedMergeTree('/clickhouse/tables/{{shard}}/default/{table}', '{{replica}}')");
+            assert!(
+                parsed.contains(&format!("CREATE TABLE IF NOT EXISTS default.{table} {on_cluster}\n"))
+                    && parsed.contains(&engine),
+                "{parsed}"
+            );
+            if *table == "orders_etl_batches" {
+                assert!(parsed.contains("\nTTL recorded_at + toIntervalDay(7)\n"), "{parsed}");
+            }
+            let settings = parsed.lines().find_map(|l| l.strip_prefix("SETTINGS ")).expect("a SETTINGS clause");
+            for setting in settings.split(", ") {
+                let name = setting.split(" = ").next().unwrap();
+                let known =
+                    scalar(&url, &format!("SELECT count() FROM system.merge_tree_settings WHERE name = '{name}'"));
+                assert_eq!(known, 1, "{name} is not a MergeTree setting: {parsed}");
+            }
+        }
+    }
 }

@@ -13,6 +13,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
         path: pipeline.clone(),
         check: false,
         ddl: false,
+        replicated: false,
+        cluster: None,
         memory: false,
         partitions: None,
         out: None,
