@@ -894,3 +894,232 @@ fn exactly_once_through_clickhouse_outages() {
     // servers) are what this scenario is about: without a replay it checked nothing.
     assert!(replayed > 0, "the restart replayed the batches in flight at the kill");
 }
+
+/// What a pipeline showed during one phase of an outage of shard 1.
+#[derive(Debug, Default)]
+struct OutageSeen {
+    /// The largest `etl_sink_shard_failing_seconds{shard="1"}`.
+    failing: f64,
+    /// /readyz answered 503 at least once.
+    not_ready: bool,
+    /// `etl_sink_replica_healthy` of shard 1 was 0 at least once.
+    unhealthy: bool,
+    /// `etl_backpressure_paused` was 1 at least once.
+    paused: bool,
+}
+
+/// Watches `pipelines` for `length` while shard 1 is out: none exits, and what each shows is kept.
+fn watch_outage(pipelines: &mut [&mut Process], length: Duration) -> Vec<OutageSeen> {
+    let mut seen: Vec<OutageSeen> = pipelines.iter().map(|_| OutageSeen::default()).collect();
+    let started = Instant::now();
+    while started.elapsed() < length {
+        for (p, seen) in pipelines.iter_mut().zip(&mut seen) {
+            assert!(p.try_exit().is_none(), "[{}] survives the outage:\n{}", p.label, p.log_tail());
+            if let Some(m) = p.metrics() {
+                seen.failing = seen.failing.max(m.get(r#"etl_sink_shard_failing_seconds{shard="1"}"#));
+                seen.paused |= m.sum("etl_backpressure_paused") > 0.0;
+                seen.unhealthy |= m.0.iter().any(|(k, v)| {
+                    k.starts_with(r#"etl_sink_replica_healthy{replica="#) && k.contains(r#"shard="1""#) && *v == 0.0
+                });
+            }
+            seen.not_ready |= p.ready() == Some(false);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    seen
+}
+
+/// Waits until every pipeline writes to shard 1 again: ready, and its failing gauge back at 0.
+fn await_recovered(pipelines: &mut [&mut Process], timeout: Duration) {
+    for p in pipelines.iter_mut() {
+        p.await_metrics("shard 1 writable again", timeout, |m| {
+            m.get(r#"etl_sink_shard_failing_seconds{shard="1"}"#) == 0.0
+        });
+        let deadline = Instant::now() + timeout;
+        while p.ready() != Some(true) {
+            assert!(Instant::now() < deadline, "[{}] ready again after the outage:\n{}", p.label, p.log_tail());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Scenario 13: under a steady stream, shard 1's server is killed for 3 min 10 s (its port refuses
+/// connections; the old retry budget gave up after about 33 s), started again, and later frozen
+/// (SIGSTOP) for 3 min 5 s. An at-least-once and an exactly-once binary run through it side by
+/// side. Neither exits or leaves its group; each pauses, shows the shard failing (gauge, replica
+/// health, /readyz 503) and recovers by itself. At the end every order is there: exactly once
+/// under `exactly_once`, none missing without it.
+#[test]
+fn one_shard_down_then_frozen_for_minutes() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    prepare(Variant::Exactly);
+    let _t = Timer::start("shard down and frozen for minutes");
+    const DOWN: Duration = Duration::from_secs(190);
+    const FROZEN: Duration = Duration::from_secs(185);
+    const RATE: u64 = 400;
+    const N: i64 = 160_000;
+    let shard_1 = infra().clickhouse[1].clone();
+    let (topic, group) = (unique("e2e-long-outage"), unique("e2e-long-outage"));
+    let (eo_topic, eo_group) = (unique("e2e-eo-long-outage"), unique("e2e-eo-long-outage"));
+    create_topic(&topic, PARTITIONS);
+    create_topic(&eo_topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, RATE);
+    let (_, eo_producer) = produce_in_background(&eo_topic, 0..N, 0, RATE);
+    let mut alo = spawn(Variant::Skip, "long-outage", &topic, &group, &[]);
+    let mut eo = spawn(Variant::Exactly, "eo-long-outage", &eo_topic, &eo_group, &[]);
+    for p in [&mut alo, &mut eo] {
+        p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    }
+
+    kill_server(&shard_1);
+    let down = watch_outage(&mut [&mut alo, &mut eo], DOWN);
+    start_servers(2);
+    eprintln!("shard down: {down:?}");
+    await_recovered(&mut [&mut alo, &mut eo], Duration::from_secs(90));
+
+    let frozen = {
+        let _frozen = freeze_servers(std::slice::from_ref(&shard_1));
+        watch_outage(&mut [&mut alo, &mut eo], FROZEN)
+    };
+    eprintln!("shard frozen: {frozen:?}");
+    await_recovered(&mut [&mut alo, &mut eo], Duration::from_secs(120));
+
+    for (label, seen) in [("down", &down), ("frozen", &frozen)] {
+        for (p, seen) in ["at-least-once", "exactly-once"].iter().zip(seen) {
+            // The gauge is sampled each second; the first failure comes within a timeout or a
+            // refused connect of the fault, so most of the phase shows.
+            assert!(seen.failing >= 120.0, "[{p}] {label}: shard 1 shown failing for minutes: {seen:?}");
+            assert!(seen.not_ready, "[{p}] {label}: /readyz answers 503 while shard 1 fails: {seen:?}");
+            assert!(seen.paused, "[{p}] {label}: the lanes pause: {seen:?}");
+        }
+    }
+    assert!(down.iter().all(|s| s.unhealthy), "the refused replica is shown unhealthy: {down:?}");
+
+    let produced = producer.join().unwrap();
+    let stats = await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
+    // Before SIGTERM: shutting down revokes the partitions, which is fine.
+    for p in [&alo, &eo] {
+        assert_eq!(p.log_lines("partitions revoked").len(), 0, "[{}] stayed in the group:\n{}", p.label, p.log_tail());
+        assert_eq!(p.log_lines("assignment lost").len(), 0, "[{}] never evicted", p.label);
+        assert_eq!(p.log_lines("partitions assigned").len(), 1, "[{}] one assignment, no rebalance", p.label);
+    }
+    let eo_stats = finish_exactly_once(&mut eo, eo_producer, (&eo_topic, &eo_group), N);
+    alo.stop_cleanly();
+    let stats = {
+        let after = assert_all_arrived(Variant::Skip.table(), N);
+        assert!(after.uniq >= stats.uniq);
+        after
+    };
+    eprintln!("long outage: at-least-once {stats:?} ({} duplicates); exactly-once {eo_stats:?}", stats.duplicates());
+}
+
+/// `etl_sink_replica_healthy` of `replica` on `shard`, or `None` if it is not exported.
+fn replica_health(m: &Metrics, shard: usize, replica: &str) -> Option<f64> {
+    m.0.get(&format!(r#"etl_sink_replica_healthy{{replica="{replica}",shard="{shard}"}}"#)).copied()
+}
+
+/// Scenario 14: replicas failing the ways production replicas do, under a steady stream. Shard 0
+/// lists a proxy to its server, a replica that answers every request with a 500 for the whole
+/// scenario, and the server itself; shard 1 lists two independent servers. Mid-stream the proxy
+/// hangs (it accepts connections and answers nothing): shard 0's inserts leave it within the
+/// insert timeout (plus the failing replica's fast 500 and a backoff), the hung and failing
+/// replicas are probed again after their cooldown and stay unhealthy, and the proxy, forwarding
+/// again, is probed healthy. Then shard 1's server being written to is killed: its inserts rotate
+/// to the other server, and the killed one, started again, is probed healthy. The union of the
+/// servers holds every order.
+#[test]
+fn replicas_hung_failing_and_killed() {
+    let _serial = serial();
+    let servers = start_servers(3);
+    let (ch1, ch2, ch3) = (servers[0].clone(), servers[1].clone(), servers[2].clone());
+    prepare(Variant::Replicas);
+    Variant::Replicas.recreate_table(&ch3);
+    let _t = Timer::start("replicas hung, failing and killed");
+    const N: i64 = 60_000;
+    const TIMEOUT: f64 = 5.0;
+    let table = Variant::Replicas.table();
+    let proxy = HangingProxy::start(&ch1);
+    let failing = FailingReplica::start();
+    let (topic, group) = (unique("e2e-replicas"), unique("e2e-replicas"));
+    create_topic(&topic, PARTITIONS);
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 500);
+    let env = [("REPLICA_HUNG", proxy.url()), ("REPLICA_FAILING", failing.url()), ("CLICKHOUSE_URL_3", ch3.clone())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut p = spawn(Variant::Replicas, "replicas", &topic, &group, &env);
+    let count =
+        |url: &str| ch_query(url, &format!("SELECT count() FROM default.{table}")).trim().parse::<i64>().unwrap();
+    p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 5_000.0);
+    assert!(proxy.accepted() > 0, "shard 0 writes through its first replica, the proxy");
+    assert_eq!(count(&ch3), 0, "shard 1 writes to its first server");
+
+    // The current replica of shard 0 hangs.
+    proxy.hang(true);
+    let hung_at = proxy.accepted();
+    let (mut failing_max, started) = (0.0f64, Instant::now());
+    while started.elapsed() < Duration::from_secs(45) {
+        let m = p.metrics().expect("/metrics");
+        failing_max = failing_max.max(m.get(r#"etl_sink_shard_failing_seconds{shard="0"}"#));
+        assert!(p.try_exit().is_none(), "survives a hung replica:\n{}", p.log_tail());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let m = p.metrics().unwrap();
+    eprintln!(
+        "hung replica: shard 0 failed for at most {failing_max:.1}s; {m:?}",
+        m = replica_health(&m, 0, &proxy.url())
+    );
+    assert!(failing_max <= TIMEOUT + 3.0, "inserts leave the hung replica within the insert timeout: {failing_max}s");
+    assert_eq!(replica_health(&m, 0, &proxy.url()), Some(0.0), "the hung replica is unhealthy");
+    assert_eq!(replica_health(&m, 0, &failing.url()), Some(0.0), "the failing replica is unhealthy");
+    assert!(proxy.accepted() > hung_at, "the hung replica is tried again after its cooldown");
+    proxy.hang(false);
+    p.await_metrics("the proxy probed healthy again", Duration::from_secs(60), |m| {
+        replica_health(m, 0, &proxy.url()) == Some(1.0)
+    });
+
+    // Shard 1's server being written to dies.
+    let before = count(&ch2);
+    kill_server(&ch2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&ch3) == 0 {
+        assert!(Instant::now() < deadline, "shard 1's inserts rotate to the other server:\n{}", p.log_tail());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    start_servers(3);
+    p.await_metrics("the restarted server probed healthy", Duration::from_secs(90), |m| {
+        replica_health(m, 1, &ch2) == Some(1.0)
+    });
+
+    let produced = producer.join().unwrap();
+    let ids = |url: &str| -> Vec<i64> {
+        ch_query(url, &format!("SELECT DISTINCT order_id FROM default.{table}"))
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let union = loop {
+        let union: std::collections::BTreeSet<i64> = [&ch1, &ch2, &ch3].iter().flat_map(|u| ids(u)).collect();
+        if union.len() as i64 >= N || Instant::now() > deadline {
+            break union;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    let m = p.metrics().unwrap();
+    assert_eq!(replica_health(&m, 0, &failing.url()), Some(0.0), "500 for minutes: still unhealthy");
+    assert!(failing.accepted() >= 3, "the failing replica is tried again and again: {}", failing.accepted());
+    p.stop_cleanly();
+    assert_eq!(union.len() as i64, N, "the union of the servers holds every order");
+    assert_eq!(union.iter().next_back(), Some(&(N - 1)));
+    eprintln!(
+        "replicas: shard 1 server 2 had {before} rows at the kill; now {} / {} / {} rows on the three servers; the \
+         failing replica took {} connections",
+        count(&ch1),
+        count(&ch2),
+        count(&ch3),
+        failing.accepted()
+    );
+}

@@ -3,6 +3,7 @@
 
 use crate::clickhouse::ClickhouseSink;
 use crate::clickhouse::errors::{self, Class};
+use crate::clickhouse::replicas;
 use crate::engine::errors::SinkError;
 
 /// A failed request, classified, its message already scrubbed of the password.
@@ -35,6 +36,7 @@ impl ClickhouseSink {
         let state = &self.shards[shard];
         let index = state.pick();
         let replica = &state.replicas[index];
+        replicas::probe_recovered(&self.shards, shard, index, self.timeout);
         let mut insert = replica
             .client
             .insert_formatted_with(self.insert_sql.as_str())

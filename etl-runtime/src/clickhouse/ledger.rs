@@ -6,6 +6,7 @@
 use ::clickhouse::Client;
 
 use crate::clickhouse::insert::Failure;
+use crate::clickhouse::replicas::Shard;
 use crate::engine::errors::SinkError;
 use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
 
@@ -38,9 +39,9 @@ pub struct ExactlyOnceConfig {
     pub config_hash: String,
 }
 
-/// The ledger: a client per replica of each shard (clones of the sink's).
+/// The ledger: it writes through the sink's replicas, and rotates over them the same way.
 pub(super) struct ClickhouseLedger {
-    pub(super) shards: Vec<Vec<(Client, String)>>,
+    pub(super) shards: std::sync::Arc<Vec<Shard>>,
     pub(super) database: String,
     pub(super) table: String,
     pub(super) config: ExactlyOnceConfig,
@@ -80,29 +81,37 @@ impl ClickhouseLedger {
         Ok(answers)
     }
 
-    /// Runs `request` on the replicas of `shard` in turn until one answers; a fatal error stops
-    /// at once, otherwise the last retryable error is returned.
+    /// Runs `request` on the replicas of `shard` in turn, from the shard's current one, until one
+    /// answers (a replica that fails is rotated out as for an insert, so a hung replica costs one
+    /// `timeout`, not one per request); a fatal error stops at once, otherwise the last retryable
+    /// error is returned.
     async fn on_shard<T, F, Fut>(&self, shard: usize, request: F) -> Result<T, SinkError>
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, ::clickhouse::error::Error>>,
     {
-        let replicas =
+        let state =
             self.shards.get(shard).ok_or_else(|| SinkError::fatal(format!("no shard {shard} in the ledger")))?;
         let mut last = SinkError::retryable(format!("shard {shard} has no replica"));
-        for (client, shown) in replicas {
-            let result = match tokio::time::timeout(self.timeout, request(client.clone())).await {
+        for _ in 0..state.replicas.len() {
+            let index = state.pick();
+            let replica = &state.replicas[index];
+            let result = match tokio::time::timeout(self.timeout, request(replica.client.clone())).await {
                 Ok(result) => result,
                 Err(_) => Err(::clickhouse::error::Error::TimedOut),
             };
             match result {
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    state.succeeded(index);
+                    return Ok(value);
+                }
                 Err(error) => {
                     let error = Failure::of(&error, &self.password).into_sink_error();
                     if !error.is_retryable() {
                         return Err(error);
                     }
-                    tracing::warn!(shard, replica = %shown, %error, "exactly-once ledger request failed");
+                    state.failed(index);
+                    tracing::warn!(shard, replica = %replica.shown, %error, "exactly-once ledger request failed");
                     last = error;
                 }
             }

@@ -117,13 +117,19 @@ use schema::RowLayout;
 ///
 /// # Replicas
 ///
-/// Each shard has a current replica. A retryable failure marks the replica unhealthy
-/// (`etl_sink_replica_healthy{shard,replica}` = 0) and moves the shard to the next replica, so the
-/// runtime's retry goes there; an unhealthy replica is passed over for 30 s, then it is a
-/// candidate again. When every replica of a shard failed recently, the current one is tried anyway
-/// (the runtime's backoff paces the attempts). Success marks a replica healthy.
+/// Each shard has a current replica. A retryable failure (refused, timed out, 5xx, a transient
+/// code) marks the replica unhealthy (`etl_sink_replica_healthy{shard,replica}` = 0) and moves the
+/// shard to the next replica, so the runtime's retry goes there: a hung replica costs one insert
+/// `timeout`, then the inserts go elsewhere. An unhealthy replica is passed over for 30 s; then
+/// the next insert on its shard starts a probe (`SELECT 1` within `timeout`, as a task of its own)
+/// that marks it healthy again or starts a new cooldown, so the gauge tells the truth about
+/// replicas nobody writes to. The shard stays on the replica that works; a recovered one is used
+/// again when that one fails. When every replica of a shard failed recently, the current one is
+/// tried anyway (the runtime's backoff paces the attempts). The exactly-once ledger rotates over
+/// the same replicas, starting at the current one. Success marks a replica healthy.
 pub struct ClickhouseSink {
-    shards: Vec<Shard>,
+    /// Shared with the ledger (which rotates over the same replicas) and the replica probes.
+    shards: std::sync::Arc<Vec<Shard>>,
     database: String,
     table: String,
     columns: Vec<(String, String)>,
@@ -205,18 +211,22 @@ impl ClickhouseSink {
                 }
                 let healthy = metrics.replica_healthy.with_label_values(&[label.as_str(), shown.as_str()]);
                 healthy.set(1);
-                replicas.push(Replica { client, shown, failed_at: Mutex::new(None), healthy });
+                replicas.push(Replica {
+                    client,
+                    shown,
+                    failed_at: Mutex::new(None),
+                    healthy,
+                    probing: std::sync::atomic::AtomicBool::new(false),
+                });
             }
             let errors = [Class::Retryable, Class::Fatal, Class::Data]
                 .map(|class| metrics.errors_by_class.with_label_values(&[label.as_str(), class.label()]));
             shards.push(Shard { replicas, current: AtomicUsize::new(0), errors });
         }
+        let shards = std::sync::Arc::new(shards);
         let ledger = config.exactly_once.map(|eo| {
             std::sync::Arc::new(ledger::ClickhouseLedger {
-                shards: shards
-                    .iter()
-                    .map(|s| s.replicas.iter().map(|r| (r.client.clone(), r.shown.clone())).collect())
-                    .collect(),
+                shards: shards.clone(),
                 database: config.database.clone(),
                 table: config.table.clone(),
                 config: eo,

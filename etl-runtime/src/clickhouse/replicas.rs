@@ -1,15 +1,20 @@
-//! Replica rotation: each shard's current replica, the cooldown of one that failed, and the
-//! `etl_sink_replica_healthy` gauge.
+//! Replica rotation: each shard's current replica, the cooldown of one that failed, the probe
+//! that tries it again after the cooldown, and the `etl_sink_replica_healthy` gauge.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::clickhouse::Client;
 use prometheus::{IntCounter, IntGauge};
 
-/// How long a replica that failed is passed over while another replica of its shard is available.
-const REPLICA_COOLDOWN: Duration = Duration::from_secs(30);
+/// How long a replica that failed is passed over while another replica of its shard is available,
+/// and how long after a failure it is probed again.
+#[cfg(not(test))]
+pub(super) const REPLICA_COOLDOWN: Duration = Duration::from_secs(30);
+/// Short in unit tests, which wait for cooldowns to end.
+#[cfg(test)]
+pub(super) const REPLICA_COOLDOWN: Duration = Duration::from_millis(300);
 
 /// One shard: its replicas, the current one, and its error counters by class.
 pub(super) struct Shard {
@@ -25,6 +30,8 @@ pub(super) struct Replica {
     pub(super) shown: String,
     pub(super) failed_at: Mutex<Option<Instant>>,
     pub(super) healthy: IntGauge,
+    /// A probe of this replica is running.
+    pub(super) probing: AtomicBool,
 }
 
 impl Shard {
@@ -58,8 +65,55 @@ impl Shard {
 
     pub(super) fn succeeded(&self, index: usize) {
         let replica = &self.replicas[index];
-        *replica.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let was = replica.failed_at.lock().unwrap_or_else(|e| e.into_inner()).take();
         replica.healthy.set(1);
+        if was.is_some() {
+            tracing::info!(replica = %replica.shown, "the replica answers again");
+        }
+    }
+
+    /// The replicas other than `current` whose cooldown is over and that no probe tries yet;
+    /// each is marked as being probed.
+    fn due_for_probe(&self, current: usize) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|&index| index != current)
+            .filter(|&index| {
+                let replica = &self.replicas[index];
+                let due = replica
+                    .failed_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_some_and(|at| at.elapsed() >= REPLICA_COOLDOWN);
+                due && !replica.probing.swap(true, Ordering::AcqRel)
+            })
+            .collect()
+    }
+}
+
+/// Tries again, with a `SELECT 1` bounded by `timeout`, every replica of `shard` but `current`
+/// whose cooldown is over: one that answers is healthy again (gauge 1, and a candidate when the
+/// current replica fails); one that does not starts a new cooldown. The probes run as their own
+/// tasks, so an insert never waits for a hung replica it does not write to.
+pub(super) fn probe_recovered(shards: &Arc<Vec<Shard>>, shard: usize, current: usize, timeout: Duration) {
+    for index in shards[shard].due_for_probe(current) {
+        let shards = shards.clone();
+        tokio::spawn(async move {
+            let state = &shards[shard];
+            let replica = &state.replicas[index];
+            let answer = tokio::time::timeout(timeout, replica.client.query("SELECT 1").execute()).await;
+            match answer {
+                Ok(Ok(())) => state.succeeded(index),
+                Ok(Err(error)) => {
+                    tracing::debug!(replica = %replica.shown, %error, "the replica still fails");
+                    *replica.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                }
+                Err(_) => {
+                    tracing::debug!(replica = %replica.shown, ?timeout, "the replica still does not answer");
+                    *replica.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                }
+            }
+            replica.probing.store(false, Ordering::Release);
+        });
     }
 }
 

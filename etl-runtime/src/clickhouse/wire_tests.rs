@@ -24,7 +24,12 @@ enum Answer {
 /// A loopback server on plain threads that captures each request (head and raw body) and answers
 /// it; returns its URL and the captured requests.
 fn fake_server(answer: Answer) -> (String, Receiver<Vec<u8>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    fake_server_on("127.0.0.1:0".parse().unwrap(), answer)
+}
+
+/// [`fake_server`] on a given address (a port that refused connections before, say).
+fn fake_server_on(addr: std::net::SocketAddr, answer: Answer) -> (String, Receiver<Vec<u8>>) {
+    let listener = TcpListener::bind(addr).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -34,8 +39,8 @@ fn fake_server(answer: Answer) -> (String, Receiver<Vec<u8>>) {
             std::thread::spawn(move || {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 65536];
-                // A chunked body ends with an empty chunk.
-                while !request.ends_with(b"0\r\n\r\n") {
+                // A chunked body ends with an empty chunk; a query's body has a Content-Length.
+                while !request.ends_with(b"0\r\n\r\n") && !has_whole_body(&request) {
                     match stream.read(&mut buf) {
                         Ok(0) | Err(_) => break,
                         Ok(n) => request.extend_from_slice(&buf[..n]),
@@ -53,6 +58,16 @@ fn fake_server(answer: Answer) -> (String, Receiver<Vec<u8>>) {
         }
     });
     (url, rx)
+}
+
+/// Whether `request` is a head with a `Content-Length` and that many body bytes after it.
+fn has_whole_body(request: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(request);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
+    head.lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|length| body.len() >= length)
 }
 
 /// The next captured request.
@@ -223,4 +238,35 @@ async fn a_failing_replica_is_rotated_out() {
     assert_eq!(sink.shards[0].replicas[1].healthy.get(), 1);
     sink.write(0, &batch("tok-6", 5)).await.unwrap();
     assert!(decoded(&split(&next(&requests)).0).contains("insert_deduplication_token=tok-6"));
+}
+
+// A replica that failed is probed again once its cooldown is over, off the insert path: while it
+// is still down it stays unhealthy and cools down again; once it answers it is healthy again,
+// and the shard stays on the replica that works.
+#[tokio::test]
+async fn a_failed_replica_is_probed_after_its_cooldown() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (live, requests) = fake_server(ok());
+    let sink = ClickhouseSink::new(config(vec![vec![format!("http://{addr}"), live]])).unwrap();
+    let healthy = |index: usize| sink.shards[0].replicas[index].healthy.get();
+    assert_eq!(sink.write(0, &batch("tok-7", 5)).await.unwrap_err().kind, SinkErrorKind::Retryable);
+    sink.write(0, &batch("tok-7", 5)).await.unwrap();
+    next(&requests);
+
+    tokio::time::sleep(replicas::REPLICA_COOLDOWN + Duration::from_millis(50)).await;
+    sink.write(0, &batch("tok-8", 5)).await.unwrap();
+    assert!(decoded(&split(&next(&requests)).0).contains("insert_deduplication_token=tok-8"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(healthy(0), 0, "refused again: still unhealthy");
+
+    let (_back, probes) = fake_server_on(addr, ok());
+    tokio::time::sleep(replicas::REPLICA_COOLDOWN + Duration::from_millis(50)).await;
+    sink.write(0, &batch("tok-9", 5)).await.unwrap();
+    assert!(decoded(&split(&next(&requests)).0).contains("insert_deduplication_token=tok-9"), "stays on the live one");
+    assert!(String::from_utf8_lossy(&next(&probes)).contains("SELECT 1"), "the probe reached the replica");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while healthy(0) != 1 {
+        assert!(Instant::now() < deadline, "the replica that answers again is healthy again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

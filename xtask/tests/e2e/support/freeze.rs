@@ -91,7 +91,7 @@ fn accepts_loopback(hex: &str) -> bool {
 }
 
 /// The state letter of /proc/PID/stat (`T` = stopped), `None` once the process is gone.
-fn process_state(pid: u32) -> Option<char> {
+pub(super) fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ')'.
     stat.rsplit_once(')')?.1.trim_start().chars().next()
@@ -103,8 +103,13 @@ fn process_state(pid: u32) -> Option<char> {
 pub struct FrozenClickhouse(Vec<u32>);
 
 pub fn freeze_clickhouse() -> FrozenClickhouse {
+    freeze_servers(&infra().clickhouse)
+}
+
+/// The servers of `urls` SIGSTOPped, as [`freeze_clickhouse`] does for both.
+pub fn freeze_servers(urls: &[String]) -> FrozenClickhouse {
     let mut frozen = FrozenClickhouse(Vec::new());
-    for url in &infra().clickhouse {
+    for url in urls {
         for pid in listening_pids(url) {
             if frozen.0.contains(&pid) {
                 continue;

@@ -5,8 +5,8 @@
 //! One module per job, everything re-exported here so that the scenarios `use support::*`:
 //! `infra` (where the services are), `variant` (the pipelines and their binaries), `config` (the
 //! numbers of a pipeline file), `records` (the orders), `kafka` and `producer`, `http` and
-//! `clickhouse`, `process` (a running pipeline), and the faults and stubs: `freeze`, `proxy`,
-//! `registry`, `rng`.
+//! `clickhouse`, `process` (a running pipeline), and the faults and stubs: `freeze`, `servers`
+//! (killed servers, hung and failing replicas), `proxy`, `registry`, `rng`.
 #![allow(dead_code, unreachable_pub)]
 
 mod clickhouse;
@@ -21,6 +21,7 @@ mod proxy;
 mod records;
 mod registry;
 mod rng;
+mod servers;
 mod variant;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ pub use self::proxy::*;
 pub use self::records::*;
 pub use self::registry::*;
 pub use self::rng::*;
+pub use self::servers::*;
 pub use self::variant::*;
 
 /// Partitions of every topic the scenarios create (except the poison ones).

@@ -95,6 +95,17 @@ impl Process {
         Some(Metrics(out))
     }
 
+    /// What /readyz answers: `Some(true)` for 200, `Some(false)` for 503, `None` while the admin
+    /// server is not up.
+    pub fn ready(&self) -> Option<bool> {
+        let (status, _) = http(&self.admin.to_string(), "GET", "/readyz", b"").ok()?;
+        match status {
+            200 => Some(true),
+            503 => Some(false),
+            _ => None,
+        }
+    }
+
     /// Polls /metrics until `pred` holds; panics after `timeout` (with the log's tail).
     pub fn await_metrics(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Metrics) -> bool) -> Metrics {
         let deadline = Instant::now() + timeout;

@@ -26,6 +26,9 @@ pub enum Variant {
     /// `pipeline-bounded.yaml`: `pipeline.yaml` with a small budget and prefetch, so that its
     /// memory bound is small enough for the memory scenarios to put several bounds in the topic.
     Bounded,
+    /// `pipeline-replicas.yaml`: `pipeline.yaml` with several replicas per shard (stand-ins that
+    /// hang or fail on shard 0, `$CLICKHOUSE_URL_3` on shard 1) and a 5 s insert timeout.
+    Replicas,
 }
 
 impl Variant {
@@ -37,6 +40,7 @@ impl Variant {
             Variant::Tls => "pipeline-tls.yaml",
             Variant::Exactly => "pipeline-eo.yaml",
             Variant::Bounded => "pipeline-bounded.yaml",
+            Variant::Replicas => "pipeline-replicas.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -49,6 +53,7 @@ impl Variant {
             Variant::Tls => "e2e_orders_tls",
             Variant::Exactly => "e2e_orders_eo",
             Variant::Bounded => "e2e_orders_bounded",
+            Variant::Replicas => "e2e_orders_replicas",
         }
     }
 
@@ -59,7 +64,7 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 6] = [const { OnceLock::new() }; 6];
+        static BINARIES: [OnceLock<PathBuf>; 7] = [const { OnceLock::new() }; 7];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
@@ -85,19 +90,25 @@ impl Variant {
                 let bytes = std::fs::read(&binary).expect("reading the built binary");
                 assert!(bytes.windows(9).any(|w| w == b"ETL_FAULT"), "--fault-injection compiles the fault points in");
 
-                let ddl = xtask().args(["gen", "--ddl"]).arg(self.yaml()).output().expect("running gen --ddl");
-                assert!(ddl.status.success(), "gen --ddl: {}", String::from_utf8_lossy(&ddl.stderr));
-                let ddl = String::from_utf8(ddl.stdout).unwrap();
                 for url in &infra().clickhouse {
-                    ch_exec(url, &format!("DROP TABLE IF EXISTS default.{} SYNC", self.table()));
-                    // The exactly-once variant's DDL also creates its ledger table.
-                    ch_exec(url, &format!("DROP TABLE IF EXISTS default.{}_etl_batches SYNC", self.table()));
-                    for statement in etl_gen::ddl::statements(&ddl) {
-                        ch_exec(url, statement);
-                    }
+                    self.recreate_table(url);
                 }
                 binary
             })
             .clone()
+    }
+
+    /// Drops and creates the variant's table (and ledger) on the server at `url`, from
+    /// `cargo xtask gen --ddl`.
+    pub fn recreate_table(self, url: &str) {
+        let ddl = xtask().args(["gen", "--ddl"]).arg(self.yaml()).output().expect("running gen --ddl");
+        assert!(ddl.status.success(), "gen --ddl: {}", String::from_utf8_lossy(&ddl.stderr));
+        let ddl = String::from_utf8(ddl.stdout).unwrap();
+        ch_exec(url, &format!("DROP TABLE IF EXISTS default.{} SYNC", self.table()));
+        // The exactly-once variant's DDL also creates its ledger table.
+        ch_exec(url, &format!("DROP TABLE IF EXISTS default.{}_etl_batches SYNC", self.table()));
+        for statement in etl_gen::ddl::statements(&ddl) {
+            ch_exec(url, statement);
+        }
     }
 }
