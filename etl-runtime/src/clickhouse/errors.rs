@@ -85,9 +85,8 @@ const FATAL: &[u32] = &[
     516, // AUTHENTICATION_FAILED
 ];
 
-/// Codes known to be transient. Unknown codes are retried too (bounded by `retry.max_attempts`,
-/// after which the batch is fatal anyway); this list documents the expected ones and pins them
-/// in tests.
+/// Codes known to be transient. Unknown codes are retried too (like these, without limit unless
+/// `retry.max_attempts` sets one); this list documents the expected ones and pins them in tests.
 const RETRYABLE: &[u32] = &[
     3,    // UNEXPECTED_END_OF_FILE
     159,  // TIMEOUT_EXCEEDED

@@ -72,7 +72,10 @@ impl ClickhouseLedger {
         for shard in 0..self.shards.len() {
             let answer = self
                 .on_shard(shard, |client| {
-                    let query = bind(self.scoped(&client, sql, partition));
+                    // A replica that misses a quorum-acknowledged ledger row refuses to answer
+                    // instead of answering without it (the on_shard loop tries the next one).
+                    let query =
+                        bind(self.scoped(&client, sql, partition)).with_setting("select_sequential_consistency", "1");
                     async move { query.fetch_bytes("TSV")?.collect().await.map(|b| b.to_vec()) }
                 })
                 .await?;
@@ -138,7 +141,12 @@ impl ClickhouseLedger {
                 .param("last", span.last)
                 .param("hash", self.config.config_hash.as_str())
                 .param("epoch", epoch)
-                .with_setting("wait_end_of_query", "1");
+                .with_setting("wait_end_of_query", "1")
+                // On a replicated ledger a row is acknowledged only once a majority of the shard's
+                // replicas has it, in one linear order, so the replica a later owner reads from
+                // (with sequential consistency) has it too; a non-replicated table ignores both.
+                .with_setting("insert_quorum", "auto")
+                .with_setting("insert_quorum_parallel", "0");
             if let Some(token) = &token {
                 query = query.with_setting("insert_deduplication_token", token.as_str());
             }
@@ -171,6 +179,30 @@ impl Ledger for ClickhouseLedger {
             // content-based deduplication drops only an identical claim (the same epoch).
             self.insert_row(&Span { partition, shard: home, first: -1, last: -1 }, epoch, None).await?;
             Ok(epoch)
+        })
+    }
+
+    fn owner(&self, partition: i32) -> LedgerFuture<'_, u64> {
+        Box::pin(async move {
+            // The claims live on the partition's home shard (`claim`), so one shard answers.
+            let sql = format!(
+                "SELECT max(epoch) FROM `{}`.`{}` WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
+                 AND partition = {{partition:Int32}} AND first_offset = -1",
+                self.database,
+                ledger_table(&self.table)
+            );
+            let home = partition.rem_euclid(self.shards.len() as i32) as usize;
+            let text = self
+                .on_shard(home, |client| {
+                    let query =
+                        self.scoped(&client, &sql, partition).with_setting("select_sequential_consistency", "1");
+                    async move { query.fetch_bytes("TSV")?.collect().await.map(|b| b.to_vec()) }
+                })
+                .await?;
+            let text = String::from_utf8_lossy(&text);
+            text.trim().parse::<u64>().map_err(|_| {
+                SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
+            })
         })
     }
 

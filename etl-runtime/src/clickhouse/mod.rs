@@ -96,7 +96,8 @@ use schema::RowLayout;
 /// Connection errors, timeouts, HTTP 5xx and transient ClickHouse codes (TOO_MANY_PARTS 252,
 /// TIMEOUT_EXCEEDED 159, NETWORK_ERROR 210, SOCKET_TIMEOUT 209, MEMORY_LIMIT_EXCEEDED 241,
 /// TABLE_IS_READ_ONLY 242, KEEPER_EXCEPTION 999, …) are **retryable**, and so is any code not
-/// listed (bounded by `retry.max_attempts`, after which the batch is fatal).
+/// listed (without limit by default; `retry.max_attempts` can bound them, after which the batch is
+/// fatal).
 /// Authentication (516, 192-195), access (497, 164), unknown table (60), database (81), column (16),
 /// type mismatch (53), syntax and settings errors are **fatal**. Parse, range and constraint errors
 /// (CANNOT_PARSE_* 6/27/38/41/72, CANNOT_READ_ALL_DATA 33, INCORRECT_DATA 117,

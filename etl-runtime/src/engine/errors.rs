@@ -77,7 +77,7 @@ pub struct SinkError {
 /// How the runtime reacts to a [`SinkError`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkErrorKind {
-    /// Retried with backoff up to `retry.max_attempts`; then fatal.
+    /// Retried with backoff, without limit unless `retry.max_attempts` sets one (then fatal).
     Retryable,
     /// Stops the pipeline at once with exit code 1; the batch's offsets are never stored.
     Fatal,

@@ -69,6 +69,12 @@ pub trait Ledger: Send + Sync + 'static {
     /// partition durable, and returns it. Called before [`Ledger::recorded`].
     fn claim(&self, partition: i32) -> LedgerFuture<'_, u64>;
 
+    /// The epoch of the partition's newest owner: the highest one claimed. A batch's write checks
+    /// it after recording its span and before its insert; a higher epoch than its own means this
+    /// member was cut off from the group without noticing (frozen past `session.timeout.ms`, say)
+    /// and a newer owner has taken the partition over, so the batch is dropped (Invariant 8).
+    fn owner(&self, partition: i32) -> LedgerFuture<'_, u64>;
+
     /// Makes `span`, recorded by the owner of `epoch`, durable. Called before the batch's insert,
     /// retried until it succeeded; must be idempotent.
     fn record<'a>(&'a self, span: &'a Span, epoch: u64) -> LedgerFuture<'a, ()>;

@@ -176,6 +176,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Exactly-once: recorded batches above the committed offset that new owners of partitions re-cut and insert again (ClickHouse drops the repeats).",
     },
     MetricDoc {
+        name: "etl_exactly_once_superseded_batches_total",
+        kind: "counter",
+        labels: &[],
+        help: "Exactly-once: batches dropped before their insert because a newer owner had claimed their partition (this member was cut off from the group without noticing); the new owner replays their rows.",
+    },
+    MetricDoc {
         name: "etl_build_info",
         kind: "gauge",
         labels: &["pipeline", "config_hash", "version"],
@@ -241,6 +247,7 @@ pub(crate) struct Metrics {
     pub(crate) committed_offset: IntGaugeVec,
     pub(crate) spans_recorded: Vec<IntCounter>,
     pub(crate) replayed_batches: IntCounter,
+    pub(crate) superseded_batches: IntCounter,
 }
 
 impl Metrics {
@@ -278,6 +285,7 @@ impl Metrics {
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
         let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), &["shard"])?;
         let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
+        let superseded_batches = IntCounter::with_opts(opts("etl_exactly_once_superseded_batches_total"))?;
         let build_info = IntGaugeVec::new(opts("etl_build_info"), &["pipeline", "config_hash", "version"])?;
         build_info.with_label_values(&[pipeline, config_hash, version]).set(1);
 
@@ -303,6 +311,7 @@ impl Metrics {
         reg(Box::new(committed_offset.clone()))?;
         reg(Box::new(spans_recorded.clone()))?;
         reg(Box::new(replayed_batches.clone()))?;
+        reg(Box::new(superseded_batches.clone()))?;
         reg(Box::new(build_info))?;
         reg(Box::new(sink_metrics().replica_healthy.clone()))?;
         reg(Box::new(sink_metrics().errors_by_class.clone()))?;
@@ -336,6 +345,7 @@ impl Metrics {
             committed_offset,
             spans_recorded: each(&|l| spans_recorded.with_label_values(&[l])),
             replayed_batches,
+            superseded_batches,
             registry,
         })
     }

@@ -332,12 +332,65 @@ impl ExactlyOnce {
             abandon(&shared.budget, acks, batch);
             return false;
         }
-        if recorded {
-            shared.metrics.spans_recorded[span.shard].inc();
-            tracing::trace!(?span, token = %batch.token, "batch span recorded");
-            fault(FaultPoint::SpanRecorded);
+        if !recorded {
+            return false;
         }
-        recorded
+        shared.metrics.spans_recorded[span.shard].inc();
+        tracing::trace!(?span, token = %batch.token, "batch span recorded");
+        fault(FaultPoint::SpanRecorded);
+        match &fence {
+            Some(fence) => self.still_owner(shared, acks, batch, span, fence.epoch).await,
+            None => true,
+        }
+    }
+
+    /// Whether this member still owns the span's partition: no newer owner claimed it in the
+    /// ledger. A member cut off from the group without noticing (frozen, or partitioned from the
+    /// broker, past `session.timeout.ms`) learns of its loss only when it polls again, and its
+    /// write tasks may run first; this check drops their batches. It runs after the span was
+    /// recorded, so either it sees the newer claim, or the claim came later and the newer owner,
+    /// which reads the spans after claiming, replays this span under the same token (ClickHouse
+    /// drops whichever insert comes second). The cost: one small read on the partition's home
+    /// shard per batch.
+    async fn still_owner(&self, shared: &Shared, acks: &[Sender<Ack>], batch: &Batch, span: &Span, epoch: u64) -> bool {
+        let retry = shared.config.retry;
+        let mut attempt = 1u32;
+        loop {
+            match self.ledger.owner(span.partition).await {
+                Ok(owner) if owner > epoch => {
+                    tracing::warn!(
+                        ?span,
+                        epoch,
+                        owner,
+                        "a newer owner took the partition over while this member was cut off from the group; \
+                         the batch is dropped (the new owner replays its rows)"
+                    );
+                    shared.metrics.superseded_batches.inc();
+                    abandon(&shared.budget, acks, batch);
+                    return false;
+                }
+                Ok(_) => return true,
+                Err(_) if self.handed_over(batch) => {
+                    abandon(&shared.budget, acks, batch);
+                    return false;
+                }
+                Err(error) if error.is_retryable() && retry.allows_after(attempt) => {
+                    let backoff = backoff(&retry, attempt);
+                    shared.shard_health[span.shard].failed();
+                    tracing::warn!(?span, attempt, ?backoff, %error, "reading the partition's owner failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    attempt = attempt.saturating_add(1);
+                }
+                Err(error) => {
+                    shared.fatal.report(format!(
+                        "reading the owner of partition {} before inserting batch {} failed after {attempt} \
+                         attempt(s): {error}",
+                        span.partition, batch.token
+                    ));
+                    return false;
+                }
+            }
+        }
     }
 }
 
