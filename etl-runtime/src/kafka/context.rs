@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::lane::{KafkaLane, LaneProgress};
-use crate::engine::handle::PipelineHandle;
+use crate::engine::errors::SinkErrorKind;
+use crate::engine::handle::{LedgerReadError, PipelineHandle};
 use crate::engine::ledger::Replay;
 
 /// The bound on reading the committed offsets of a new assignment (exactly-once).
@@ -45,6 +47,26 @@ pub(crate) struct Startup {
     pub(crate) last_error: Option<(RDKafkaErrorCode, String)>,
 }
 
+/// Exactly-once partitions whose replay plans could not be read at their assignment (the ledger's
+/// shard was down): assigned and paused, their queues split, no lane yet. A thread of their own
+/// retries the ledger; the source thread hands each over as a lane once its plan is in, so the
+/// member stays in its group (and keeps polling) through an outage of any length.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    /// Bumped by every revocation: a plan read for an earlier assignment is dropped.
+    generation: u64,
+    waiting: HashMap<i32, PartitionQueue<SourceContext>>,
+    ready: Vec<(i32, Replay)>,
+}
+
+/// Why an exactly-once assignment has no replay plans.
+enum PlanError {
+    /// The ledger could not be read within its retries: the plans are read later.
+    LedgerUnavailable { watermarks: Vec<(i32, Option<i64>)>, error: LedgerReadError },
+    /// Anything else stops the source.
+    Fatal(String),
+}
+
 pub(crate) struct SourceContext {
     pub(crate) topic: Arc<str>,
     pub(crate) pipeline: PipelineHandle,
@@ -55,6 +77,7 @@ pub(crate) struct SourceContext {
     pub(crate) startup_changed: Condvar,
     progress: Mutex<HashMap<i32, Arc<LaneProgress>>>,
     pub(crate) counters: Arc<Counters>,
+    deferred: Arc<Mutex<Deferred>>,
 }
 
 impl SourceContext {
@@ -73,6 +96,7 @@ impl SourceContext {
             startup_changed: Condvar::new(),
             progress: Mutex::new(HashMap::new()),
             counters,
+            deferred: Arc::new(Mutex::new(Deferred::default())),
         }
     }
 
@@ -93,10 +117,21 @@ impl SourceContext {
     /// hand each partition over as a lane, which resumes it on its first poll.
     fn on_assign(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
         let partitions = self.partitions_of(tpl);
+        let mut later = None;
         let (assignment, mut replays) = if self.pipeline.exactly_once() && !partitions.is_empty() {
             match self.replay_plans(consumer, tpl, &partitions) {
                 Ok(planned) => planned,
-                Err(error) => {
+                Err(PlanError::LedgerUnavailable { watermarks, error }) => {
+                    tracing::error!(
+                        ?partitions,
+                        %error,
+                        "exactly-once: the ledger cannot be read (a shard is down); the partitions stay paused, and \
+                         the member in its group, until it can"
+                    );
+                    later = Some(watermarks);
+                    (tpl.clone(), HashMap::new())
+                }
+                Err(PlanError::Fatal(error)) => {
                     self.pipeline.report_fatal(error);
                     return;
                 }
@@ -135,6 +170,21 @@ impl SourceContext {
                 tracing::warn!(%error, ?partitions, "pausing newly assigned partitions failed");
             }
         }
+        if let Some(watermarks) = later {
+            let generation = {
+                let mut deferred = self.deferred.lock().expect("deferred lock");
+                deferred.waiting.extend(queues);
+                deferred.generation
+            };
+            let (deferred, pipeline) = (self.deferred.clone(), self.pipeline.clone());
+            let spawned = std::thread::Builder::new()
+                .name("etl-replay-plans".into())
+                .spawn(move || read_plans_later(&deferred, generation, &pipeline, &watermarks));
+            if let Err(error) = spawned {
+                self.pipeline.report_fatal(format!("spawning the replay plan thread: {error}"));
+            }
+            queues = Vec::new();
+        }
         {
             let mut progress = self.progress.lock().expect("progress lock");
             for (partition, queue) in queues {
@@ -162,17 +212,22 @@ impl SourceContext {
         consumer: &Consumer,
         tpl: &TopicPartitionList,
         partitions: &[i32],
-    ) -> Result<(TopicPartitionList, HashMap<i32, Replay>), String> {
-        let committed = consumer
-            .committed_offsets(self.one_topic_list(partitions), COMMITTED_TIMEOUT)
-            .map_err(|e| format!("exactly-once: reading the committed offsets of partitions {partitions:?}: {e}"))?;
+    ) -> Result<(TopicPartitionList, HashMap<i32, Replay>), PlanError> {
+        let committed =
+            consumer.committed_offsets(self.one_topic_list(partitions), COMMITTED_TIMEOUT).map_err(|e| {
+                PlanError::Fatal(format!(
+                    "exactly-once: reading the committed offsets of partitions {partitions:?}: {e}"
+                ))
+            })?;
         let mut watermarks: Vec<(i32, Option<i64>)> = Vec::with_capacity(partitions.len());
         for &p in partitions {
             let element = committed.find_partition(&self.topic, p);
             // A per-partition error is not "nothing committed": that would replay from the oldest
             // recorded span, or from the reset policy.
             if let Some(Err(error)) = element.as_ref().map(|e| e.error()) {
-                return Err(format!("exactly-once: reading the committed offset of partition {p}: {error}"));
+                return Err(PlanError::Fatal(format!(
+                    "exactly-once: reading the committed offset of partition {p}: {error}"
+                )));
             }
             let watermark = match element.map(|e| e.offset()) {
                 Some(Offset::Offset(next)) => Some(next - 1),
@@ -180,24 +235,71 @@ impl SourceContext {
             };
             watermarks.push((p, watermark));
         }
-        let plans = self.pipeline.recover(&watermarks).map_err(|e| e.to_string())?;
+        let plans = match self.pipeline.recover(&watermarks) {
+            Ok(plans) => plans,
+            Err(error) if error.source.kind == SinkErrorKind::Retryable => {
+                return Err(PlanError::LedgerUnavailable { watermarks, error });
+            }
+            Err(error) => return Err(PlanError::Fatal(error.to_string())),
+        };
         let mut assignment = tpl.clone();
         let mut replays = HashMap::new();
         for ((partition, _), plan) in watermarks.into_iter().zip(plans) {
             if let Some(start) = plan.start() {
-                assignment
-                    .set_partition_offset(&self.topic, partition, Offset::Offset(start))
-                    .map_err(|e| format!("exactly-once: positioning partition {partition} at {start}: {e}"))?;
+                assignment.set_partition_offset(&self.topic, partition, Offset::Offset(start)).map_err(|e| {
+                    PlanError::Fatal(format!("exactly-once: positioning partition {partition} at {start}: {e}"))
+                })?;
             }
             replays.insert(partition, plan);
         }
         Ok((assignment, replays))
     }
 
+    /// Hands over, as lanes, the deferred partitions whose plans came in (the source thread calls
+    /// it between polls): each is positioned at its replay start first. It is still paused and was
+    /// never fetched, so the seek decides where its lane starts.
+    pub(crate) fn hand_over_planned(&self, consumer: &Arc<Consumer>) {
+        let planned: Vec<(i32, Replay, PartitionQueue<SourceContext>)> = {
+            let mut deferred = self.deferred.lock().expect("deferred lock");
+            if deferred.ready.is_empty() {
+                return;
+            }
+            let ready = std::mem::take(&mut deferred.ready);
+            ready
+                .into_iter()
+                .filter_map(|(p, plan)| deferred.waiting.remove(&p).map(|queue| (p, plan, queue)))
+                .collect()
+        };
+        let mut progress = self.progress.lock().expect("progress lock");
+        for (partition, plan, queue) in planned {
+            if let Some(start) = plan.start()
+                && let Err(error) = consumer.seek(&self.topic, partition, Offset::Offset(start), COMMITTED_TIMEOUT)
+            {
+                self.pipeline.report_fatal(format!(
+                    "exactly-once: positioning partition {partition} at its replay start {start}: {error}"
+                ));
+                return;
+            }
+            tracing::info!(partition, start = ?plan.start(), "exactly-once: the ledger is readable again; the partition resumes");
+            let lane_progress = Arc::new(LaneProgress::new());
+            progress.insert(partition, lane_progress.clone());
+            let lane = KafkaLane::new(consumer.clone(), queue, self.topic.clone(), partition, lane_progress);
+            self.pipeline.add_lane_replaying(Box::new(lane), Some(plan));
+        }
+    }
+
     /// Invariant 4: drain the revoked lanes (bounded by the drain timeout; the lanes store their final
     /// offsets), commit synchronously while the partitions are still owned, then unassign.
     fn on_revoke(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
         let partitions = self.partitions_of(tpl);
+        {
+            // Deferred partitions have no lane to drain; a plan still being read is for an
+            // assignment that is over.
+            let mut deferred = self.deferred.lock().expect("deferred lock");
+            deferred.generation += 1;
+            deferred.waiting.retain(|p, _| !partitions.contains(p));
+            deferred.ready.retain(|(p, _)| !partitions.contains(p));
+        }
         let lost = consumer.assignment_lost();
         tracing::info!(topic = %self.topic, ?partitions, lost, "partitions revoked; draining");
         if lost {
@@ -348,5 +450,38 @@ pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
         RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
         RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "librdkafka", fac, "{message}"),
         RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+    }
+}
+
+/// The thread of a deferred assignment: reads its replay plans until the ledger answers (each
+/// `recover` retries for `drain_timeout`), then leaves them for the source thread. It gives up
+/// when the assignment is revoked meanwhile, and stops the pipeline on a fatal ledger error.
+fn read_plans_later(
+    deferred: &Mutex<Deferred>,
+    generation: u64,
+    pipeline: &PipelineHandle,
+    watermarks: &[(i32, Option<i64>)],
+) {
+    loop {
+        if deferred.lock().expect("deferred lock").generation != generation || pipeline.is_stopping() {
+            return;
+        }
+        match pipeline.recover(watermarks) {
+            Ok(plans) => {
+                let mut deferred = deferred.lock().expect("deferred lock");
+                if deferred.generation == generation {
+                    deferred.ready.extend(watermarks.iter().map(|(p, _)| *p).zip(plans));
+                }
+                return;
+            }
+            Err(error) if error.source.kind == SinkErrorKind::Retryable => {
+                tracing::warn!(%error, "exactly-once: the ledger still cannot be read; retrying");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(error) => {
+                pipeline.report_fatal(error.to_string());
+                return;
+            }
+        }
     }
 }

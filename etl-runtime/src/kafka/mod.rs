@@ -415,6 +415,7 @@ impl Drop for KafkaSource {
 fn poll_main_queue(consumer: Weak<Consumer>, stop: Arc<AtomicBool>, pipeline: PipelineHandle) {
     while !stop.load(Ordering::Acquire) {
         let Some(consumer) = consumer.upgrade() else { return };
+        consumer.context().hand_over_planned(&consumer);
         match consumer.poll(POLL_INTERVAL) {
             // After a rebalance `poll` returns `None` too: it never means idle, so just poll again.
             None => {}

@@ -133,6 +133,11 @@ impl PipelineHandle {
         self.inner.shared.source_ready.store(ready, Ordering::Release);
     }
 
+    /// Whether the pipeline is shutting down.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.shared.stopping.load(Ordering::Acquire)
+    }
+
     /// What `/readyz` answers: the source is ready, the sink's start-up check passed, and no
     /// shard's writes are failing now.
     pub fn is_ready(&self) -> bool {

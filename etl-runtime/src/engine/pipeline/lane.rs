@@ -31,6 +31,8 @@ pub(super) struct LaneState {
     /// budget: the exact resume point of the lane, sent before its next record is taken.
     pub(super) pending: VecDeque<Chunk>,
     pub(super) paused_since: Option<Instant>,
+    /// Since when `pending` has not emptied (a delivery that holds lanes on a full queue).
+    pub(super) held_since: Option<Instant>,
     /// The drain this lane belongs to, and its deadline.
     pub(super) drain: Option<(u64, Instant)>,
     /// The drain has flushed the open buffers.
@@ -65,6 +67,7 @@ impl LaneState {
             round_robin: 0,
             checkpointer,
             pending: VecDeque::new(),
+            held_since: None,
             paused_since: None,
             drain: None,
             drain_flushed: false,

@@ -17,6 +17,10 @@ use crate::engine::sink::{DeadLetterAck, DeadRecord};
 /// other lanes again. It bounds the gap between two iterations of the loop.
 const BURST: usize = 256;
 
+/// How long a lane of a delivery that holds lanes on a full queue waits before it pauses at the
+/// source as well.
+const HOLD_BEFORE_PAUSE: Duration = Duration::from_secs(1);
+
 pub(super) enum Poll {
     Record,
     Idle,
@@ -31,6 +35,9 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         if !self.lanes[i].pending.is_empty() {
             send_pending(&mut self.lanes[i], &self.queues, &self.shared);
         }
+        if self.lanes[i].pending.is_empty() {
+            self.lanes[i].held_since = None;
+        }
         if self.lanes[i].drain.is_some() {
             if !self.lanes[i].drain_flushed {
                 self.cut(i, At::Drain);
@@ -44,7 +51,15 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         if !D::PAUSE_WHEN_QUEUE_FULL && !self.lanes[i].pending.is_empty() {
             // A delivery that does not pause on a full queue holds the lane instead: it is not
             // polled (nor its held record retried) until the queue takes the chunk. One that
-            // pauses lets the pause controller decide, below.
+            // pauses lets the pause controller decide, below. A lane held this long has a shard
+            // that is down or far behind, not a replay's short wait: it is paused at the source
+            // too, so the broker keeps the backlog and `etl_backpressure_paused` shows it. The
+            // pause controller resumes it once the queue took the chunk.
+            let lane = &mut self.lanes[i];
+            let since = *lane.held_since.get_or_insert_with(Instant::now);
+            if lane.paused_since.is_none() && since.elapsed() >= HOLD_BEFORE_PAUSE {
+                lane.pause(&self.shared);
+            }
             return false;
         }
         if let Some(next_try) = self.lanes[i].held.as_ref().map(|h| h.next_try) {
