@@ -24,8 +24,8 @@ pub fn metrics_markdown() -> String {
          # Metrics\n\n\
          Every pipeline binary serves these in the Prometheus text format on `admin.listen`\n\
          (`/metrics`), beside `/healthz` (alive) and `/readyz` (the source joined its group, even\n\
-         with no partition, and the sink's start-up check passed). docs/operations.md says\n\
-         what to alert on.\n\n\
+         with no partition, the sink's start-up check passed, and no shard's writes are failing\n\
+         now). docs/operations.md says what to alert on.\n\n\
          | metric | type | labels | meaning |\n|---|---|---|---|\n",
     );
     for m in metric_catalogue() {

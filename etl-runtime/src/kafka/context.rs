@@ -196,8 +196,10 @@ impl SourceContext {
         }
         self.counters.assignments.fetch_add(1, Ordering::Relaxed);
         tracing::info!(topic = %self.topic, ?partitions, "partitions assigned");
-        // Joined the group, even with no partition: /readyz says so (docs/METRICS.md).
-        self.pipeline.set_source_ready(true);
+        // Joined the group, even with no partition: /readyz says so (docs/METRICS.md), unless
+        // partitions wait for their replay plans (they are not read yet).
+        let waiting = !self.deferred.lock().expect("deferred lock").waiting.is_empty();
+        self.pipeline.set_source_ready(!waiting);
         let mut startup = self.startup.lock().expect("startup lock");
         startup.owned = partitions.len();
         startup.first_assignment.get_or_insert(partitions.len());
@@ -265,10 +267,14 @@ impl SourceContext {
                 return;
             }
             let ready = std::mem::take(&mut deferred.ready);
-            ready
+            let planned = ready
                 .into_iter()
                 .filter_map(|(p, plan)| deferred.waiting.remove(&p).map(|queue| (p, plan, queue)))
-                .collect()
+                .collect();
+            if deferred.waiting.is_empty() {
+                self.pipeline.set_source_ready(true);
+            }
+            planned
         };
         let mut progress = self.progress.lock().expect("progress lock");
         for (partition, plan, queue) in planned {
@@ -453,34 +459,39 @@ pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
     }
 }
 
-/// The thread of a deferred assignment: reads its replay plans until the ledger answers (each
-/// `recover` retries for `drain_timeout`), then leaves them for the source thread. It gives up
-/// when the assignment is revoked meanwhile, and stops the pipeline on a fatal ledger error.
+/// The thread of a deferred assignment: reads the replay plan of each partition in turn until the
+/// ledger answers (each `recover` retries for `drain_timeout`), and leaves each plan for the source
+/// thread as soon as it is read, so a partition resumes without waiting for the others. It gives
+/// up when the assignment is revoked meanwhile, and stops the pipeline on a fatal ledger error.
 fn read_plans_later(
     deferred: &Mutex<Deferred>,
     generation: u64,
     pipeline: &PipelineHandle,
     watermarks: &[(i32, Option<i64>)],
 ) {
-    loop {
-        if deferred.lock().expect("deferred lock").generation != generation || pipeline.is_stopping() {
-            return;
-        }
-        match pipeline.recover(watermarks) {
-            Ok(plans) => {
-                let mut deferred = deferred.lock().expect("deferred lock");
-                if deferred.generation == generation {
-                    deferred.ready.extend(watermarks.iter().map(|(p, _)| *p).zip(plans));
+    for watermark in watermarks {
+        loop {
+            if deferred.lock().expect("deferred lock").generation != generation || pipeline.is_stopping() {
+                return;
+            }
+            match pipeline.recover(std::slice::from_ref(watermark)) {
+                Ok(mut plans) => {
+                    let mut deferred = deferred.lock().expect("deferred lock");
+                    if deferred.generation == generation
+                        && let Some(plan) = plans.pop()
+                    {
+                        deferred.ready.push((watermark.0, plan));
+                    }
+                    break;
                 }
-                return;
-            }
-            Err(error) if error.source.kind == SinkErrorKind::Retryable => {
-                tracing::warn!(%error, "exactly-once: the ledger still cannot be read; retrying");
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            Err(error) => {
-                pipeline.report_fatal(error.to_string());
-                return;
+                Err(error) if error.source.kind == SinkErrorKind::Retryable => {
+                    tracing::warn!(%error, "exactly-once: the ledger still cannot be read; retrying");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(error) => {
+                    pipeline.report_fatal(error.to_string());
+                    return;
+                }
             }
         }
     }
