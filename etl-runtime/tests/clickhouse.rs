@@ -773,3 +773,58 @@ fn replicated_ddl_parses_in_clickhouse() {
         }
     }
 }
+
+// Invariant 8, the owner check, against two real servers: a lane whose epoch a newer owner
+// superseded in the ledger (it claimed the partition after the lane's plan was read, as for a
+// member cut off from the group without noticing) records its batches' spans but inserts none of
+// them, counts them as superseded, and stores no offset past them.
+#[test]
+fn a_superseded_owner_inserts_nothing() {
+    use support_clickhouse::{PassRows, RowsLane, Stored};
+    let _servers = share_servers();
+    let (url, url2) = clickhouse_urls();
+    let table = unique_table("ch_zombie");
+    for u in [&url, &url2] {
+        create_table(u, &table, ID_COLUMNS, "", DEDUP);
+        create_ledger(u, &table);
+    }
+    let mut config = sink_config(&[&url, &url2], &table, ID_COLUMNS);
+    config.exactly_once = exactly_once("zzzz");
+    let sink = ClickhouseSink::new(config.clone()).unwrap();
+    // The newer owner: another process, with a sink of its own.
+    let newer = ClickhouseSink::new(config).unwrap();
+    let mut runtime = runtime_config(2);
+    runtime.exactly_once = true;
+    let pipeline = etl_runtime::Pipeline::start(runtime, || PassRows, sink, None).unwrap();
+    let plans = pipeline.handle().recover(&[(0, None)]).unwrap();
+    let epoch = plans[0].epoch;
+    let claimed = block_on(newer.ledger().unwrap().claim(0)).unwrap();
+    assert!(claimed > epoch, "the newer owner's epoch ({claimed}) is above the lane's ({epoch})");
+
+    let stored = Stored::default();
+    let rows = id_rows(0..300, 1).remove(0);
+    pipeline.handle().add_lane_replaying(Box::new(RowsLane::new(0, rows, None, &stored)), plans.into_iter().next());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let superseded = loop {
+        let metrics = pipeline.metrics_text();
+        let superseded = metric_sum(&metrics, "etl_exactly_once_superseded_batches_total", &[]);
+        if superseded > 0.0 || Instant::now() > deadline {
+            break superseded;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let metrics = pipeline.metrics_text();
+    pipeline.abort();
+    assert!(superseded > 0.0, "the lane's batches are dropped as superseded");
+    assert!(metric_sum(&metrics, "etl_exactly_once_spans_recorded_total", &[]) > 0.0, "their spans were recorded");
+    for u in [&url, &url2] {
+        assert_eq!(scalar(u, &format!("SELECT count() FROM default.`{table}`")), 0, "nothing inserted on {u}");
+    }
+    let offset = stored.lock().unwrap().get(&0).copied();
+    assert!(offset.is_none_or(|o| o == 0), "no offset passes a dropped batch: {offset:?}");
+    for u in [&url, &url2] {
+        exec(u, &format!("DROP TABLE default.`{table}`"));
+        exec(u, &format!("DROP TABLE default.`{}`", etl_runtime::ledger_table(&table)));
+    }
+}
