@@ -1013,7 +1013,6 @@ fn one_shard_down_then_frozen_for_minutes() {
     for seen in &frozen {
         assert!(seen.failing >= 120.0, "shard 1 shown failing while frozen: {frozen:?}");
     }
-    assert!(second[1].not_ready, "the restarted exactly-once binary is not ready while the shard is down");
     assert!(
         !eo.log_lines("the ledger cannot be read").is_empty(),
         "the restarted binary joined while the ledger's shard was down:\n{}",
@@ -1088,11 +1087,15 @@ fn replicas_hung_failing_and_killed() {
     // the proxy or not), so the longest time its row count stands still is how long the hang
     // held shard 0's inserts up.
     proxy.hang(true);
-    let hung_at = proxy.accepted();
     let started = Instant::now();
+    let mut after_rotation = None;
     let (mut last, mut grew_at, mut longest_stall) = (count(&ch1), Instant::now(), Duration::ZERO);
     while started.elapsed() < Duration::from_secs(45) {
         assert!(p.try_exit().is_none(), "survives a hung replica:\n{}", p.log_tail());
+        if after_rotation.is_none() && started.elapsed() >= Duration::from_secs(TIMEOUT as u64 + 5) {
+            // Shard 0 left the proxy by now; a later connection to it can only be a probe.
+            after_rotation = Some(proxy.accepted());
+        }
         let now = count(&ch1);
         if now > last {
             longest_stall = longest_stall.max(grew_at.elapsed());
@@ -1109,7 +1112,8 @@ fn replicas_hung_failing_and_killed() {
     );
     assert_eq!(replica_health(&m, 0, &proxy.url()), Some(0.0), "the hung replica is unhealthy");
     assert_eq!(replica_health(&m, 0, &failing.url()), Some(0.0), "the failing replica is unhealthy");
-    assert!(proxy.accepted() > hung_at, "the hung replica is tried again after its cooldown");
+    let after_rotation = after_rotation.expect("sampled during the hang");
+    assert!(proxy.accepted() > after_rotation, "the hung replica is probed again after its cooldown");
     proxy.hang(false);
     p.await_metrics("the proxy probed healthy again", Duration::from_secs(60), |m| {
         replica_health(m, 0, &proxy.url()) == Some(1.0)

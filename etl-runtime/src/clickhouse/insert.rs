@@ -36,7 +36,7 @@ impl ClickhouseSink {
         let state = &self.shards[shard];
         let index = state.pick();
         let replica = &state.replicas[index];
-        replicas::probe_recovered(&self.shards, shard, index, self.timeout);
+        replicas::probe_recovered(&self.shards, &self.probe, shard, index, self.timeout);
         let mut insert = replica
             .client
             .insert_formatted_with(self.insert_sql.as_str())

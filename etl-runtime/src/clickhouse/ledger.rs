@@ -96,8 +96,8 @@ impl ClickhouseLedger {
         let state =
             self.shards.get(shard).ok_or_else(|| SinkError::fatal(format!("no shard {shard} in the ledger")))?;
         let mut last = SinkError::retryable(format!("shard {shard} has no replica"));
-        for _ in 0..state.replicas.len() {
-            let index = state.pick();
+        let (start, count) = (state.pick(), state.replicas.len());
+        for index in (0..count).map(|step| (start + step) % count) {
             let replica = &state.replicas[index];
             let result = match tokio::time::timeout(self.timeout, request(replica.client.clone())).await {
                 Ok(result) => result,
@@ -113,7 +113,11 @@ impl ClickhouseLedger {
                     if !error.is_retryable() {
                         return Err(error);
                     }
-                    state.failed(index);
+                    // A quorum that cannot be met now (too few live replicas, or the previous
+                    // quorum insert still running) is the shard's state, not this replica's.
+                    if !is_quorum_wait(&error.message) {
+                        state.failed(index);
+                    }
                     tracing::warn!(shard, replica = %replica.shown, %error, "exactly-once ledger request failed");
                     last = error;
                 }
@@ -278,6 +282,12 @@ impl Ledger for ClickhouseLedger {
     }
 }
 
+/// Whether a failed ledger request waits for a quorum (TOO_FEW_LIVE_REPLICAS,
+/// UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE) rather than failing on its replica.
+fn is_quorum_wait(message: &str) -> bool {
+    message.contains("TOO_FEW_LIVE_REPLICAS") || message.contains("UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE")
+}
+
 /// Why a table does not deduplicate inserts, from its engine and `create_table_query`; `None` when
 /// it does (a replicated MergeTree with a non-zero `replicated_deduplication_window`, or a
 /// MergeTree with a non-zero `non_replicated_deduplication_window`).
@@ -316,6 +326,18 @@ pub(super) fn deduplication_problem(engine: &str, create: &str) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // A quorum that cannot be met is not held against the replica that said so.
+    #[test]
+    fn quorum_waits_are_told_apart() {
+        assert!(is_quorum_wait(
+            "Code: 285. DB::Exception: Number of alive replicas (1) is less than requested quorum (2/2). (TOO_FEW_LIVE_REPLICAS)"
+        ));
+        assert!(is_quorum_wait(
+            "Code: 286. DB::Exception: Quorum for previous write has not been satisfied yet. (UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE)"
+        ));
+        assert!(!is_quorum_wait("Code: 242. DB::Exception: Table is in readonly mode. (TABLE_IS_READ_ONLY)"));
+    }
 
     // Invariant 8: the start-up check refuses a table that would keep replayed batches twice.
     #[test]

@@ -122,9 +122,9 @@ use schema::RowLayout;
 /// code) marks the replica unhealthy (`etl_sink_replica_healthy{shard,replica}` = 0) and moves the
 /// shard to the next replica, so the runtime's retry goes there: a hung replica costs one insert
 /// `timeout`, then the inserts go elsewhere. An unhealthy replica is passed over for 30 s; then
-/// the next insert on its shard starts a probe (`SELECT 1` within `timeout`, as a task of its own)
-/// that marks it healthy again or starts a new cooldown, so the gauge tells the truth about
-/// replicas nobody writes to. The shard stays on the replica that works; a recovered one is used
+/// the next insert on its shard starts a probe (within `timeout`, as a task of its own: a query
+/// that fails on a replica whose copy of the table is read-only) that marks it healthy again or
+/// starts a new cooldown, so the gauge tells the truth about replicas nobody writes to. The shard stays on the replica that works; a recovered one is used
 /// again when that one fails. When every replica of a shard failed recently, the current one is
 /// tried anyway (the runtime's backoff paces the attempts). The exactly-once ledger rotates over
 /// the same replicas, starting at the current one. Success marks a replica healthy.
@@ -136,6 +136,8 @@ pub struct ClickhouseSink {
     columns: Vec<(String, String)>,
     settings: Vec<(String, String)>,
     insert_sql: String,
+    /// The query that probes a failed replica (`replicas::probe_query`).
+    probe: std::sync::Arc<str>,
     layout: Option<RowLayout>,
     timeout: Duration,
     /// Kept only to scrub it from error texts that might echo a request.
@@ -239,6 +241,7 @@ impl ClickhouseSink {
             ledger,
             shards,
             insert_sql: schema::insert_sql(&config.database, &config.table, &config.columns),
+            probe: replicas::probe_query(&config.database, &config.table).into(),
             database: config.database,
             table: config.table,
             columns: config.columns,

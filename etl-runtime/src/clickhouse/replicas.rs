@@ -90,17 +90,26 @@ impl Shard {
     }
 }
 
-/// Tries again, with a `SELECT 1` bounded by `timeout`, every replica of `shard` but `current`
+/// Tries again, with the probe query (`probe_query`) bounded by `timeout`, every replica of
+/// `shard` but `current`
 /// whose cooldown is over: one that answers is healthy again (gauge 1, and a candidate when the
 /// current replica fails); one that does not starts a new cooldown. The probes run as their own
 /// tasks, so an insert never waits for a hung replica it does not write to.
-pub(super) fn probe_recovered(shards: &Arc<Vec<Shard>>, shard: usize, current: usize, timeout: Duration) {
+pub(super) fn probe_recovered(
+    shards: &Arc<Vec<Shard>>,
+    probe: &Arc<str>,
+    shard: usize,
+    current: usize,
+    timeout: Duration,
+) {
     for index in shards[shard].due_for_probe(current) {
-        let shards = shards.clone();
+        let (shards, probe) = (shards.clone(), probe.clone());
         tokio::spawn(async move {
             let state = &shards[shard];
             let replica = &state.replicas[index];
-            let answer = tokio::time::timeout(timeout, replica.client.query("SELECT 1").execute()).await;
+            // Cleared however the task ends (also when its runtime drops it midway).
+            let _probing = Probing(&replica.probing);
+            let answer = tokio::time::timeout(timeout, replica.client.query(&probe).execute()).await;
             match answer {
                 Ok(Ok(())) => state.succeeded(index),
                 Ok(Err(error)) => {
@@ -112,8 +121,28 @@ pub(super) fn probe_recovered(shards: &Arc<Vec<Shard>>, shard: usize, current: u
                     *replica.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
                 }
             }
-            replica.probing.store(false, Ordering::Release);
         });
+    }
+}
+
+/// The probe query of a table: it fails on a replica that cannot take inserts into it (a
+/// replicated table in read-only mode, its Keeper session lost), where `SELECT 1` would pass.
+pub(super) fn probe_query(database: &str, table: &str) -> String {
+    let quote = |s: &str| s.replace('\\', "\\\\").replace('\'', "\\'");
+    format!(
+        "SELECT throwIf(count() > 0, 'the replica is read-only') FROM system.replicas \
+         WHERE database = '{}' AND table = '{}' AND is_readonly",
+        quote(database),
+        quote(table)
+    )
+}
+
+/// Clears a replica's probing flag when dropped.
+struct Probing<'a>(&'a AtomicBool);
+
+impl Drop for Probing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -56,34 +56,38 @@ pub(crate) struct Shared {
     pub(crate) shard_health: Vec<ShardHealth>,
 }
 
-/// Since when one shard's writes have been failing: set by the first failed attempt (of a
-/// batch's insert or of its span's recording) that no success has followed, cleared by the next
-/// success. While it is set the shard's batches wait in their retry loops, the shard queue fills
-/// and the lanes pause; `/readyz` answers not ready and `etl_sink_shard_failing_seconds` counts.
+/// Since when one shard's writes have been failing: the writes of the shard that are in their
+/// retry loops (a batch's insert, its span's recording or its owner check, after a retryable
+/// failure) are counted; the shard is failing from the moment the count left 0 until it is back
+/// at 0. One stuck batch keeps it failing however many others succeed. While it fails, `/readyz`
+/// answers not ready and `etl_sink_shard_failing_seconds` counts.
 #[derive(Debug)]
 pub(crate) struct ShardHealth {
-    /// Nanoseconds from `origin` to the first failure, plus one; 0 while the shard is healthy.
+    shard: usize,
+    retrying: AtomicUsize,
+    /// Nanoseconds from `origin` to when the count left 0, plus one; 0 while it is 0.
     failing_since: AtomicU64,
     origin: Instant,
 }
 
 impl ShardHealth {
-    pub(crate) fn new() -> Self {
-        ShardHealth { failing_since: AtomicU64::new(0), origin: Instant::now() }
+    pub(crate) fn new(shard: usize) -> Self {
+        ShardHealth { shard, retrying: AtomicUsize::new(0), failing_since: AtomicU64::new(0), origin: Instant::now() }
     }
 
-    /// A write attempt failed; returns true when the shard was healthy until now.
-    pub(crate) fn failed(&self) -> bool {
-        let now = self.origin.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64 + 1;
-        self.failing_since.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    }
-
-    /// A write succeeded; returns how long the shard had been failing, if it was.
-    pub(crate) fn succeeded(&self) -> Option<Duration> {
-        match self.failing_since.swap(0, Ordering::AcqRel) {
-            0 => None,
-            since => Some(self.origin.elapsed().saturating_sub(Duration::from_nanos(since - 1))),
+    /// A write of the shard failed and will be retried: it counts until the guard drops (when the
+    /// write succeeded, or ended otherwise).
+    pub(crate) fn retrying(&self, error: &dyn std::fmt::Display) -> Retrying<'_> {
+        if self.retrying.fetch_add(1, Ordering::AcqRel) == 0 {
+            let now = self.origin.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64 + 1;
+            self.failing_since.store(now, Ordering::Release);
+            tracing::error!(
+                shard = self.shard,
+                %error,
+                "the shard's writes fail; its batches are retried and the lanes pause until it accepts them again"
+            );
         }
+        Retrying(self)
     }
 
     /// How long the shard has been failing (zero while it is healthy).
@@ -91,6 +95,21 @@ impl ShardHealth {
         match self.failing_since.load(Ordering::Acquire) {
             0 => Duration::ZERO,
             since => self.origin.elapsed().saturating_sub(Duration::from_nanos(since - 1)),
+        }
+    }
+}
+
+/// One write of a shard in its retry loop (see [`ShardHealth::retrying`]).
+#[must_use]
+pub(crate) struct Retrying<'a>(&'a ShardHealth);
+
+impl Drop for Retrying<'_> {
+    fn drop(&mut self) {
+        let health = self.0;
+        if health.retrying.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let failed_for = health.failing_for();
+            health.failing_since.store(0, Ordering::Release);
+            tracing::info!(shard = health.shard, ?failed_for, "the shard accepts writes again");
         }
     }
 }
@@ -129,5 +148,28 @@ impl Shared {
         self.source_ready.load(Ordering::Acquire)
             && self.sink_ready.load(Ordering::Acquire)
             && self.shard_health.iter().all(|h| h.failing_for().is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A shard fails while any of its writes retries: one stuck write keeps it failing however
+    // many others recover, and it is healthy again only when the last one ends.
+    #[test]
+    fn a_shard_fails_until_its_last_retrying_write_ends() {
+        let health = ShardHealth::new(0);
+        assert!(health.failing_for().is_zero());
+        let stuck = health.retrying(&"timeout");
+        let other = health.retrying(&"timeout");
+        std::thread::sleep(Duration::from_millis(5));
+        drop(other);
+        assert!(!health.failing_for().is_zero(), "one write still retries");
+        let since = health.failing_for();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(health.failing_for() > since, "counted from the first failure, not reset by a recovery");
+        drop(stuck);
+        assert!(health.failing_for().is_zero());
     }
 }

@@ -160,7 +160,7 @@ impl Pipeline {
             sink_ready: AtomicBool::new(false),
             sink_check_failed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
-            shard_health: (0..shards).map(|_| ShardHealth::new()).collect(),
+            shard_health: (0..shards).map(ShardHealth::new).collect(),
         });
 
         let sink = Arc::new(sink);

@@ -64,6 +64,8 @@ pub(crate) async fn write_batch<K: Sink, D: Delivery>(
         return;
     }
     let mut attempt = 1u32;
+    // Set by the first retryable failure: the shard counts as failing while this write retries.
+    let mut retrying = None;
     loop {
         let started = Instant::now();
         let refused = match sink.write(shard, &batch).await {
@@ -112,9 +114,7 @@ pub(crate) async fn write_batch<K: Sink, D: Delivery>(
                 }
                 if error.is_retryable() && retry.allows_after(attempt) {
                     let backoff = backoff(&retry, attempt);
-                    if shared.shard_health[shard].failed() {
-                        tracing::error!(shard, %error, "the shard's writes fail; its batches are retried and the lanes pause until it accepts them again");
-                    }
+                    retrying.get_or_insert_with(|| shared.shard_health[shard].retrying(&error));
                     tracing::warn!(shard, token = %batch.token, attempt, ?backoff, %error, "sink write failed; retrying");
                     metrics.sink_retries[shard].inc();
                     tokio::time::sleep(backoff).await;
@@ -128,9 +128,7 @@ pub(crate) async fn write_batch<K: Sink, D: Delivery>(
                 return;
             }
         };
-        if let Some(failing) = shared.shard_health[shard].succeeded() {
-            tracing::info!(shard, failing_for = ?failing, "the shard accepts writes again");
-        }
+        drop(retrying);
         metrics.insert_duration[shard].observe(started.elapsed().as_secs_f64());
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);

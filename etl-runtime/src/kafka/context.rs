@@ -57,6 +57,9 @@ pub(crate) struct Deferred {
     generation: u64,
     waiting: HashMap<i32, PartitionQueue<SourceContext>>,
     ready: Vec<(i32, Replay)>,
+    /// The thread reading the plans: joined by a revocation, so that none of its claims lands
+    /// after the assignment is over.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Why an exactly-once assignment has no replay plans.
@@ -128,8 +131,18 @@ impl SourceContext {
                         "exactly-once: the ledger cannot be read (a shard is down); the partitions stay paused, and \
                          the member in its group, until it can"
                     );
+                    // At the committed offsets already read, so that librdkafka need not fetch
+                    // them: the partitions are then positioned, and the seek to the replay start
+                    // applies to a settled position.
+                    let mut assignment = tpl.clone();
+                    for (partition, watermark) in &watermarks {
+                        if let Some(watermark) = watermark {
+                            let _ =
+                                assignment.set_partition_offset(&self.topic, *partition, Offset::Offset(watermark + 1));
+                        }
+                    }
                     later = Some(watermarks);
-                    (tpl.clone(), HashMap::new())
+                    (assignment, HashMap::new())
                 }
                 Err(PlanError::Fatal(error)) => {
                     self.pipeline.report_fatal(error);
@@ -180,8 +193,9 @@ impl SourceContext {
             let spawned = std::thread::Builder::new()
                 .name("etl-replay-plans".into())
                 .spawn(move || read_plans_later(&deferred, generation, &pipeline, &watermarks));
-            if let Err(error) = spawned {
-                self.pipeline.report_fatal(format!("spawning the replay plan thread: {error}"));
+            match spawned {
+                Ok(reader) => self.deferred.lock().expect("deferred lock").reader = Some(reader),
+                Err(error) => self.pipeline.report_fatal(format!("spawning the replay plan thread: {error}")),
             }
             queues = Vec::new();
         }
@@ -257,6 +271,28 @@ impl SourceContext {
         Ok((assignment, replays))
     }
 
+    /// Drops the deferred state of `partitions` (all of them when empty) and waits for the plan
+    /// reader to notice: it claims nothing after this returns. Also called at shutdown, since the
+    /// kept queues hold the consumer, which could not close otherwise.
+    pub(crate) fn forget_deferred(&self, partitions: &[i32]) {
+        let reader = {
+            let mut deferred = self.deferred.lock().expect("deferred lock");
+            deferred.generation += 1;
+            if partitions.is_empty() {
+                deferred.waiting.clear();
+                deferred.ready.clear();
+            } else {
+                deferred.waiting.retain(|p, _| !partitions.contains(p));
+                deferred.ready.retain(|(p, _)| !partitions.contains(p));
+            }
+            deferred.reader.take()
+        };
+        if let Some(reader) = reader {
+            // At most one ledger request: the reader checks the generation before each claim.
+            let _ = reader.join();
+        }
+    }
+
     /// Hands over, as lanes, the deferred partitions whose plans came in (the source thread calls
     /// it between polls): each is positioned at its replay start first. It is still paused and was
     /// never fetched, so the seek decides where its lane starts.
@@ -278,13 +314,21 @@ impl SourceContext {
         };
         let mut progress = self.progress.lock().expect("progress lock");
         for (partition, plan, queue) in planned {
-            if let Some(start) = plan.start()
-                && let Err(error) = consumer.seek(&self.topic, partition, Offset::Offset(start), COMMITTED_TIMEOUT)
-            {
-                self.pipeline.report_fatal(format!(
-                    "exactly-once: positioning partition {partition} at its replay start {start}: {error}"
-                ));
-                return;
+            if let Some(start) = plan.start() {
+                // A partition whose position librdkafka is still looking up refuses a seek for a
+                // moment (its fetch has not started): retry for a while before giving up.
+                let deadline = std::time::Instant::now() + COMMITTED_TIMEOUT;
+                let mut sought = consumer.seek(&self.topic, partition, Offset::Offset(start), COMMITTED_TIMEOUT);
+                while sought.is_err() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(100));
+                    sought = consumer.seek(&self.topic, partition, Offset::Offset(start), COMMITTED_TIMEOUT);
+                }
+                if let Err(error) = sought {
+                    self.pipeline.report_fatal(format!(
+                        "exactly-once: positioning partition {partition} at its replay start {start}: {error}"
+                    ));
+                    return;
+                }
             }
             tracing::info!(partition, start = ?plan.start(), "exactly-once: the ledger is readable again; the partition resumes");
             let lane_progress = Arc::new(LaneProgress::new());
@@ -298,14 +342,9 @@ impl SourceContext {
     /// offsets), commit synchronously while the partitions are still owned, then unassign.
     fn on_revoke(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
         let partitions = self.partitions_of(tpl);
-        {
-            // Deferred partitions have no lane to drain; a plan still being read is for an
-            // assignment that is over.
-            let mut deferred = self.deferred.lock().expect("deferred lock");
-            deferred.generation += 1;
-            deferred.waiting.retain(|p, _| !partitions.contains(p));
-            deferred.ready.retain(|(p, _)| !partitions.contains(p));
-        }
+        // Deferred partitions have no lane to drain; a plan still being read is for an assignment
+        // that is over.
+        self.forget_deferred(&partitions);
         let lost = consumer.assignment_lost();
         tracing::info!(topic = %self.topic, ?partitions, lost, "partitions revoked; draining");
         if lost {
@@ -474,8 +513,10 @@ fn read_plans_later(
             if deferred.lock().expect("deferred lock").generation != generation || pipeline.is_stopping() {
                 return;
             }
-            match pipeline.recover(std::slice::from_ref(watermark)) {
-                Ok(mut plans) => {
+            let cancelled = || deferred.lock().expect("deferred lock").generation != generation;
+            match pipeline.recover_unless(std::slice::from_ref(watermark), &cancelled) {
+                Ok(None) => return,
+                Ok(Some(mut plans)) => {
                     let mut deferred = deferred.lock().expect("deferred lock");
                     if deferred.generation == generation
                         && let Some(plan) = plans.pop()

@@ -376,6 +376,8 @@ impl Source for KafkaSource {
         let Some(mut running) = self.running.take() else { return Ok(()) };
         Self::stop_thread(&mut running);
         let consumer = running.consumer;
+        // Partitions still waiting for their replay plans hold the consumer through their queues.
+        consumer.context().forget_deferred(&[]);
         // The runtime's final drain stored every lane's offset; commit them while still a member.
         commit_sync(&consumer, &self.counters, "shutdown");
         // Leave the group. Dropping the last handle closes the consumer (which runs the revocation

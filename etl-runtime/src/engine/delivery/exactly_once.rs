@@ -296,6 +296,7 @@ impl ExactlyOnce {
         }
         let retry = shared.config.retry;
         let mut attempt = 1u32;
+        let mut retrying = None;
         let recorded = loop {
             match self.ledger.record(span, fence.as_ref().map_or(0, |f| f.epoch)).await {
                 Ok(()) => break true,
@@ -304,9 +305,7 @@ impl ExactlyOnce {
                 Err(_) if self.handed_over(batch) => break false,
                 Err(error) if error.is_retryable() && retry.allows_after(attempt) => {
                     let backoff = backoff(&retry, attempt);
-                    if shared.shard_health[span.shard].failed() {
-                        tracing::error!(shard = span.shard, %error, "the shard's writes fail; its batches are retried and the lanes pause until it accepts them again");
-                    }
+                    retrying.get_or_insert_with(|| shared.shard_health[span.shard].retrying(&error));
                     tracing::warn!(?span, attempt, ?backoff, %error, "recording the batch span failed; retrying");
                     shared.metrics.sink_retries[span.shard].inc();
                     tokio::time::sleep(backoff).await;
@@ -332,6 +331,7 @@ impl ExactlyOnce {
             abandon(&shared.budget, acks, batch);
             return false;
         }
+        drop(retrying);
         if !recorded {
             return false;
         }
@@ -355,6 +355,9 @@ impl ExactlyOnce {
     async fn still_owner(&self, shared: &Shared, acks: &[Sender<Ack>], batch: &Batch, span: &Span, epoch: u64) -> bool {
         let retry = shared.config.retry;
         let mut attempt = 1u32;
+        // The claims are read on the partition's home shard: that shard is the one failing.
+        let home = span.partition.rem_euclid(shared.config.shards as i32) as usize;
+        let mut _retrying = None;
         loop {
             match self.ledger.owner(span.partition).await {
                 Ok(owner) if owner > epoch => {
@@ -376,7 +379,8 @@ impl ExactlyOnce {
                 }
                 Err(error) if error.is_retryable() && retry.allows_after(attempt) => {
                     let backoff = backoff(&retry, attempt);
-                    shared.shard_health[span.shard].failed();
+                    _retrying.get_or_insert_with(|| shared.shard_health[home].retrying(&error));
+                    shared.metrics.sink_retries[home].inc();
                     tracing::warn!(?span, attempt, ?backoff, %error, "reading the partition's owner failed; retrying");
                     tokio::time::sleep(backoff).await;
                     attempt = attempt.saturating_add(1);

@@ -25,15 +25,36 @@ impl PipelineHandle {
     /// callback) while the ledger is read, retrying a sink that is unreachable for up to
     /// `checkpoint.drain_timeout`; then, or on a fatal error, it fails and the caller must stop.
     pub fn recover(&self, partitions: &[(i32, Option<i64>)]) -> Result<Vec<Replay>, LedgerReadError> {
+        match self.recover_unless(partitions, &|| false)? {
+            Some(plans) => Ok(plans),
+            // Only when the pipeline stops meanwhile.
+            None => Err(LedgerReadError {
+                partition: partitions.first().map_or(-1, |p| p.0),
+                source: SinkError::retryable("the pipeline is stopping"),
+            }),
+        }
+    }
+
+    /// [`PipelineHandle::recover`] that gives up, with `Ok(None)`, as soon as `cancelled` says so:
+    /// checked before every claim, so that an assignment that is over claims nothing more (a
+    /// claim after the next owner's would supersede it).
+    pub fn recover_unless(
+        &self,
+        partitions: &[(i32, Option<i64>)],
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<Replay>>, LedgerReadError> {
         let shared = &self.inner.shared;
         let Some(ledger) = self.inner.ledger.as_ref() else {
-            return Ok(partitions.iter().map(|_| Replay::default()).collect());
+            return Ok(Some(partitions.iter().map(|_| Replay::default()).collect()));
         };
         let deadline = Instant::now() + shared.config.drain_timeout;
         let mut plans = Vec::with_capacity(partitions.len());
         for &(partition, watermark) in partitions {
             let mut backoff = Duration::from_millis(100);
             let (epoch, recorded) = loop {
+                if cancelled() || shared.stopping.load(std::sync::atomic::Ordering::Acquire) {
+                    return Ok(None);
+                }
                 let read = async {
                     let epoch = ledger.claim(partition).await?;
                     Ok::<_, SinkError>((epoch, ledger.recorded(partition, watermark).await?))
@@ -64,6 +85,6 @@ impl PipelineHandle {
             tracing::info!(partition, epoch, ?watermark, start = ?plan.start(), replayed_batches = plan.pending(), "exactly-once replay plan");
             plans.push(plan);
         }
-        Ok(plans)
+        Ok(Some(plans))
     }
 }
