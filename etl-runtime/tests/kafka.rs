@@ -366,6 +366,60 @@ fn mock_cluster_fetch_and_commit_errors_are_survived() {
     assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), delivered.end_offsets());
 }
 
+// Invariant 3 through what only a multi-broker cluster does (librdkafka's mock cluster of three): the
+// partitions' leaders move to another broker, that broker answers with a 300 ms round trip, the group
+// coordinator moves, and the broker that led everything goes down and comes back, all while records
+// stream in. librdkafka follows the leaders and the coordinator; the source neither stops nor loses
+// an offset, a revocation is the only source of duplicates, and the end offsets are committed.
+#[test]
+fn mock_cluster_leader_moves_slow_broker_and_coordinator_change_are_survived() {
+    use rdkafka::mocking::MockCoordinator;
+    etl_runtime::init_logging();
+    let mock = MockCluster::new(3).expect("mock cluster");
+    let brokers = mock.bootstrap_servers();
+    let (topic, group) = (unique("mock-moves"), unique("mock-moves-g"));
+    mock.create_topic(&topic, PARTITIONS, 3).expect("mock topic");
+    for partition in 0..PARTITIONS {
+        mock.partition_leader(&topic, partition, Some(1)).expect("leader 1");
+    }
+    mock.coordinator(MockCoordinator::Group(group.clone()), 1).expect("coordinator 1");
+    let mut delivered = produce(&brokers, &topic, &fixtures(0, 3_000, PARTITIONS, 0));
+    let run = start(source_config(&brokers, &topic, &group, &[]), roomy(2), RecordingSink::default());
+    assert!(wait_rows(&run.sink, &delivered.with_payload(), Duration::from_secs(30)), "the first records");
+
+    for partition in 0..PARTITIONS {
+        mock.partition_leader(&topic, partition, Some(2)).expect("leader 2");
+    }
+    mock.broker_round_trip_time(2, Duration::from_millis(300)).expect("slow broker 2");
+    delivered.extend(produce(&brokers, &topic, &fixtures(3_000, 3_000, PARTITIONS, 0)));
+    assert!(
+        wait_rows(&run.sink, &delivered.with_payload(), Duration::from_secs(60)),
+        "records from the new, slow leader"
+    );
+
+    mock.coordinator(MockCoordinator::Group(group.clone()), 3).expect("coordinator 3");
+    mock.broker_down(1).expect("broker 1 down");
+    delivered.extend(produce(&brokers, &topic, &fixtures(6_000, 3_000, PARTITIONS, 0)));
+    std::thread::sleep(Duration::from_secs(2));
+    mock.broker_up(1).expect("broker 1 up");
+    mock.broker_round_trip_time(2, Duration::ZERO).expect("broker 2 fast again");
+    let expected = delivered.with_payload();
+    assert!(wait_rows(&run.sink, &expected, Duration::from_secs(60)), "every record after the moves");
+    let end = delivered.end_offsets();
+    assert!(
+        common::wait_for(Duration::from_secs(30), || committed(&brokers, &group, &topic, PARTITIONS) == end),
+        "the end offsets are committed through the new coordinator"
+    );
+    let sink = run.sink.clone();
+    let (_, source) = run.stop();
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), expected, "nothing lost");
+    let duplicates: u32 = rows.values().map(|n| n - 1).sum();
+    let stats = source.stats();
+    eprintln!("mock cluster moves: {duplicates} duplicates; {stats:?}");
+    assert!(duplicates == 0 || stats.revocations > 0, "duplicates only from a revocation ({duplicates})");
+}
+
 // `source.kafka.startup_timeout`: unreachable brokers end `run` with a start-up error (exit code 2) that
 // says so, within about startup_timeout.
 #[test]

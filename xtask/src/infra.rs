@@ -9,6 +9,11 @@
 //! reused. Beside the plaintext services, `up` starts TLS fronts (see `tls`): a second broker
 //! reachable only through TLS, and HTTPS in front of the first ClickHouse, both with a
 //! certificate from a throwaway CA whose file it prints (`ETL_INFRA_CA_FILE`).
+//!
+//! `up --durable` adds two brokers whose data outlives them: Tansu's `s3://` storage engine
+//! over one bucket of moto (PyPI's AWS stand-in, in server mode, installed in a venv of its own),
+//! so a broker can be stopped, killed and started again with its topics and committed offsets.
+//! moto keeps the bucket in memory: restart the brokers, not moto.
 
 use std::fs;
 use std::io::Read as _;
@@ -52,6 +57,10 @@ pub(crate) struct UpArgs {
     /// Start only ClickHouse.
     #[arg(long)]
     only_clickhouse: bool,
+    /// Also start two durable brokers over one S3 bucket (moto): `KAFKA_DURABLE_BROKERS` and
+    /// `KAFKA_DURABLE_BROKERS_2`. Each serves all the data, and a restarted one keeps it.
+    #[arg(long, conflicts_with = "only_clickhouse")]
+    durable: bool,
 }
 
 /// `serve-clickhouse` arguments.
@@ -84,6 +93,15 @@ const CHDB_PACKAGE: Artifact = Artifact {
     member: "package/libchdb.so",
     installed_as: "libchdb-26.7.3-stable.1.so",
 };
+
+/// moto, the S3 server under the durable brokers, installed from PyPI into a venv.
+const MOTO: &str = "moto[server]==5.2.1";
+const MOTO_VENV: &str = "moto-5.2.1";
+const S3_PORT: u16 = 19500;
+/// The bucket every durable broker stores in.
+const DURABLE_BUCKET: &str = "etl-durable";
+/// The durable brokers' ports; the first is `KAFKA_DURABLE_BROKERS`.
+const KAFKA_DURABLE_PORTS: [u16; 2] = [19095, 19096];
 
 const KAFKA_PORT: u16 = 19092;
 /// The TLS front of the second broker, and that broker's own plaintext port behind it.
@@ -235,6 +253,101 @@ fn ensure_tls_front(service: &Service, upstream: u16) -> anyhow::Result<()> {
     )
 }
 
+fn s3() -> Service {
+    Service { name: "s3".into(), port: S3_PORT }
+}
+
+fn kafka_durable(index: usize) -> Service {
+    let name = if index == 0 { "kafka-durable".to_owned() } else { format!("kafka-durable-{}", index + 1) };
+    Service { name, port: KAFKA_DURABLE_PORTS[index] }
+}
+
+/// moto's venv, created (first time) under the cache directory; returns its python.
+fn install_moto() -> anyhow::Result<PathBuf> {
+    let venv = cache_dir().join(MOTO_VENV);
+    let python = venv.join("bin/python");
+    if python.exists() {
+        return Ok(python);
+    }
+    eprintln!("infra: installing {MOTO} into {} (first use)", venv.display());
+    let work = cache_dir().join(format!("{MOTO_VENV}-{}", std::process::id()));
+    let created =
+        Command::new("python3").args(["-m", "venv"]).arg(&work).status().context("running python3 -m venv")?;
+    if !created.success() {
+        bail!("python3 -m venv {} failed ({created}); Debian needs the python3-venv package", work.display());
+    }
+    let installed = Command::new(work.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MOTO])
+        .status()
+        .context("running pip")?;
+    if !installed.success() {
+        bail!("pip install {MOTO} failed ({installed})");
+    }
+    // Scripts in a venv name its path; run as `python -m moto.server`, the venv can move.
+    fs::rename(&work, &venv)?;
+    Ok(python)
+}
+
+/// The environment under which Tansu's object store talks to moto.
+fn s3_env() -> [(&'static str, String); 5] {
+    [
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ("AWS_DEFAULT_REGION", "us-east-1".to_owned()),
+        ("AWS_ENDPOINT", format!("http://127.0.0.1:{S3_PORT}")),
+        ("AWS_ALLOW_HTTP", "true".to_owned()),
+    ]
+}
+
+/// Creates the bucket (an unsigned PUT, which moto accepts; idempotent).
+fn create_bucket() -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stream = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], S3_PORT)), Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "PUT /{DURABLE_BUCKET} HTTP/1.0\r\nHost: 127.0.0.1:{S3_PORT}\r\nContent-Length: 0\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response.lines().next().unwrap_or_default();
+    if !status.contains(" 200") {
+        bail!("creating bucket {DURABLE_BUCKET} in moto: {status}");
+    }
+    Ok(())
+}
+
+/// moto, its bucket, and the durable brokers over it; returns their `KEY=value` lines.
+fn up_durable(tansu: &Path, env: &mut Vec<(String, String)>) -> anyhow::Result<()> {
+    let python = install_moto()?;
+    let store = s3();
+    let had_store = store.running_pid().is_some();
+    store.ensure(
+        Command::new(python).args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &S3_PORT.to_string()]),
+        || store.listening(),
+    )?;
+    create_bucket()?;
+    for index in 0..KAFKA_DURABLE_PORTS.len() {
+        let service = kafka_durable(index);
+        if !had_store {
+            // A broker that outlived its store has nothing to serve: start it again.
+            service.stop()?;
+        }
+        let url = format!("tcp://127.0.0.1:{}", service.port);
+        service.ensure(
+            Command::new(tansu)
+                .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+                .args(["--storage-engine", &format!("s3://{DURABLE_BUCKET}/")])
+                .envs(s3_env()),
+            || service.listening(),
+        )?;
+        let key = if index == 0 {
+            "KAFKA_DURABLE_BROKERS".to_owned()
+        } else {
+            format!("KAFKA_DURABLE_BROKERS_{}", index + 1)
+        };
+        env.push((key, format!("127.0.0.1:{}", service.port)));
+    }
+    Ok(())
+}
+
 fn clickhouse(index: u16) -> Service {
     let name = if index == 0 { "clickhouse".to_owned() } else { format!("clickhouse-{}", index + 1) };
     Service { name, port: CLICKHOUSE_HTTP_PORT + index }
@@ -266,6 +379,9 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         )?;
         ensure_tls_front(&kafka_tls(), backend.port)?;
         env.push(("KAFKA_TLS_BROKERS".to_owned(), format!("127.0.0.1:{KAFKA_TLS_PORT}")));
+        if args.durable {
+            up_durable(&tansu, &mut env)?;
+        }
     }
     if !args.only_kafka {
         let lib = install(&CHDB_PACKAGE)?;
@@ -298,7 +414,9 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
 }
 
 fn down() -> anyhow::Result<()> {
-    for service in [kafka_tls(), kafka_tls_backend(), clickhouse_tls(), kafka()] {
+    for service in
+        [kafka_tls(), kafka_tls_backend(), clickhouse_tls(), kafka(), kafka_durable(0), kafka_durable(1), s3()]
+    {
         service.stop()?;
     }
     for index in 0..8 {
@@ -308,7 +426,8 @@ fn down() -> anyhow::Result<()> {
 }
 
 fn status() -> anyhow::Result<()> {
-    let mut services = vec![kafka(), kafka_tls_backend(), kafka_tls(), clickhouse_tls()];
+    let mut services =
+        vec![kafka(), kafka_tls_backend(), kafka_tls(), clickhouse_tls(), s3(), kafka_durable(0), kafka_durable(1)];
     services.extend((0..8).map(clickhouse));
     for s in services {
         match s.running_pid() {

@@ -1207,7 +1207,9 @@ fn exactly_once_fences_a_zombie() {
         assert!(a.try_exit().is_none(), "A survives being a zombie:\n{}", a.log_tail());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let superseded = a.metrics().map_or(0.0, |m| m.sum("etl_exactly_once_superseded_batches_total"));
+    let a_metrics = a.metrics().expect("A serves /metrics");
+    assert!(a_metrics.sum("etl_source_assignments_lost_total") >= 1.0, "A counted its lost assignment");
+    let superseded = a_metrics.sum("etl_exactly_once_superseded_batches_total");
     let fenced = a.log_lines("the partition was handed over").len() + a.log_lines("left to the next owner").len();
     let stats = finish_exactly_once(&mut b, producer, (&topic, &group), N);
     a.stop_cleanly();
@@ -1223,4 +1225,293 @@ fn exactly_once_fences_a_zombie() {
     );
     assert!(replayed > 0, "B replayed the batches A had recorded: without them the scenario checked nothing");
     assert!(fenced > 0 || superseded > 0.0, "A woke with batches to drop: without them the scenario checked nothing");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The source's faults: durable brokers (`cargo xtask infra up --durable`: Tansu over one moto S3
+// bucket) restarted, killed and replaced, and a member that loses its assignment.
+
+/// Produces orders `ids` to `topic` and waits for every delivery report.
+fn produce_now(topic: &str, ids: std::ops::Range<i64>) -> Produced {
+    let producer = Producer::new(topic);
+    producer.send_orders(ids, 0, None);
+    producer.finish()
+}
+
+/// Merges the end offsets of `later` into `all`.
+fn merge_end_offsets(all: &mut std::collections::BTreeMap<i32, i64>, later: &Produced) {
+    for (&partition, &end) in &later.end_offsets {
+        let e = all.entry(partition).or_insert(0);
+        *e = (*e).max(end);
+    }
+}
+
+/// Scenario 16: a durable broker restarted (SIGTERM, started again at once) and later killed
+/// (SIGKILL, started again 5 s later) while an at-least-once and an exactly-once binary read a
+/// backlog from it (their inserts throttled, so each fault lands mid-stream). Production pauses
+/// around each fault, so the test producer's own retries add no copies. The committed offsets
+/// survive the kill; no process exits; nothing is lost; at-least-once duplicates are at most what
+/// lay past the committed offsets at each fault (which trail what is durable by one commit
+/// interval); exactly once under `exactly_once`.
+#[test]
+fn durable_broker_restarted_and_killed() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    prepare(Variant::Exactly);
+    let _t = Timer::start("durable broker restarted and killed");
+    let broker = durable_brokers()[0].clone();
+    let _brokers = use_brokers(&broker);
+    const PHASE: i64 = 40_000;
+    let runs = [(Variant::Skip, "durable-alo"), (Variant::Exactly, "durable-eo")];
+    let names: Vec<(String, String)> = runs.iter().map(|(_, label)| (unique(label), unique(label))).collect();
+    for (topic, _) in &names {
+        create_topic(topic, PARTITIONS);
+    }
+    let proxies = [
+        ThrottledProxy::start(&infra().clickhouse[0], 256 << 10),
+        ThrottledProxy::start(&infra().clickhouse[1], 256 << 10),
+    ];
+    let (url_1, url_2) = (proxies[0].url(), proxies[1].url());
+    let env =
+        [("KAFKA_BROKERS", broker.as_str()), ("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];
+    let mut end_offsets = vec![std::collections::BTreeMap::new(); runs.len()];
+    let produce_phase = |phase: i64, end_offsets: &mut Vec<std::collections::BTreeMap<i32, i64>>| {
+        for ((topic, _), ends) in names.iter().zip(end_offsets.iter_mut()) {
+            merge_end_offsets(ends, &produce_now(topic, phase * PHASE..(phase + 1) * PHASE));
+        }
+    };
+    produce_phase(0, &mut end_offsets);
+    let mut pipelines: Vec<Process> = runs
+        .iter()
+        .zip(&names)
+        .map(|((variant, label), (topic, group))| spawn(*variant, label, topic, group, &env))
+        .collect();
+    for p in &mut pipelines {
+        p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    }
+
+    // Past the committed offsets at a fault: what a rebalance after it could read again.
+    let mut at_risk = 0;
+    for (phase, signal) in [(1, "TERM"), (2, "KILL")] {
+        std::thread::sleep(Duration::from_secs(2));
+        let before: Vec<_> = names.iter().map(|(topic, group)| committed(group, topic, PARTITIONS)).collect();
+        let produced = phase * PHASE;
+        let (alo_topic, alo_group) = &names[0];
+        assert!(
+            committed_total(alo_group, alo_topic, PARTITIONS) < produced,
+            "the fault lands mid-stream: the at-least-once binary has not committed everything yet"
+        );
+        at_risk += produced - before[0].values().sum::<i64>();
+        stop_broker(&broker, signal);
+        if signal == "KILL" {
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        start_durable_brokers();
+        for ((topic, group), before) in names.iter().zip(&before) {
+            let after = committed(group, topic, PARTITIONS);
+            for (partition, offset) in before {
+                assert!(
+                    after.get(partition).is_some_and(|a| a >= offset),
+                    "SIG{signal}: the committed offsets of {group} survive the broker (before {before:?}, after {after:?})"
+                );
+            }
+        }
+        for p in &mut pipelines {
+            assert!(p.try_exit().is_none(), "[{}] survives SIG{signal} of the broker:\n{}", p.label, p.log_tail());
+        }
+        eprintln!("durable: SIG{signal} to the broker; the committed offsets survived: {before:?}");
+        produce_phase(phase, &mut end_offsets);
+    }
+    for proxy in &proxies {
+        proxy.unthrottle();
+    }
+    let n = 3 * PHASE;
+    await_rows(Variant::Skip.table(), n, Duration::from_secs(180));
+    await_rows(Variant::Exactly.table(), n, Duration::from_secs(180));
+    for ((topic, group), ends) in names.iter().zip(&end_offsets) {
+        await_committed(group, topic, ends, Duration::from_secs(60));
+    }
+    let rebalances: Vec<usize> = pipelines.iter().map(|p| p.log_lines("partitions revoked").len()).collect();
+    for p in &mut pipelines {
+        p.stop_cleanly();
+    }
+    let alo = assert_all_arrived(Variant::Skip.table(), n);
+    let eo = assert_exactly_once(n);
+    eprintln!(
+        "durable: at-least-once {alo:?} ({} duplicates, at most {at_risk} at risk); exactly-once {eo:?}; revocations \
+         {rebalances:?}",
+        alo.duplicates()
+    );
+    assert!(alo.duplicates() <= at_risk, "duplicates only from what lay past the committed offsets at the faults");
+}
+
+/// Scenario 17: two durable brokers over one bucket, both given as bootstrap servers. The one the
+/// pipeline talks to is stopped (SIGTERM) while orders stream in: the pipeline goes on through
+/// the other, which serves the same topic, group and committed offsets, and every order arrives.
+#[test]
+fn two_durable_brokers_one_stopped() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("two durable brokers, one stopped");
+    let brokers = durable_brokers();
+    let both = brokers.join(",");
+    let _brokers = use_brokers(&both);
+    const PHASE: i64 = 50_000;
+    let (topic, group) = (unique("e2e-two-brokers"), unique("e2e-two-brokers"));
+    create_topic(&topic, PARTITIONS);
+    let mut ends = std::collections::BTreeMap::new();
+    merge_end_offsets(&mut ends, &produce_now(&topic, 0..PHASE));
+    let mut p = spawn(Variant::Skip, "two-brokers", &topic, &group, &[("KAFKA_BROKERS", both.as_str())]);
+    p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    let ports = connected_ports(p.pid());
+    let count = |addr: &str| ports.iter().filter(|&&port| port == port_of(addr)).count();
+    let (in_use, other) =
+        if count(&brokers[1]) > count(&brokers[0]) { (&brokers[1], &brokers[0]) } else { (&brokers[0], &brokers[1]) };
+    eprintln!("two brokers: the pipeline has {} connections to {in_use}, {} to {other}", count(in_use), count(other));
+    assert!(count(in_use) > 0, "the pipeline talks to a durable broker (ports {ports:?})");
+    stop_broker(in_use, "TERM");
+    merge_end_offsets(&mut ends, &produce_now(&topic, PHASE..2 * PHASE));
+    let stats = await_rows(Variant::Skip.table(), 2 * PHASE, Duration::from_secs(180));
+    let moved = connected_ports(p.pid()).contains(&port_of(other));
+    await_committed(&group, &topic, &ends, Duration::from_secs(60));
+    assert!(p.try_exit().is_none(), "the pipeline survives the broker's stop:\n{}", p.log_tail());
+    p.stop_cleanly();
+    start_durable_brokers();
+    let stats = {
+        let after = assert_all_arrived(Variant::Skip.table(), 2 * PHASE);
+        assert!(after.uniq >= stats.uniq);
+        after
+    };
+    eprintln!("two brokers: {stats:?}; the pipeline talks to {other} now: {moved}");
+    assert!(moved, "the pipeline talks to the other broker");
+}
+
+/// Scenario 18: a lost assignment under at-least-once. A writes through throttling proxies (its
+/// shard queues full of batches in flight) and is SIGSTOPped past `session.timeout.ms`; B joins and
+/// takes the partitions; A is SIGCONTed. A learns that its assignment was lost (log and
+/// `etl_source_assignments_lost_total`), commits nothing for the partitions it no longer owns (the
+/// group's committed offsets, read every 250 ms throughout, never step back, as a stale commit of
+/// A's over B's progress would make them), and no order is missing. (Scenario 15 is the same
+/// fault under exactly-once.)
+#[test]
+fn lost_assignment_at_least_once() {
+    let _serial = serial();
+    prepare(Variant::Skip);
+    let _t = Timer::start("lost assignment");
+    const N: i64 = 150_000;
+    let (topic, group) = (unique("e2e-lost"), unique("e2e-lost"));
+    create_topic(&topic, PARTITIONS);
+    let proxies = [
+        ThrottledProxy::start(&infra().clickhouse[0], 128 << 10),
+        ThrottledProxy::start(&infra().clickhouse[1], 128 << 10),
+    ];
+    let (url_1, url_2) = (proxies[0].url(), proxies[1].url());
+    let (_, producer) = produce_in_background(&topic, 0..N, 0, 10_000);
+    let watch = watch_commits(&group, &topic, PARTITIONS);
+    let slow = [("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];
+    let mut a = spawn(Variant::Skip, "lost-a", &topic, &group, &slow);
+    a.await_metrics("A's shard queues full", Duration::from_secs(60), |m| {
+        m.sum("etl_records_out_total") > 0.0 && m.sum("etl_queue_depth") >= 4.0
+    });
+    let mut b = {
+        let _stopped = freeze_pid(a.pid(), "pipeline A");
+        let mut b = spawn(Variant::Skip, "lost-b", &topic, &group, &[]);
+        // B gets the partitions once A's session (6 s) has expired.
+        b.await_metrics("B writes", Duration::from_secs(90), |m| m.sum("etl_records_out_total") > 20_000.0);
+        b
+    };
+    let lost = a.await_metrics("A learns its assignment was lost", Duration::from_secs(60), |m| {
+        m.sum("etl_source_assignments_lost_total") >= 1.0
+    });
+    assert!(!a.log_lines("assignment lost").is_empty(), "A's log says the assignment was lost");
+    for proxy in &proxies {
+        proxy.unthrottle();
+    }
+    let produced = producer.join().unwrap();
+    await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    let (samples, backwards) = watch.finish();
+    a.stop_cleanly();
+    b.stop_cleanly();
+    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    eprintln!(
+        "lost assignment: A lost {} assignment(s); {samples} samples of the committed offsets, {} steps back; {stats:?}",
+        lost.sum("etl_source_assignments_lost_total"),
+        backwards.len()
+    );
+    assert!(samples > 20, "the committed offsets were watched ({samples} samples)");
+    assert!(backwards.is_empty(), "a member committed over its successor's progress: {backwards:?}");
+}
+
+/// What a pipeline showed while its registry was down: it never exits, drops nothing, and holds
+/// the records that need the schema (its lanes retry the lookups).
+fn watch_registry_outage(p: &mut Process, length: Duration) -> f64 {
+    let started = Instant::now();
+    let mut retries = 0.0f64;
+    while started.elapsed() < length {
+        assert!(p.try_exit().is_none(), "[{}] survives the registry outage:\n{}", p.label, p.log_tail());
+        if let Some(m) = p.metrics() {
+            assert_eq!(m.sum("etl_records_dropped_total"), 0.0, "nothing is dropped while the registry is down");
+            retries = retries.max(m.sum("etl_records_unavailable_retries_total"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    retries
+}
+
+/// Scenario 19: the schema registry down. The pipeline starts while the registry is stopped, with
+/// orders of a writer schema id it must look up (2) in every partition: it starts, neither exits
+/// nor drops anything, its lanes hold the records and retry; the registry starts and they arrive.
+/// Then, mid-stream, the registry stops just as a new writer schema id (3) appears: the same again.
+/// The reader's own id (1) never needs the registry, so those orders flow throughout. Every order
+/// arrives exactly once in the table (no restart, no rebalance).
+#[test]
+fn registry_down_at_start_and_mid_stream() {
+    let _serial = serial();
+    prepare(Variant::Registry);
+    let _t = Timer::start("registry down");
+    const PHASE: i64 = 20_000;
+    const OUTAGE: Duration = Duration::from_secs(20);
+    let table = Variant::Registry.table();
+    let registry = StoppableRegistry::stopped();
+    let url = registry.url();
+    let (topic, group) = (unique("e2e-registry"), unique("e2e-registry"));
+    create_topic(&topic, PARTITIONS);
+    let producer = Producer::new(&topic);
+    producer.send_orders_framed(0..PHASE, 1);
+    producer.send_orders_framed(PHASE..2 * PHASE, 2);
+    let mut p = spawn(Variant::Registry, "registry", &topic, &group, &[("SCHEMA_REGISTRY_URL", url.as_str())]);
+    p.await_metrics("the reader's own id flows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    let held_at_start = watch_registry_outage(&mut p, OUTAGE);
+    let stats = ch_stats(table);
+    assert!(stats.uniq < 2 * PHASE, "the orders of id 2 waited for the registry ({stats:?})");
+    registry.start();
+    let stats = await_rows(table, 2 * PHASE, Duration::from_secs(120));
+    assert_eq!(stats.uniq, 2 * PHASE, "the held orders arrive once the registry is up");
+
+    registry.stop();
+    producer.send_orders_framed(2 * PHASE..3 * PHASE, 1);
+    producer.send_orders_framed(3 * PHASE..4 * PHASE, 3);
+    let held_mid_stream = watch_registry_outage(&mut p, OUTAGE);
+    let stats = ch_stats(table);
+    assert!(stats.uniq < 4 * PHASE, "the orders of id 3 waited for the registry ({stats:?})");
+    registry.start();
+    let produced = producer.finish();
+    let stats = await_rows(table, 4 * PHASE, Duration::from_secs(120));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    let m = p.metrics().unwrap();
+    p.stop_cleanly();
+    let stats = {
+        let all = assert_all_arrived(table, 4 * PHASE);
+        assert_eq!(all, stats);
+        all
+    };
+    eprintln!(
+        "registry down: {held_at_start} lookups retried at start-up, {held_mid_stream} by the end of the second \
+         outage; {} lookups answered; {stats:?}",
+        registry.answered()
+    );
+    assert!(held_at_start > 0.0 && held_mid_stream > held_at_start, "the lanes retried through both outages");
+    assert_eq!(m.sum("etl_records_dropped_total"), 0.0, "nothing dropped");
+    assert_eq!(stats.duplicates(), 0, "no restart, no rebalance: each order once");
 }

@@ -158,6 +158,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Records a revocation or shutdown drain gave up on when drain_timeout passed; they were not durable, so the next owner of the partition reads them again (duplicates, never loss).",
     },
     MetricDoc {
+        name: "etl_source_assignments_lost_total",
+        kind: "counter",
+        labels: &[],
+        help: "Times the source was told its assignment was lost (the group gave its partitions away without a clean revoke, e.g. after the process stalled past session.timeout.ms). Their lanes are fenced (nothing more is written or committed for them) and the next owner reads from the committed offsets.",
+    },
+    MetricDoc {
         name: "etl_source_committed_offset",
         kind: "gauge",
         labels: &["partition"],
@@ -244,6 +250,7 @@ pub(crate) struct Metrics {
     pub(crate) insert_duration: Vec<Histogram>,
     pub(crate) commits: IntCounter,
     pub(crate) abandoned: IntCounter,
+    pub(crate) assignments_lost: IntCounter,
     pub(crate) committed_offset: IntGaugeVec,
     pub(crate) spans_recorded: Vec<IntCounter>,
     pub(crate) replayed_batches: IntCounter,
@@ -282,6 +289,7 @@ impl Metrics {
             hist("etl_sink_insert_duration_seconds", prometheus::exponential_buckets(0.001, 2.0, 16)?)?;
         let commits = IntCounter::with_opts(opts("etl_source_commits_total"))?;
         let abandoned = IntCounter::with_opts(opts("etl_source_abandoned_records_total"))?;
+        let assignments_lost = IntCounter::with_opts(opts("etl_source_assignments_lost_total"))?;
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
         let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), &["shard"])?;
         let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
@@ -308,6 +316,7 @@ impl Metrics {
         reg(Box::new(insert_duration.clone()))?;
         reg(Box::new(commits.clone()))?;
         reg(Box::new(abandoned.clone()))?;
+        reg(Box::new(assignments_lost.clone()))?;
         reg(Box::new(committed_offset.clone()))?;
         reg(Box::new(spans_recorded.clone()))?;
         reg(Box::new(replayed_batches.clone()))?;
@@ -342,6 +351,7 @@ impl Metrics {
             insert_duration: labels.iter().map(|l| insert_duration.with_label_values(&[l.as_str()])).collect(),
             commits,
             abandoned,
+            assignments_lost,
             committed_offset,
             spans_recorded: each(&|l| spans_recorded.with_label_values(&[l])),
             replayed_batches,

@@ -30,6 +30,7 @@ pub(crate) type Consumer = BaseConsumer<SourceContext>;
 pub(crate) struct Counters {
     pub(crate) assignments: AtomicU64,
     pub(crate) revocations: AtomicU64,
+    pub(crate) assignments_lost: AtomicU64,
     pub(crate) abandoned_records: AtomicU64,
     pub(crate) commits: AtomicU64,
     pub(crate) commit_failures: AtomicU64,
@@ -346,11 +347,21 @@ impl SourceContext {
         // that is over.
         self.forget_deferred(&partitions);
         let lost = consumer.assignment_lost();
-        tracing::info!(topic = %self.topic, ?partitions, lost, "partitions revoked; draining");
         if lost {
             // Another member may own them already (and, under exactly-once, be reading the
             // ledger): write nothing more of them.
+            tracing::warn!(
+                topic = %self.topic,
+                ?partitions,
+                "partitions revoked and assignment lost: the group gave them away without a clean revoke (this member \
+                 stalled past session.timeout.ms or lost its coordinator); fencing their lanes, committing nothing \
+                 for them; the next owner reads from the committed offsets"
+            );
+            self.counters.assignments_lost.fetch_add(1, Ordering::Relaxed);
+            self.pipeline.record_assignment_lost();
             self.pipeline.fence_partitions(&partitions);
+        } else {
+            tracing::info!(topic = %self.topic, ?partitions, "partitions revoked; draining");
         }
         let offsets = self.pipeline.drain_partitions(&partitions, self.drain_timeout);
         tracing::debug!(?offsets, "revoked lanes drained");

@@ -170,6 +170,8 @@ pub struct KafkaSourceStats {
     pub assignments: u64,
     /// Revocations handled.
     pub revocations: u64,
+    /// Revocations of an assignment librdkafka reported as lost (no clean hand-over).
+    pub assignments_lost: u64,
     /// Records handed to the pipeline that a revocation's drain timeout left undurable (they are
     /// redelivered, never lost).
     pub abandoned_records: u64,
@@ -249,6 +251,7 @@ impl KafkaSource {
         KafkaSourceStats {
             assignments: c.assignments.load(Ordering::Relaxed),
             revocations: c.revocations.load(Ordering::Relaxed),
+            assignments_lost: c.assignments_lost.load(Ordering::Relaxed),
             abandoned_records: c.abandoned_records.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed),
             commit_failures: c.commit_failures.load(Ordering::Relaxed),

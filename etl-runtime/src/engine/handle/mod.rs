@@ -154,6 +154,11 @@ impl PipelineHandle {
         self.inner.shared.metrics.abandoned.inc_by(records);
     }
 
+    /// Counts a lost assignment in `etl_source_assignments_lost_total`.
+    pub fn record_assignment_lost(&self) {
+        self.inner.shared.metrics.assignments_lost.inc();
+    }
+
     /// Counts a commit in `etl_source_commits_total` and sets `etl_source_committed_offset`.
     pub fn record_commit(&self, partition: i32, offset: i64) {
         let metrics = &self.inner.shared.metrics;

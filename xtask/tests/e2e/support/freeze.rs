@@ -1,5 +1,5 @@
-//! The outage fault: the ClickHouse servers SIGSTOPped, found by the loopback port they listen
-//! on, and thawed when the guard drops.
+//! The freeze fault: servers SIGSTOPped, found by the loopback port they listen on (or a pipeline
+//! process by its pid), and thawed when the guard drops.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -97,43 +97,53 @@ pub(super) fn process_state(pid: u32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// Both ClickHouse servers of the scenarios (the processes listening on the ports of
-/// `infra().clickhouse`) SIGSTOPped: they accept connections into the backlog and answer nothing,
-/// like hung servers. Dropping the guard SIGCONTs them, also when the test fails.
-pub struct FrozenClickhouse(Vec<u32>);
+/// Processes SIGSTOPped; dropping the guard SIGCONTs them, also when the test fails. A frozen
+/// server accepts connections into the backlog and answers nothing, like a hung one.
+pub struct Frozen(Vec<u32>);
 
-pub fn freeze_clickhouse() -> FrozenClickhouse {
+/// Both ClickHouse servers of the scenarios (the processes listening on the ports of
+/// `infra().clickhouse`) SIGSTOPped.
+pub fn freeze_clickhouse() -> Frozen {
     freeze_servers(&infra().clickhouse)
 }
 
 /// The servers of `urls` SIGSTOPped, as [`freeze_clickhouse`] does for both.
-pub fn freeze_servers(urls: &[String]) -> FrozenClickhouse {
-    let mut frozen = FrozenClickhouse(Vec::new());
+pub fn freeze_servers(urls: &[String]) -> Frozen {
+    let mut frozen = Frozen(Vec::new());
     for url in urls {
         for pid in listening_pids(url) {
-            if frozen.0.contains(&pid) {
-                continue;
-            }
-            let ok = Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success();
-            assert!(ok, "kill -STOP {pid} (the server of {url})");
-            // Pushed before the check, so that the guard thaws it whatever happens next.
-            frozen.0.push(pid);
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while process_state(pid) != Some('T') {
-                assert!(
-                    Instant::now() < deadline,
-                    "pid {pid} (the server of {url}) did not stop: {:?}",
-                    process_state(pid)
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            eprintln!("froze pid {pid}, the server of {url}");
+            frozen.add(pid, &format!("the server of {url}"));
         }
     }
     frozen
 }
 
-impl Drop for FrozenClickhouse {
+/// The process `pid` (`what` names it in messages) SIGSTOPped.
+pub fn freeze_pid(pid: u32, what: &str) -> Frozen {
+    let mut frozen = Frozen(Vec::new());
+    frozen.add(pid, what);
+    frozen
+}
+
+impl Frozen {
+    fn add(&mut self, pid: u32, what: &str) {
+        if self.0.contains(&pid) {
+            return;
+        }
+        let ok = Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success();
+        assert!(ok, "kill -STOP {pid} ({what})");
+        // Pushed before the check, so that the guard thaws it whatever happens next.
+        self.0.push(pid);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while process_state(pid) != Some('T') {
+            assert!(Instant::now() < deadline, "pid {pid} ({what}) did not stop: {:?}", process_state(pid));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("froze pid {pid}, {what}");
+    }
+}
+
+impl Drop for Frozen {
     fn drop(&mut self) {
         for pid in &self.0 {
             let _ = Command::new("kill").args(["-CONT", &pid.to_string()]).status();

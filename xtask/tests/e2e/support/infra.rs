@@ -1,8 +1,8 @@
-//! Where the services of the scenarios are: `cargo xtask infra up`'s broker and ClickHouse
-//! servers (or the environment's), and which broker the helpers' Kafka clients talk to.
+//! Where the services of the scenarios are: `cargo xtask infra up --durable`'s brokers and
+//! ClickHouse servers (or the environment's), and which broker the helpers' Kafka clients talk to.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use rdkafka::ClientConfig;
 
@@ -16,18 +16,23 @@ pub struct Infra {
     /// The TLS services (`KAFKA_TLS_BROKERS`, `CLICKHOUSE_HTTPS_URL`, `ETL_INFRA_CA_FILE`), as
     /// `infra up` prints them; empty when the services came from the environment.
     pub tls: Vec<(String, String)>,
+    /// The durable brokers (`KAFKA_DURABLE_BROKERS`, `KAFKA_DURABLE_BROKERS_2`): two Tansu
+    /// brokers over one S3 bucket; empty when the services came from the environment without them.
+    pub durable: Vec<String>,
 }
 
-/// `$KAFKA_BROKERS`, `$CLICKHOUSE_URL` and `$CLICKHOUSE_URL_2` if all are set; otherwise what
-/// `cargo xtask infra up` (idempotent) prints. Once per test binary.
+/// `$KAFKA_BROKERS`, `$CLICKHOUSE_URL` and `$CLICKHOUSE_URL_2` if all are set (and
+/// `$KAFKA_DURABLE_BROKERS{,_2}` if set); otherwise what `cargo xtask infra up --durable`
+/// (idempotent) prints. Once per test binary.
 pub fn infra() -> &'static Infra {
     static INFRA: OnceLock<Infra> = OnceLock::new();
     INFRA.get_or_init(|| {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let (Some(b), Some(c1), Some(c2)) = (env("KAFKA_BROKERS"), env("CLICKHOUSE_URL"), env("CLICKHOUSE_URL_2")) {
-            return Infra { brokers: b, clickhouse: [c1, c2], tls: Vec::new() };
+            let durable = ["KAFKA_DURABLE_BROKERS", "KAFKA_DURABLE_BROKERS_2"].into_iter().filter_map(env).collect();
+            return Infra { brokers: b, clickhouse: [c1, c2], tls: Vec::new(), durable };
         }
-        let output = xtask().args(["infra", "up"]).output().expect("running cargo xtask infra up");
+        let output = xtask().args(["infra", "up", "--durable"]).output().expect("running cargo xtask infra up");
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
@@ -45,7 +50,12 @@ pub fn infra() -> &'static Infra {
             .into_iter()
             .map(|key| (key.to_owned(), value(key)))
             .collect();
-        Infra { brokers: value("KAFKA_BROKERS"), clickhouse: [value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2")], tls }
+        Infra {
+            brokers: value("KAFKA_BROKERS"),
+            clickhouse: [value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2")],
+            tls,
+            durable: vec![value("KAFKA_DURABLE_BROKERS"), value("KAFKA_DURABLE_BROKERS_2")],
+        }
     })
 }
 
@@ -74,11 +84,31 @@ impl Drop for TlsBrokerGuard {
     }
 }
 
+/// The bootstrap servers the helpers use instead of the main broker, while a guard of
+/// [`use_brokers`] lives.
+static BROKERS: Mutex<Option<String>> = Mutex::new(None);
+
+/// Points the helpers' Kafka clients at `brokers` (a bootstrap list) until the guard is dropped.
+pub fn use_brokers(brokers: &str) -> BrokersGuard {
+    *BROKERS.lock().unwrap_or_else(|e| e.into_inner()) = Some(brokers.to_owned());
+    BrokersGuard
+}
+
+pub struct BrokersGuard;
+
+impl Drop for BrokersGuard {
+    fn drop(&mut self) {
+        *BROKERS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
 /// A client configuration for the broker the scenario uses.
 pub(super) fn kafka_config() -> ClientConfig {
     let infra = infra();
     let mut config = ClientConfig::new();
-    if TLS_BROKER.load(Ordering::SeqCst) {
+    if let Some(brokers) = BROKERS.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        config.set("bootstrap.servers", brokers);
+    } else if TLS_BROKER.load(Ordering::SeqCst) {
         config
             .set("bootstrap.servers", infra.tls_value("KAFKA_TLS_BROKERS"))
             .set("security.protocol", "ssl")

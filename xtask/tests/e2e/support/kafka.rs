@@ -2,7 +2,8 @@
 //! reading a topic back (the dead letters).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -41,20 +42,66 @@ pub fn create_topic(topic: &str, partitions: i32) {
 /// The committed offsets of `group` on `topic`, read by a client that does not join the group;
 /// a partition without a commit is absent.
 pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = kafka_config().set("group.id", group).create().expect("consumer");
+    try_committed(group, topic, partitions).expect("committed offsets")
+}
+
+/// [`committed`], with the broker's error instead of a panic (a broker that is restarting).
+pub fn try_committed(group: &str, topic: &str, partitions: i32) -> rdkafka::error::KafkaResult<BTreeMap<i32, i64>> {
+    let consumer: BaseConsumer = kafka_config().set("group.id", group).create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
-    committed
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+    Ok(committed
         .elements()
         .iter()
         .filter_map(|e| match e.offset() {
             Offset::Offset(o) => Some((e.partition(), o)),
             _ => None,
         })
-        .collect()
+        .collect())
+}
+
+/// A thread that reads a group's committed offsets every 250 ms and keeps every step backwards
+/// (a commit by a member that no longer owned the partition, over its new owner's progress).
+pub struct CommitWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, Vec<String>)>,
+}
+
+pub fn watch_commits(group: &str, topic: &str, partitions: i32) -> CommitWatch {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (stop, group, topic) = (stop.clone(), group.to_owned(), topic.to_owned());
+        std::thread::spawn(move || {
+            let (mut samples, mut backwards) = (0, Vec::new());
+            let mut highest: BTreeMap<i32, i64> = BTreeMap::new();
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(now) = try_committed(&group, &topic, partitions) {
+                    samples += 1;
+                    for (partition, offset) in now {
+                        let high = highest.entry(partition).or_insert(offset);
+                        if offset < *high {
+                            backwards.push(format!("partition {partition}: {high} -> {offset}"));
+                        }
+                        *high = (*high).max(offset);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            (samples, backwards)
+        })
+    };
+    CommitWatch { stop, thread }
+}
+
+impl CommitWatch {
+    /// Stops the thread; returns how many samples it took and every step backwards it saw.
+    pub fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("the commit watch")
+    }
 }
 
 /// Records committed: the sum of committed offsets (the topics are fresh, so offsets start at 0).

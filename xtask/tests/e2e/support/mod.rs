@@ -5,12 +5,13 @@
 //! One module per job, everything re-exported here so that the scenarios `use support::*`:
 //! `infra` (where the services are), `variant` (the pipelines and their binaries), `config` (the
 //! numbers of a pipeline file), `records` (the orders), `kafka` and `producer`, `http` and
-//! `clickhouse`, `process` (a running pipeline), and the faults and stubs: `freeze`, `servers`
+//! `clickhouse`, `process` (a running pipeline), and the faults and stubs: `durable` (brokers restarted), `freeze`, `servers`
 //! (killed servers, hung and failing replicas), `proxy`, `registry`, `rng`.
 #![allow(dead_code, unreachable_pub)]
 
 mod clickhouse;
 mod config;
+mod durable;
 mod freeze;
 mod http;
 mod infra;
@@ -30,6 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 
 pub use self::clickhouse::*;
 pub use self::config::*;
+pub use self::durable::*;
 pub use self::freeze::*;
 pub use self::infra::*;
 pub use self::kafka::*;

@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::PARTITIONS;
 use super::infra::kafka_config;
-use super::records::order;
+use super::records::{order, order_framed};
 
 /// Delivery reports: (tag, partition, offset) of every delivered message, and the failures.
 #[derive(Default)]
@@ -89,6 +89,14 @@ impl Producer {
                 }
             }
             let payload = order(id, coupon_len);
+            self.send(id as usize, (id % PARTITIONS as i64) as i32, id.to_string().as_bytes(), Some(&payload));
+        }
+    }
+
+    /// Sends orders `ids` as [`Producer::send_orders`] does, framed with writer schema `schema_id`.
+    pub fn send_orders_framed(&self, ids: std::ops::Range<i64>, schema_id: u32) {
+        for id in ids {
+            let payload = order_framed(id, schema_id);
             self.send(id as usize, (id % PARTITIONS as i64) as i32, id.to_string().as_bytes(), Some(&payload));
         }
     }

@@ -57,6 +57,15 @@ pub fn order(id: i64, coupon_len: usize) -> Vec<u8> {
     payload
 }
 
+/// Order `id` in the Confluent wire format, framed with writer schema `schema_id` (which a
+/// pipeline with a registry must look up unless it is the reader's own id, 1).
+pub fn order_framed(id: i64, schema_id: u32) -> Vec<u8> {
+    let mut payload = vec![0];
+    payload.extend(schema_id.to_be_bytes());
+    payload.extend(order_datum(id, 0));
+    payload
+}
+
 /// The bytes [`Producer::send_orders`] puts in the topic for orders `ids`: keys and payloads.
 pub fn orders_bytes(ids: std::ops::Range<i64>, coupon_len: usize) -> u64 {
     ids.map(|id| (id.to_string().len() + CONFLUENT_HEADER.len() + order_datum(id, coupon_len).len()) as u64).sum()

@@ -1,35 +1,111 @@
-//! A stub schema registry on loopback, for the scenarios that run with `SCHEMA_REGISTRY_URL`.
+//! Stub schema registries on loopback, for the scenarios that run with `SCHEMA_REGISTRY_URL`: one
+//! that knows only the reader's id, and one that knows three ids and can be stopped and started.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A stub Confluent-API schema registry on loopback that knows only schema id 1, the e2e
 /// reader schema; every other id is 404. Returns its URL.
 pub fn stub_registry() -> String {
-    let schema = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/schemas/order.avsc"))
-        .expect("the e2e schema");
-    let escaped = schema.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").replace('\r', "");
-    let known = format!("{{\"schema\":\"{escaped}\"}}");
+    let known = known_schema();
     let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
     let addr = listener.local_addr().expect("bound");
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 1024];
-            let n = stream.read(&mut request).unwrap_or(0);
-            let line = String::from_utf8_lossy(&request[..n]);
-            let (status, body) = if line.starts_with("GET /schemas/ids/1 ") {
-                ("200 OK", known.as_str())
-            } else {
-                ("404 Not Found", "{}")
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let Ok(stream) = stream else { continue };
+            answer(stream, &known, &["1"]);
         }
     });
     format!("http://{addr}")
+}
+
+/// A stub registry that knows writer schema ids 1, 2 and 3 (each the e2e reader schema, as a
+/// producer that re-registers it under a new subject gets new ids), that can be stopped (its port
+/// refuses connections) and started again on the same port. It counts the lookups it answered.
+pub struct StoppableRegistry {
+    port: u16,
+    up: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+}
+
+impl StoppableRegistry {
+    /// A registry on a free loopback port, stopped until [`StoppableRegistry::start`].
+    pub fn stopped() -> StoppableRegistry {
+        let port = TcpListener::bind("127.0.0.1:0").expect("a loopback port").local_addr().unwrap().port();
+        let (up, answered) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let known = known_schema();
+        {
+            let (up, answered) = (up.clone(), answered.clone());
+            std::thread::spawn(move || {
+                let mut listener: Option<TcpListener> = None;
+                loop {
+                    if !up.load(Ordering::SeqCst) {
+                        // Closed: connections to the port are refused.
+                        listener = None;
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    // std sets SO_REUSEADDR, so the port can be bound again at once.
+                    let l = listener.get_or_insert_with(|| {
+                        let l = TcpListener::bind(("127.0.0.1", port)).expect("binding the registry's port again");
+                        l.set_nonblocking(true).unwrap();
+                        l
+                    });
+                    match l.accept() {
+                        Ok((stream, _)) => {
+                            stream.set_nonblocking(false).unwrap();
+                            if answer(stream, &known, &["1", "2", "3"]) {
+                                answered.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            });
+        }
+        StoppableRegistry { port, up, answered }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn start(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops listening (within 10 ms); connections are refused from then on.
+    pub fn stop(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    /// Lookups answered with a schema.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::SeqCst)
+    }
+}
+
+/// The e2e reader schema as the registry's JSON answer.
+fn known_schema() -> String {
+    let schema = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/schemas/order.avsc"))
+        .expect("the e2e schema");
+    let escaped = schema.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").replace('\r', "");
+    format!("{{\"schema\":\"{escaped}\"}}")
+}
+
+/// Answers one request: the schema for `GET /schemas/ids/{id}` with `id` in `ids`, 404 otherwise.
+/// Returns whether it answered with the schema.
+fn answer(mut stream: TcpStream, known: &str, ids: &[&str]) -> bool {
+    let mut request = [0u8; 1024];
+    let n = stream.read(&mut request).unwrap_or(0);
+    let line = String::from_utf8_lossy(&request[..n]);
+    let found = ids.iter().any(|id| line.starts_with(&format!("GET /schemas/ids/{id} ")));
+    let (status, body) = if found { ("200 OK", known) } else { ("404 Not Found", "{}") };
+    let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    found
 }

@@ -29,6 +29,8 @@ pub enum Variant {
     /// `pipeline-replicas.yaml`: `pipeline.yaml` with several replicas per shard (stand-ins that
     /// hang or fail on shard 0, `$CLICKHOUSE_URL_3` on shard 1) and a 5 s insert timeout.
     Replicas,
+    /// `pipeline-registry.yaml`: `pipeline.yaml` with a 10 minute `registry_timeout`.
+    Registry,
 }
 
 impl Variant {
@@ -41,6 +43,7 @@ impl Variant {
             Variant::Exactly => "pipeline-eo.yaml",
             Variant::Bounded => "pipeline-bounded.yaml",
             Variant::Replicas => "pipeline-replicas.yaml",
+            Variant::Registry => "pipeline-registry.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -54,6 +57,7 @@ impl Variant {
             Variant::Exactly => "e2e_orders_eo",
             Variant::Bounded => "e2e_orders_bounded",
             Variant::Replicas => "e2e_orders_replicas",
+            Variant::Registry => "e2e_orders_registry",
         }
     }
 
@@ -64,7 +68,7 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 7] = [const { OnceLock::new() }; 7];
+        static BINARIES: [OnceLock<PathBuf>; 8] = [const { OnceLock::new() }; 8];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
