@@ -1,8 +1,10 @@
 //! End to end: Kafka (Tansu) → the binary `cargo xtask build` makes of
 //! `xtask/tests/e2e/pipeline*.yaml` → two ClickHouse shards, with the services of
-//! `cargo xtask infra up`. Happy path, crashes, a sink outage, a slow sink, a rebalance, poison
-//! input under each errors.policy, SIGTERM, TLS to both services, and exactly-once through kills,
-//! rebalances and outages (`pipeline-eo.yaml`). Each scenario uses its own
+//! `cargo xtask infra up --durable`. Happy path, crashes, a sink outage, a slow sink, a rebalance,
+//! poison input under each errors.policy, SIGTERM, TLS to both services, exactly-once through
+//! kills, rebalances and outages (`pipeline-eo.yaml`), long shard outages and replicas, and the
+//! source's faults: durable brokers restarted, killed and stopped, a lost assignment, and the
+//! schema registry down (`pipeline-registry.yaml`). Each scenario uses its own
 //! topic and group; they run one at a time (see `support::serial`). Every process's log is kept in
 //! `target/e2e-logs/`; each scenario prints its wall time and what it measured.
 
