@@ -137,7 +137,13 @@ fn crash_three_times() {
 /// [`PARTITIONS`], and their ratio, asserted to be at least 3: a pipeline that read the backlog
 /// into memory instead of leaving it in the broker would exceed its bound.
 fn several_bounds(config: &Config, n: i64, coupon: usize) -> (u64, u64, f64) {
-    let bound = config.memory_bound(PARTITIONS as u64);
+    several_bounds_over(config, n, coupon, PARTITIONS)
+}
+
+/// [`several_bounds`] for a topic of `partitions` partitions: the bound is
+/// `gen --memory --partitions <partitions>`'s.
+fn several_bounds_over(config: &Config, n: i64, coupon: usize, partitions: i32) -> (u64, u64, f64) {
+    let bound = config.memory_bound(partitions as u64);
     let data = orders_bytes(0..n, coupon);
     let ratio = data as f64 / bound as f64;
     assert!(ratio >= 3.0, "the topic holds {:.1} MiB, not 3 × the bound {:.1} MiB", mib(data), mib(bound));
@@ -1516,4 +1522,67 @@ fn registry_down_at_start_and_mid_stream() {
     assert!(held_at_start > 0.0 && held_mid_stream > held_at_start, "the lanes retried through both outages");
     assert_eq!(m.sum("etl_records_dropped_total"), 0.0, "nothing dropped");
     assert_eq!(stats.duplicates(), 0, "no restart, no rebalance: each order once");
+}
+
+/// Scenario 20: 64 partitions on one instance (its lanes spread over the pipeline's threads), a
+/// topic three or more times `gen --memory --partitions 64`, and both ClickHouse servers frozen
+/// for a minute mid-run. The pipeline pauses and keeps its partitions, its in-flight bytes stay
+/// within the budget plus one chunk per lane, its peak RSS stays under the bound users size their
+/// containers with, and every order arrives. (256 partitions: `cargo xtask bench`, see
+/// docs/BENCHMARKS.md.)
+#[test]
+fn sixty_four_partitions_through_a_minute_frozen() {
+    let _serial = serial();
+    prepare(Variant::Bounded);
+    let _t = Timer::start("64 partitions, a minute frozen");
+    const PARTS: i32 = 64;
+    const COUPON: usize = 800;
+    let config = Config::of(Variant::Bounded);
+    let table = Variant::Bounded.table();
+    let bound = config.memory_bound(PARTS as u64);
+    // Three and a half bounds' worth of ~830-byte orders.
+    let n = (bound as f64 * 3.5 / orders_bytes(0..1000, COUPON) as f64 * 1000.0) as i64;
+    let (data, bound, ratio) = several_bounds_over(&config, n, COUPON, PARTS);
+    let (topic, group) = (unique("e2e-64"), unique("e2e-64"));
+    create_topic(&topic, PARTS);
+    let producer = Producer::new(&topic);
+    producer.send_orders_over(0..n, COUPON, None, PARTS);
+    let produced = producer.finish();
+    eprintln!("64 partitions: {n} orders, {:.1} MiB = {ratio:.2} × the bound {:.1} MiB", mib(data), mib(bound));
+
+    let mut p = spawn(Variant::Bounded, "partitions-64", &topic, &group, &[]);
+    p.await_metrics("rows written", Duration::from_secs(90), |m| m.sum("etl_records_out_total") > 0.0);
+    let (mut paused_seen, mut max_inflight, mut in_at_thaw) = (0.0f64, 0.0f64, 0.0);
+    {
+        let _frozen = freeze_clickhouse();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            if let Some(m) = p.metrics() {
+                paused_seen = paused_seen.max(m.sum("etl_backpressure_paused"));
+                max_inflight = max_inflight.max(m.sum("etl_backpressure_inflight_bytes"));
+                in_at_thaw = m.sum("etl_records_in_total");
+            }
+            assert!(p.try_exit().is_none(), "the pipeline survives the freeze:\n{}", p.log_tail());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let inflight_bound = config.inflight_bound(PARTS as u64);
+    assert_eq!(paused_seen, 1.0, "etl_backpressure_paused = 1 while frozen");
+    assert_inflight_within(max_inflight, inflight_bound, "while frozen");
+    assert!(in_at_thaw < n as f64, "the backlog stayed in the broker while frozen");
+    let stats = await_rows(table, n, Duration::from_secs(300));
+    let peak = p.peak_rss();
+    eprintln!(
+        "64 partitions: peak RSS {:.1} MiB, bound {:.1} MiB; max in-flight {:.2} MiB (bound {:.2} MiB); {stats:?}",
+        mib(peak),
+        mib(bound),
+        mib(max_inflight as u64),
+        mib(inflight_bound)
+    );
+    assert_eq!(stats.uniq, n, "every order arrives after the thaw ({stats:?})");
+    assert_eq!(p.log_lines("partitions revoked").len(), 0, "stayed in the group:\n{}", p.log_tail());
+    assert!(peak <= bound, "peak RSS {:.1} MiB exceeds the bound {:.1} MiB", mib(peak), mib(bound));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    p.stop_cleanly();
+    assert_all_arrived(table, n);
 }

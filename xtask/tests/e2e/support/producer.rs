@@ -79,6 +79,12 @@ impl Producer {
     /// Sends orders `ids` (key = id, partition = id mod PARTITIONS), at most `rate` per second
     /// if given.
     pub fn send_orders(&self, ids: std::ops::Range<i64>, coupon_len: usize, rate: Option<u64>) {
+        self.send_orders_over(ids, coupon_len, rate, PARTITIONS);
+    }
+
+    /// [`Producer::send_orders`] over a topic of `partitions` partitions (partition = id mod
+    /// `partitions`).
+    pub fn send_orders_over(&self, ids: std::ops::Range<i64>, coupon_len: usize, rate: Option<u64>, partitions: i32) {
         let started = Instant::now();
         let first = ids.start;
         for id in ids {
@@ -89,7 +95,7 @@ impl Producer {
                 }
             }
             let payload = order(id, coupon_len);
-            self.send(id as usize, (id % PARTITIONS as i64) as i32, id.to_string().as_bytes(), Some(&payload));
+            self.send(id as usize, (id % partitions as i64) as i32, id.to_string().as_bytes(), Some(&payload));
         }
     }
 
