@@ -10,6 +10,7 @@ mod infra;
 mod podman;
 mod produce;
 mod quickstart;
+mod soak;
 mod test;
 mod tls;
 
@@ -38,6 +39,8 @@ enum Command {
     BenchRaw(bench::raw::RawCommand),
     /// Benchmark a generated chain: decoder vs apache-avro's generic path, chain per record.
     BenchChain(bench_chain::BenchChainArgs),
+    /// A long run of the flagship (exactly-once) under load with random faults; checks every record landed once.
+    Soak(soak::SoakArgs),
     /// Produce synthesized records of a pipeline's schema to its topic.
     Produce(produce::ProduceArgs),
     /// Generate, build and run the quickstart pipeline, and show what it wrote.
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => report(bench::run(&args)),
         Command::BenchRaw(command) => report(bench::raw::run(command)),
         Command::BenchChain(args) => report(bench_chain::run(&args)),
+        Command::Soak(args) => report(soak::run(&args)),
         Command::Infra(command) => report(infra::run(command)),
     }
 }

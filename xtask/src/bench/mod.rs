@@ -27,19 +27,19 @@
 //! used the cores), `rates`, and the output: `report` (Markdown) and `figures` (the SVG plots).
 
 mod figures;
-mod http;
+pub(crate) mod http;
 mod limits;
 mod load;
 mod pipeline;
-mod plot;
-mod procfs;
-mod prom;
+pub(crate) mod plot;
+pub(crate) mod procfs;
+pub(crate) mod prom;
 mod rates;
 pub(crate) mod raw;
 mod report;
 mod rowbinary;
-mod services;
-mod variants;
+pub(crate) mod services;
+pub(crate) mod variants;
 
 use std::fs;
 use std::path::{Path, PathBuf};
