@@ -1239,10 +1239,11 @@ fn exactly_once_fences_a_zombie() {
 // The source's faults: durable brokers (`cargo xtask infra up --durable`: Tansu over one moto S3
 // bucket) restarted, killed and replaced, and a member that loses its assignment.
 
-/// Produces orders `ids` to `topic` and waits for every delivery report.
-fn produce_now(topic: &str, ids: std::ops::Range<i64>) -> Produced {
+/// Produces orders `ids` (with `coupon`-byte coupons) to `topic` and waits for every delivery
+/// report.
+fn produce_now(topic: &str, ids: std::ops::Range<i64>, coupon: usize) -> Produced {
     let producer = Producer::new(topic);
-    producer.send_orders(ids, 0, None);
+    producer.send_orders(ids, coupon, None);
     producer.finish()
 }
 
@@ -1269,7 +1270,10 @@ fn durable_broker_restarted_and_killed() {
     let _t = Timer::start("durable broker restarted and killed");
     let broker = durable_brokers()[0].clone();
     let _brokers = use_brokers(&broker);
-    const PHASE: i64 = 40_000;
+    // ~230-byte orders that LZ4 cannot shrink much: a phase takes each binary several seconds
+    // through the throttled proxies, so each fault finds a backlog being written.
+    const PHASE: i64 = 20_000;
+    const COUPON: usize = 200;
     let runs = [(Variant::Skip, "durable-alo"), (Variant::Exactly, "durable-eo")];
     let names: Vec<(String, String)> = runs.iter().map(|(_, label)| (unique(label), unique(label))).collect();
     for (topic, _) in &names {
@@ -1285,7 +1289,7 @@ fn durable_broker_restarted_and_killed() {
     let mut end_offsets = vec![std::collections::BTreeMap::new(); runs.len()];
     let produce_phase = |phase: i64, end_offsets: &mut Vec<std::collections::BTreeMap<i32, i64>>| {
         for ((topic, _), ends) in names.iter().zip(end_offsets.iter_mut()) {
-            merge_end_offsets(ends, &produce_now(topic, phase * PHASE..(phase + 1) * PHASE));
+            merge_end_offsets(ends, &produce_now(topic, phase * PHASE..(phase + 1) * PHASE, COUPON));
         }
     };
     produce_phase(0, &mut end_offsets);
@@ -1354,8 +1358,15 @@ fn durable_broker_restarted_and_killed() {
 }
 
 /// Scenario 17: two durable brokers over one bucket, both given as bootstrap servers. The one the
-/// pipeline talks to is stopped (SIGTERM) while orders stream in: the pipeline goes on through
-/// the other, which serves the same topic, group and committed offsets, and every order arrives.
+/// pipeline talks to is stopped (SIGTERM) while orders stream in. librdkafka finds every known
+/// broker down, bootstraps again through the other, which serves the same topic, and the pipeline
+/// reads the new orders through it: all of them land while the first broker is down. Its group
+/// membership does not always follow: both brokers say they are node 111, and in some runs
+/// librdkafka's group coordinator stays bound to the stopped broker's address, so the session
+/// expires and the assignment is lost (fenced, nothing committed) until that broker is back.
+/// The scenario starts it again before it checks the commits, so either way: nothing lost, the
+/// committed offsets reach the end, and the duplicates are what was read but not committed. (In
+/// a Kafka cluster each broker has its own node id, and FindCoordinator names a live one.)
 #[test]
 fn two_durable_brokers_one_stopped() {
     let _serial = serial();
@@ -1368,7 +1379,7 @@ fn two_durable_brokers_one_stopped() {
     let (topic, group) = (unique("e2e-two-brokers"), unique("e2e-two-brokers"));
     create_topic(&topic, PARTITIONS);
     let mut ends = std::collections::BTreeMap::new();
-    merge_end_offsets(&mut ends, &produce_now(&topic, 0..PHASE));
+    merge_end_offsets(&mut ends, &produce_now(&topic, 0..PHASE, 0));
     let mut p = spawn(Variant::Skip, "two-brokers", &topic, &group, &[("KAFKA_BROKERS", both.as_str())]);
     p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let ports = connected_ports(p.pid());
@@ -1377,21 +1388,23 @@ fn two_durable_brokers_one_stopped() {
         if count(&brokers[1]) > count(&brokers[0]) { (&brokers[1], &brokers[0]) } else { (&brokers[0], &brokers[1]) };
     eprintln!("two brokers: the pipeline has {} connections to {in_use}, {} to {other}", count(in_use), count(other));
     assert!(count(in_use) > 0, "the pipeline talks to a durable broker (ports {ports:?})");
+    assert_eq!(count(other), 0, "and only to one of them");
     stop_broker(in_use, "TERM");
-    merge_end_offsets(&mut ends, &produce_now(&topic, PHASE..2 * PHASE));
-    let stats = await_rows(Variant::Skip.table(), 2 * PHASE, Duration::from_secs(180));
+    merge_end_offsets(&mut ends, &produce_now(&topic, PHASE..2 * PHASE, 0));
+    let through_other = await_rows(Variant::Skip.table(), 2 * PHASE, Duration::from_secs(120));
     let moved = connected_ports(p.pid()).contains(&port_of(other));
-    await_committed(&group, &topic, &ends, Duration::from_secs(60));
     assert!(p.try_exit().is_none(), "the pipeline survives the broker's stop:\n{}", p.log_tail());
-    p.stop_cleanly();
-    start_durable_brokers();
-    let stats = {
-        let after = assert_all_arrived(Variant::Skip.table(), 2 * PHASE);
-        assert!(after.uniq >= stats.uniq);
-        after
-    };
-    eprintln!("two brokers: {stats:?}; the pipeline talks to {other} now: {moved}");
+    eprintln!("two brokers: with {in_use} down, {through_other:?}; connected to {other}: {moved}");
+    assert_eq!(through_other.uniq, 2 * PHASE, "the orders produced after the stop are read through {other}");
     assert!(moved, "the pipeline talks to the other broker");
+
+    start_durable_brokers();
+    await_committed(&group, &topic, &ends, Duration::from_secs(120));
+    let lost = p.metrics().map_or(0.0, |m| m.sum("etl_source_assignments_lost_total"));
+    p.stop_cleanly();
+    let stats = assert_all_arrived(Variant::Skip.table(), 2 * PHASE);
+    eprintln!("two brokers: {stats:?}; assignments lost: {lost}");
+    assert!(stats.duplicates() <= PHASE, "duplicates only from what was read but not committed");
 }
 
 /// Scenario 18: a lost assignment under at-least-once. A writes through throttling proxies (its
