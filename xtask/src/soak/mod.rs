@@ -65,6 +65,10 @@ pub(crate) struct SoakArgs {
     /// Mean seconds between faults (the intervals are exponential).
     #[arg(long, default_value_t = 90.0)]
     mean_fault_interval: f64,
+    /// Also freeze the broker (SIGSTOP 5–15 s), besides restarting it. Off by default: the pinned
+    /// Tansu over moto stops serving fetches after a freeze (see `faults::available`).
+    #[arg(long)]
+    broker_freeze: bool,
     /// Where samples.csv, summary.md, soak.svg, the pipeline's files and the logs go (default:
     /// target/etl-soak/).
     #[arg(long)]
@@ -216,7 +220,7 @@ fn load_phase(
     eprintln!("soak: the main instance writes rows after {:.1}s; faults begin", epoch.elapsed().as_secs_f64());
     let end = epoch + Duration::from_secs_f64(args.minutes * 60.0);
     let mut rng = faults::Rng::new(seed);
-    let kinds = faults::available();
+    let kinds = faults::available(args.broker_freeze);
     let mean = args.mean_fault_interval;
     let mut next = Instant::now() + Duration::from_secs_f64(rng.exponential(mean));
     loop {
