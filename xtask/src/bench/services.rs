@@ -47,20 +47,33 @@ pub(crate) fn xtask() -> Command {
     command
 }
 
-/// `cargo xtask infra up` (idempotent): the addresses it prints and the pids it recorded.
-pub(crate) fn infra_up() -> anyhow::Result<Infra> {
-    let output = xtask().args(["infra", "up"]).stderr(Stdio::inherit()).output()?;
-    if !output.status.success() {
-        bail!("cargo xtask infra up failed ({})", output.status);
-    }
-    let stdout = String::from_utf8(output.stdout)?;
-    let value = |key: &str| {
+/// What `cargo xtask infra up` printed: its `KEY=value` lines.
+pub(crate) struct InfraOutput(String);
+
+impl InfraOutput {
+    pub(crate) fn value(&self, key: &str) -> anyhow::Result<String> {
+        let stdout = &self.0;
         stdout
             .lines()
             .find_map(|l| l.trim_start_matches("export ").strip_prefix(key)?.strip_prefix('='))
             .map(str::to_owned)
             .with_context(|| format!("no {key}= in the output of infra up:\n{stdout}"))
-    };
+    }
+}
+
+/// `cargo xtask infra up` with `extra` arguments (idempotent), run by the release xtask.
+pub(crate) fn run_infra_up(extra: &[&str]) -> anyhow::Result<InfraOutput> {
+    let output = xtask().args(["infra", "up"]).args(extra).stderr(Stdio::inherit()).output()?;
+    if !output.status.success() {
+        bail!("cargo xtask infra up {} failed ({})", extra.join(" "), output.status);
+    }
+    Ok(InfraOutput(String::from_utf8(output.stdout)?))
+}
+
+/// `cargo xtask infra up` (idempotent): the addresses it prints and the pids it recorded.
+pub(crate) fn infra_up() -> anyhow::Result<Infra> {
+    let output = run_infra_up(&[])?;
+    let value = |key: &str| output.value(key);
     let server_pids = ["kafka", "clickhouse", "clickhouse-2"]
         .iter()
         .filter_map(|name| fs::read_to_string(crate::infra::state_dir().join(format!("{name}.pid"))).ok())

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use etl_gen::Validated;
 
 use crate::bench::http;
-use crate::bench::services::xtask;
+use crate::bench::services::{run_infra_up, xtask};
 use crate::bench::variants::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
 
 /// The soak's variant of the flagship and its table (the tests and the bench own theirs).
@@ -34,21 +34,10 @@ pub(super) struct Infra {
 
 /// `cargo xtask infra up --durable` (idempotent): the addresses it prints.
 pub(super) fn infra_up() -> anyhow::Result<Infra> {
-    let output = xtask().args(["infra", "up", "--durable"]).stderr(Stdio::inherit()).output()?;
-    if !output.status.success() {
-        bail!("cargo xtask infra up --durable failed ({})", output.status);
-    }
-    let stdout = String::from_utf8(output.stdout)?;
-    let value = |key: &str| {
-        stdout
-            .lines()
-            .find_map(|l| l.trim_start_matches("export ").strip_prefix(key)?.strip_prefix('='))
-            .map(str::to_owned)
-            .with_context(|| format!("no {key}= in the output of infra up --durable:\n{stdout}"))
-    };
+    let output = run_infra_up(&["--durable"])?;
     Ok(Infra {
-        broker: value("KAFKA_DURABLE_BROKERS")?,
-        clickhouse: vec![value("CLICKHOUSE_URL")?, value("CLICKHOUSE_URL_2")?],
+        broker: output.value("KAFKA_DURABLE_BROKERS")?,
+        clickhouse: vec![output.value("CLICKHOUSE_URL")?, output.value("CLICKHOUSE_URL_2")?],
     })
 }
 
