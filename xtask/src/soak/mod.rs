@@ -14,8 +14,8 @@
 //! 3. `faults`, at exponential intervals of mean `--mean-fault-interval` seconds, one at a time:
 //!    the main instance SIGKILLed (and started again at once), both ClickHouse servers
 //!    SIGSTOPped for 10–40 s, a second member joining for 20–60 s and leaving (SIGTERM), the
-//!    durable broker restarted (or, with `--broker-freeze`, also SIGSTOPped for 5–15 s); meanwhile `sampling` reads the main
-//!    instance's RSS, in-flight bytes and the group's lag every second;
+//!    durable broker restarted (with `--broker-freeze`, also SIGSTOPped for 5–15 s); meanwhile
+//!    `sampling` reads the main instance's RSS, in-flight bytes and the group's lag every second;
 //! 4. the end: production stops and is flushed; the soak waits (at most 10 minutes) until
 //!    ClickHouse holds every delivered order the flagship's filter keeps and the group's
 //!    committed offsets reach the delivery reports' end offsets; then SIGTERM, and the verdict,
