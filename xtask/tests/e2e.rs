@@ -1388,7 +1388,6 @@ fn two_durable_brokers_one_stopped() {
         if count(&brokers[1]) > count(&brokers[0]) { (&brokers[1], &brokers[0]) } else { (&brokers[0], &brokers[1]) };
     eprintln!("two brokers: the pipeline has {} connections to {in_use}, {} to {other}", count(in_use), count(other));
     assert!(count(in_use) > 0, "the pipeline talks to a durable broker (ports {ports:?})");
-    assert_eq!(count(other), 0, "and only to one of them");
     stop_broker(in_use, "TERM");
     merge_end_offsets(&mut ends, &produce_now(&topic, PHASE..2 * PHASE, 0));
     let through_other = await_rows(Variant::Skip.table(), 2 * PHASE, Duration::from_secs(120));
