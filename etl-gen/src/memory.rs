@@ -87,13 +87,16 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
             .unwrap_or(DEFAULT_FETCH_MESSAGE_MAX_BYTES);
         terms.push(Term {
             what: format!(
-                "librdkafka prefetch: {partitions} partitions × (queued.max.messages.kbytes ({kbytes}) × 1024 + fetch.message.max.bytes ({fetch}))"
+                "{PREFETCH}: {partitions} partitions × (queued.max.messages.kbytes ({kbytes}) × 1024 + fetch.message.max.bytes ({fetch}))"
             ),
             bytes: partitions * (kbytes * 1024 + fetch),
         });
     }
     terms
 }
+
+/// The name of the prefetch term.
+const PREFETCH: &str = "librdkafka prefetch";
 
 /// The bound as text: the terms, then the total in bytes and MiB (rounded up).
 pub fn render(v: &Validated, partitions: u64) -> String {
@@ -104,6 +107,18 @@ pub fn render(v: &Validated, partitions: u64) -> String {
         out.push_str(&format!("  {:>12} bytes  {}\n", t.bytes, t.what));
     }
     out.push_str(&format!("total: {total} bytes ({} MiB)\n", total.div_ceil(1 << 20)));
+    // With many partitions per instance librdkafka's prefetch, not the pipeline, sizes the
+    // container (seen in docs/BENCHMARKS.md: 1 GiB at 64 partitions with the defaults), and a
+    // paused lane never fills it: say so, and name the knob.
+    if let Some(prefetch) = terms.iter().find(|t| t.what.starts_with(PREFETCH))
+        && prefetch.bytes * 2 > total
+    {
+        out.push_str(&format!(
+            "note: librdkafka's prefetch is {}% of the bound: with {partitions} partitions per instance, lower \
+             source.kafka.rdkafka.queued.max.messages.kbytes (it is per partition) or run more instances\n",
+            prefetch.bytes * 100 / total
+        ));
+    }
     out
 }
 

@@ -70,6 +70,28 @@ fn memory_bound_lists_its_terms() {
     assert_eq!(missing.status.code(), Some(2), "--memory needs --partitions");
 }
 
+/// With many partitions per instance the prefetch term dominates the bound, and `--memory` says
+/// so and names the knob; with the flagship's 4 partitions it does not.
+#[test]
+fn memory_bound_notes_a_dominant_prefetch() {
+    let flagship = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse/pipeline.yaml");
+    let at = |partitions: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .args(["gen", "--memory", "--partitions", partitions])
+            .arg(&flagship)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let few = at("4");
+    assert!(!few.contains("note:"), "{few}");
+    // 256 × 17 MiB of prefetch against 512 MiB of budget and the rest.
+    let many = at("256");
+    let note = many.lines().find(|l| l.starts_with("note:")).unwrap_or_else(|| panic!("no note:\n{many}"));
+    assert!(note.contains("queued.max.messages.kbytes") && note.contains("256 partitions"), "{note}");
+}
+
 /// Under `errors.policy: dlq` chunks keep each row's source offset (to dead-letter rows the sink
 /// refuses), and the bound has a term for them: 8 bytes per row, rows at least the columns'
 /// fewest RowBinary bytes (the e2e order row: 8 + 8 + 1 + 8 + 1 + 8 = 34).
