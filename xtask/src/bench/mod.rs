@@ -30,7 +30,7 @@ mod figures;
 pub(crate) mod http;
 mod limits;
 mod load;
-mod pipeline;
+pub(crate) mod pipeline;
 pub(crate) mod plot;
 pub(crate) mod procfs;
 pub(crate) mod prom;

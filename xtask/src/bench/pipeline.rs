@@ -98,6 +98,32 @@ impl Run {
     }
 }
 
+/// A flagship binary with its environment: the broker, both shards, topic and group, its admin
+/// address, `RUST_LOG=info`, no registry, stdout and stderr into `log`.
+pub(crate) fn flagship_command(
+    binary: &Path,
+    brokers: &str,
+    clickhouse: &[String],
+    (topic, group): (&str, &str),
+    admin: &str,
+    log: fs::File,
+) -> anyhow::Result<Command> {
+    let mut command = Command::new(binary);
+    command
+        .env("KAFKA_BROKERS", brokers)
+        .env("CLICKHOUSE_URL", &clickhouse[0])
+        .env("CLICKHOUSE_URL_2", &clickhouse[1])
+        .env("ORDERS_TOPIC", topic)
+        .env("ORDERS_GROUP", group)
+        .env("ADMIN_LISTEN", admin)
+        .env("RUST_LOG", "info")
+        .env_remove("SCHEMA_REGISTRY_URL")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    Ok(command)
+}
+
 pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64, logs: &Path) -> anyhow::Result<Run> {
     let ddl = etl_gen::ddl::create_table(&v.validated).map_err(anyhow::Error::msg)?;
     for url in &infra.clickhouse {
@@ -111,18 +137,7 @@ pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64
     let meter = LoadMeter::start(infra);
     let spawned = Instant::now();
     let mut child = KillOnDrop(
-        Command::new(&v.binary)
-            .env("KAFKA_BROKERS", &infra.brokers)
-            .env("CLICKHOUSE_URL", &infra.clickhouse[0])
-            .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
-            .env("ORDERS_TOPIC", topic)
-            .env("ORDERS_GROUP", &group)
-            .env("ADMIN_LISTEN", &admin)
-            .env("RUST_LOG", "info")
-            .env_remove("SCHEMA_REGISTRY_URL")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
+        flagship_command(&v.binary, &infra.brokers, &infra.clickhouse, (topic, &group), &admin, file)?
             .spawn()
             .with_context(|| format!("starting {}", v.binary.display()))?,
     );

@@ -6,13 +6,14 @@ use std::fs;
 use std::net::TcpListener;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 use super::sampling::scrape;
+use crate::bench::pipeline::flagship_command;
 use crate::bench::procfs;
 
 /// An instance that ends by itself sooner than this after its start is not started again.
@@ -43,23 +44,13 @@ impl Instance {
         let admin = TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
         let log = env.logs.join(format!("{label}.log"));
         let file = fs::File::create(&log)?;
-        let child = Command::new(&env.binary)
-            .env("KAFKA_BROKERS", &env.broker)
-            .env("CLICKHOUSE_URL", &env.clickhouse[0])
-            .env("CLICKHOUSE_URL_2", &env.clickhouse[1])
-            .env("ORDERS_TOPIC", &env.topic)
-            .env("ORDERS_GROUP", &env.group)
-            .env("ADMIN_LISTEN", &admin)
-            .env("RUST_LOG", "info")
-            .env_remove("SCHEMA_REGISTRY_URL")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            // Its own process group: a Ctrl-C in the terminal goes to the soak only, which stops
-            // the instances itself after thawing what it froze.
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", env.binary.display()))?;
+        let child =
+            flagship_command(&env.binary, &env.broker, &env.clickhouse, (&env.topic, &env.group), &admin, file)?
+                // Its own process group: a Ctrl-C in the terminal goes to the soak only, which stops
+                // the instances itself after thawing what it froze.
+                .process_group(0)
+                .spawn()
+                .with_context(|| format!("starting {}", env.binary.display()))?;
         eprintln!("soak: {label} started (pid {}, admin {admin}, log {})", child.id(), log.display());
         Ok(Instance { label: label.to_owned(), child, admin, started: Instant::now(), ended: false })
     }
