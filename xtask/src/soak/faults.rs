@@ -11,7 +11,7 @@ use anyhow::bail;
 
 use super::instances::Members;
 use super::load::Load;
-use super::setup::{self, BROKER_SERVICE, Infra};
+use super::setup::{self, Infra};
 use super::{process_state, running, signal};
 
 /// A fault the soak injects.
@@ -63,20 +63,21 @@ pub(super) struct Fault {
 }
 
 /// The kinds of fault to choose from, in families of equal weight: the broker faults share one,
-/// and it is left out when the durable broker's pid file names no running process. The broker
-/// freeze only with `broker_freeze`: the pinned Tansu over moto stopped serving fetches after a
+/// and it is left out when the broker's pid file names no running process. The in-memory broker
+/// can only be frozen (a restart would lose the topic). The durable one is restarted, and frozen
+/// too only with `broker_freeze`: the pinned Tansu over moto stopped serving fetches after a
 /// SIGSTOP and SIGCONT in the first soak (producing went on; no member, not even a new one,
 /// fetched another record), which is the broker's fault, not the pipeline's.
-pub(super) fn available(broker_freeze: bool) -> Vec<Vec<Kind>> {
+pub(super) fn available(infra: &Infra, broker_freeze: bool) -> Vec<Vec<Kind>> {
     let mut families = vec![vec![Kind::Kill], vec![Kind::ClickhouseFreeze], vec![Kind::SecondMember]];
-    if setup::server_pid(BROKER_SERVICE).is_some() {
-        families.push(if broker_freeze {
-            vec![Kind::BrokerFreeze, Kind::BrokerRestart]
-        } else {
-            vec![Kind::BrokerRestart]
+    if setup::server_pid(infra.broker_service).is_some() {
+        families.push(match (infra.durable, broker_freeze) {
+            (false, _) => vec![Kind::BrokerFreeze],
+            (true, true) => vec![Kind::BrokerFreeze, Kind::BrokerRestart],
+            (true, false) => vec![Kind::BrokerRestart],
         });
     } else {
-        eprintln!("soak: no running {BROKER_SERVICE} in the infra's pid files: no broker faults");
+        eprintln!("soak: no running {} in the infra's pid files: no broker faults", infra.broker_service);
     }
     families
 }
@@ -193,10 +194,11 @@ fn second_member(ctx: &mut Ctx<'_>) -> Applied {
     Ok((detail, problem.map_or(Outcome::Done, Outcome::Problem)))
 }
 
-/// The durable broker's pid, and production paused; `Err` with the reason to skip the fault.
+/// The broker's pid, and production paused; `Err` with the reason to skip the fault.
 fn broker_and_pause<'a>(ctx: &Ctx<'a>) -> Result<(u32, super::load::Paused<'a>), String> {
-    let Some(pid) = setup::server_pid(BROKER_SERVICE) else {
-        return Err(format!("no running {BROKER_SERVICE} in the infra's pid files"));
+    let service = ctx.infra.broker_service;
+    let Some(pid) = setup::server_pid(service) else {
+        return Err(format!("no running {service} in the infra's pid files"));
     };
     let load: &'a Load = ctx.load;
     let paused = load.pause().map_err(|e| format!("{e:#}"))?;
@@ -234,7 +236,7 @@ fn restart_broker(ctx: &mut Ctx<'_>) -> Applied {
     setup::start_durable_brokers()?;
     down.restarted = true;
     drop(paused);
-    let new = setup::server_pid(BROKER_SERVICE).map_or_else(|| "?".to_owned(), |p| p.to_string());
+    let new = setup::server_pid(ctx.infra.broker_service).map_or_else(|| "?".to_owned(), |p| p.to_string());
     Ok((format!("production paused and flushed; {how} to pid {pid}, started again as pid {new}"), Outcome::Done))
 }
 

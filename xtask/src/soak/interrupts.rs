@@ -66,7 +66,7 @@ impl Interrupts {
 
 /// The third interrupt: thaws every server a fault may have stopped, and exits now.
 fn abort() -> ! {
-    for name in ["clickhouse", "clickhouse-2", setup::BROKER_SERVICE] {
+    for name in ["clickhouse", "clickhouse-2"].into_iter().chain(setup::BROKER_SERVICES) {
         if let Some(pid) = setup::server_pid(name) {
             let _ = super::signal("CONT", pid);
         }

@@ -7,14 +7,15 @@
 //!
 //! 1. `setup`: the release xtask (as `bench` builds it), `infra up --durable`, the flagship built
 //!    as the exactly-once variant `soak-orders-eo` (table `soak_orders_eo` and its ledger
-//!    recreated on both servers), a fresh topic of 4 partitions and a fresh group on the durable
-//!    broker, whose data survives a restart;
+//!    recreated on both servers), a fresh topic of 4 partitions and a fresh group on the
+//!    in-memory broker (with `--durable`, on the durable one, whose data survives a restart);
 //! 2. `load`: an in-process producer at `--rate` orders/s, every delivery report kept; the main
 //!    pipeline instance (`instances`) reads the topic;
 //! 3. `faults`, at exponential intervals of mean `--mean-fault-interval` seconds, one at a time:
 //!    the main instance SIGKILLed (and started again at once), both ClickHouse servers
 //!    SIGSTOPped for 10–40 s, a second member joining for 20–60 s and leaving (SIGTERM), the
-//!    durable broker restarted (with `--broker-freeze`, also SIGSTOPped for 5–15 s); meanwhile
+//!    broker SIGSTOPped for 5–15 s (with `--durable`, restarted instead, or with `--broker-freeze`
+//!    either); meanwhile
 //!    `sampling` reads the main instance's RSS, in-flight bytes and the group's lag every second;
 //! 4. the end: production stops and is flushed; the soak waits (at most 10 minutes) until
 //!    ClickHouse holds every delivered order the flagship's filter keeps and the group's
@@ -65,9 +66,14 @@ pub(crate) struct SoakArgs {
     /// Mean seconds between faults (the intervals are exponential).
     #[arg(long, default_value_t = 90.0)]
     mean_fault_interval: f64,
-    /// Also freeze the broker (SIGSTOP 5–15 s), besides restarting it. Off by default: the pinned
-    /// Tansu over moto stops serving fetches after a freeze (see `faults::available`).
+    /// Run on the durable broker (Tansu over moto's S3), which a broker fault restarts, instead
+    /// of the in-memory one, which a broker fault freezes. Off by default: the pinned Tansu over
+    /// moto stops serving fetches at this load (moto, one Python thread, saturates).
     #[arg(long)]
+    durable: bool,
+    /// With `--durable`, also freeze the broker (SIGSTOP 5–15 s), besides restarting it (see
+    /// `faults::available`).
+    #[arg(long, requires = "durable")]
     broker_freeze: bool,
     /// Where samples.csv, summary.md, soak.svg, the pipeline's files and the logs go (default:
     /// target/etl-soak/).
@@ -106,7 +112,7 @@ fn run_with(args: &SoakArgs, root: &Path, out: &Path, logs: &Path) -> anyhow::Re
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
     });
     eprintln!("soak: seed {seed} (--seed {seed} gives the same fault schedule)");
-    let infra = setup::infra_up()?;
+    let infra = setup::infra_up(args.durable)?;
     let pipeline = setup::build_flagship(root, out)?;
     eprint!("{}", pipeline.memory_text);
     let ddl = etl_gen::ddl::create_table(&pipeline.validated).map_err(anyhow::Error::msg)?;
@@ -220,7 +226,7 @@ fn load_phase(
     eprintln!("soak: the main instance writes rows after {:.1}s; faults begin", epoch.elapsed().as_secs_f64());
     let end = epoch + Duration::from_secs_f64(args.minutes * 60.0);
     let mut rng = faults::Rng::new(seed);
-    let kinds = faults::available(args.broker_freeze);
+    let kinds = faults::available(infra, args.broker_freeze);
     let mean = args.mean_fault_interval;
     let mut next = Instant::now() + Duration::from_secs_f64(rng.exponential(mean));
     loop {

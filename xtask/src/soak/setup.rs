@@ -22,21 +22,31 @@ pub(super) const NAME: &str = "soak-orders-eo";
 pub(super) const TABLE: &str = "soak_orders_eo";
 /// Partitions of the topic; the memory bound is the one of an instance owning them all.
 pub(super) const PARTITIONS: i32 = 4;
-/// The `infra` service of `KAFKA_DURABLE_BROKERS` (the first durable broker): its pid file.
-pub(super) const BROKER_SERVICE: &str = "kafka-durable";
+/// The `infra` services a broker fault may target: the in-memory broker (`KAFKA_BROKERS`) and
+/// the first durable one (`KAFKA_DURABLE_BROKERS`); their pid files.
+pub(super) const BROKER_SERVICES: [&str; 2] = ["kafka", "kafka-durable"];
 
 /// Where the services are.
 pub(super) struct Infra {
-    /// `KAFKA_DURABLE_BROKERS`: the broker of the pipelines and of the producer.
+    /// The broker of the pipelines and of the producer.
     pub(super) broker: String,
+    /// Its `infra` service (one of [`BROKER_SERVICES`]).
+    pub(super) broker_service: &'static str,
+    /// Whether its data survives a restart (`--durable`).
+    pub(super) durable: bool,
     pub(super) clickhouse: Vec<String>,
 }
 
-/// `cargo xtask infra up --durable` (idempotent): the addresses it prints.
-pub(super) fn infra_up() -> anyhow::Result<Infra> {
+/// `cargo xtask infra up --durable` (idempotent): the addresses it prints; the broker is the
+/// durable one with `durable`, else the in-memory one.
+pub(super) fn infra_up(durable: bool) -> anyhow::Result<Infra> {
     let output = run_infra_up(&["--durable"])?;
+    let (key, broker_service) =
+        if durable { ("KAFKA_DURABLE_BROKERS", BROKER_SERVICES[1]) } else { ("KAFKA_BROKERS", BROKER_SERVICES[0]) };
     Ok(Infra {
-        broker: output.value("KAFKA_DURABLE_BROKERS")?,
+        broker: output.value(key)?,
+        broker_service,
+        durable,
         clickhouse: vec![output.value("CLICKHOUSE_URL")?, output.value("CLICKHOUSE_URL_2")?],
     })
 }
@@ -61,7 +71,7 @@ pub(super) fn start_durable_brokers() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The pid of the `infra` service `name` (`clickhouse`, `clickhouse-2`, [`BROKER_SERVICE`]) from
+/// The pid of the `infra` service `name` (`clickhouse`, `clickhouse-2`, [`BROKER_SERVICES`]) from
 /// its pid file, if that process runs. `infra up` writes the file when it starts the service, so
 /// it names the process to be read after a restart too.
 pub(super) fn server_pid(name: &str) -> Option<u32> {
