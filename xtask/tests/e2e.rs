@@ -265,11 +265,7 @@ fn slow_sink_thirty_seconds() {
     let (data, bound, ratio) = several_bounds(&config, N, COUPON);
     let (topic, group) = (unique("e2e-slow"), unique("e2e-slow"));
     create_topic(&topic, PARTITIONS);
-    let proxies = [
-        ThrottledProxy::start(&infra().clickhouse[0], 256 << 10),
-        ThrottledProxy::start(&infra().clickhouse[1], 256 << 10),
-    ];
-    let (url_a, url_b) = (proxies[0].url(), proxies[1].url());
+    let (proxies, [url_a, url_b]) = throttle_both_shards(256 << 10);
     // 160k ready, 170k more over 30 s: ~5.7k orders/s (~4.7 MB/s) against ~0.5 MB/s of inserts.
     let producer = Producer::new(&topic);
     producer.send_orders(0..READY, COUPON, None);
@@ -1190,11 +1186,7 @@ fn exactly_once_fences_a_zombie() {
     const N: i64 = 150_000;
     let (topic, group) = (unique("e2e-eo-zombie"), unique("e2e-eo-zombie"));
     create_topic(&topic, PARTITIONS);
-    let proxies = [
-        ThrottledProxy::start(&infra().clickhouse[0], 128 << 10),
-        ThrottledProxy::start(&infra().clickhouse[1], 128 << 10),
-    ];
-    let (url_1, url_2) = (proxies[0].url(), proxies[1].url());
+    let (proxies, [url_1, url_2]) = throttle_both_shards(128 << 10);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, 10_000);
     let slow = [("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];
     let mut a = spawn(Variant::Exactly, "eo-zombie-a", &topic, &group, &slow);
@@ -1279,11 +1271,7 @@ fn durable_broker_restarted_and_killed() {
     for (topic, _) in &names {
         create_topic(topic, PARTITIONS);
     }
-    let proxies = [
-        ThrottledProxy::start(&infra().clickhouse[0], 256 << 10),
-        ThrottledProxy::start(&infra().clickhouse[1], 256 << 10),
-    ];
-    let (url_1, url_2) = (proxies[0].url(), proxies[1].url());
+    let (proxies, [url_1, url_2]) = throttle_both_shards(256 << 10);
     let env =
         [("KAFKA_BROKERS", broker.as_str()), ("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];
     let mut end_offsets = vec![std::collections::BTreeMap::new(); runs.len()];
@@ -1421,11 +1409,7 @@ fn lost_assignment_at_least_once() {
     const N: i64 = 150_000;
     let (topic, group) = (unique("e2e-lost"), unique("e2e-lost"));
     create_topic(&topic, PARTITIONS);
-    let proxies = [
-        ThrottledProxy::start(&infra().clickhouse[0], 128 << 10),
-        ThrottledProxy::start(&infra().clickhouse[1], 128 << 10),
-    ];
-    let (url_1, url_2) = (proxies[0].url(), proxies[1].url());
+    let (proxies, [url_1, url_2]) = throttle_both_shards(128 << 10);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, 10_000);
     let watch = watch_commits(&group, &topic, PARTITIONS);
     let slow = [("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];

@@ -6,6 +6,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::http::host_port;
+use super::infra::infra;
+
+/// A throttling proxy in front of each of the two ClickHouse servers, at `bytes_per_sec` each, and
+/// their URLs (for the pipeline's `CLICKHOUSE_URL` and `CLICKHOUSE_URL_2`).
+pub fn throttle_both_shards(bytes_per_sec: u64) -> ([ThrottledProxy; 2], [String; 2]) {
+    let proxies = [
+        ThrottledProxy::start(&infra().clickhouse[0], bytes_per_sec),
+        ThrottledProxy::start(&infra().clickhouse[1], bytes_per_sec),
+    ];
+    let urls = [proxies[0].url(), proxies[1].url()];
+    (proxies, urls)
+}
 
 /// A TCP proxy on loopback whose client-to-server direction (the inserts' bodies) is limited to
 /// `bytes_per_sec` while throttled. The limit is shared by all connections through the proxy.
