@@ -119,7 +119,35 @@ pub fn render(v: &Validated, partitions: u64) -> String {
             prefetch.bytes * 100 / total
         ));
     }
+    if let Some(note) = exactly_once_note(v, partitions) {
+        out.push_str(&note);
+    }
     out
+}
+
+/// Inserts per second and shard, from which exactly-once's per-partition batches are worth a
+/// note: each insert is a new part that ClickHouse has to merge.
+const EXACTLY_ONCE_INSERTS_PER_SHARD_SECOND: u64 = 16;
+
+/// Exactly-once seals a batch per (partition, shard), where at-least-once merges the
+/// partitions of a lane: with many partitions the linger, not the size, seals them, and the
+/// inserts multiply (docs/BENCHMARKS.md: 37 times smaller batches at 64 partitions).
+fn exactly_once_note(v: &Validated, partitions: u64) -> Option<String> {
+    let crate::model::Sink::Clickhouse(c) = &v.model.sink else { return None };
+    if !c.exactly_once {
+        return None;
+    }
+    let linger = c.batch.linger;
+    let linger_ms = linger.as_millis().max(1);
+    let per_shard_second = partitions * 1000 / linger_ms;
+    (per_shard_second > EXACTLY_ONCE_INSERTS_PER_SHARD_SECOND).then(|| {
+        format!(
+            "note: exactly-once seals a batch per partition and shard: {partitions} partitions can make {} inserts \
+             per shard and second (one per partition every batch.linger, {}), each a new part to merge; raise \
+             sink.clickhouse.batch.linger so that batches fill, or spread the partitions over more instances\n",
+            per_shard_second, linger
+        )
+    })
 }
 
 /// The total in bytes.

@@ -653,8 +653,10 @@ mod defaults {
     pub(super) fn commit_interval() -> Duration {
         Duration::from_secs(5)
     }
+    /// Above librdkafka's 45 s `session.timeout.ms`, so a restart right after a crash waits for
+    /// the dead member's session to expire instead of giving up (rule E0304).
     pub(super) fn startup_timeout() -> Duration {
-        Duration::from_secs(30)
+        Duration::from_secs(60)
     }
     pub(super) fn statistics_interval() -> Duration {
         Duration::from_secs(5)

@@ -92,6 +92,30 @@ fn memory_bound_notes_a_dominant_prefetch() {
     assert!(note.contains("queued.max.messages.kbytes") && note.contains("256 partitions"), "{note}");
 }
 
+/// Exactly-once seals a batch per partition and shard: past 16 inserts per shard and second
+/// (partitions / batch.linger) `gen --memory` says so and names the knob; at-least-once never.
+#[test]
+fn memory_bound_notes_exactly_once_inserts_per_partition() {
+    let at = |pipeline: &str, partitions: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .args(["gen", "--memory", "--partitions", partitions])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(pipeline))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let eo = "../xtask/tests/e2e/pipeline-eo.yaml";
+    // 200 ms linger: 3 partitions make 15 inserts per shard and second, 64 make 320.
+    let few = at(eo, "3");
+    assert!(!few.contains("exactly-once"), "{few}");
+    let many = at(eo, "64");
+    let note = many.lines().find(|l| l.contains("note: exactly-once")).unwrap_or_else(|| panic!("no note:\n{many}"));
+    assert!(note.contains("320 inserts") && note.contains("batch.linger"), "{note}");
+    let flagship = at("../examples/kafka_avro_to_clickhouse/pipeline.yaml", "256");
+    assert!(!flagship.contains("exactly-once"), "at-least-once merges partitions:\n{flagship}");
+}
+
 /// Under `errors.policy: dlq` chunks keep each row's source offset (to dead-letter rows the sink
 /// refuses), and the bound has a term for them: 8 bytes per row, rows at least the columns'
 /// fewest RowBinary bytes (the e2e order row: 8 + 8 + 1 + 8 + 1 + 8 = 34).

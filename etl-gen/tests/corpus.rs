@@ -95,3 +95,39 @@ fn sizing_fixes_in_the_message_are_exact() {
     assert!(check(100_000_007, batch), "the largest batch passes");
     assert!(!check(100_000_007, batch + 1), "one byte more fails");
 }
+
+/// E0304 warns, without failing the file, when `startup_timeout` is not above the session
+/// timeout: the written one, or librdkafka's 45 s default; a `${VAR}` session timeout is not
+/// judged, and the defaults pass.
+#[test]
+fn startup_timeout_not_above_the_session_timeout_is_a_warning() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/valid/kafka_everything.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let warns = |startup: Option<&str>, session: Option<&str>| {
+        let mut edited = match startup {
+            Some(s) => text.replace("startup_timeout: 2m", &format!("startup_timeout: {s}")),
+            None => text.replace("    startup_timeout: 2m\n", ""),
+        };
+        if let Some(session) = session {
+            edited = edited.replace(
+                "      fetch.wait.max.ms: 100\n",
+                &format!("      fetch.wait.max.ms: 100\n      session.timeout.ms: {session}\n"),
+            );
+        }
+        let outcome = validate_str("x.yaml", &edited, path.parent().unwrap(), &Options::default());
+        assert!(!outcome.report.has_errors(), "{}", outcome.report.render());
+        let rendered = outcome.report.render();
+        let warned = rendered.contains("warning[E0304]");
+        if warned {
+            assert!(rendered.contains("help: set `source.kafka.startup_timeout:"), "{rendered}");
+        }
+        warned
+    };
+    assert!(!warns(None, None), "the defaults (60 s against 45 s) pass");
+    assert!(warns(Some("30s"), None), "30 s against librdkafka's 45 s");
+    assert!(warns(Some("45s"), None), "equal is not above");
+    assert!(!warns(Some("46s"), None));
+    assert!(warns(Some("2m"), Some("120000")), "against a written session timeout");
+    assert!(!warns(Some("30s"), Some("6000")));
+    assert!(!warns(Some("30s"), Some("\"${SESSION_MS:-45000}\"")), "only known at run time");
+}

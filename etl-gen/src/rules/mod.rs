@@ -24,6 +24,7 @@ pub(crate) mod pipeline_name;
 pub(crate) mod replica_url;
 pub(crate) mod schema_id;
 pub mod sizing;
+pub(crate) mod startup_timeout;
 pub(crate) mod transform;
 pub(crate) mod unknown_key;
 pub(crate) mod value_range;
@@ -43,6 +44,7 @@ pub static CATALOGUE: &[&Rule] = &[
     &owned_property::RULE,
     &cooperative_assignment::RULE,
     &librdkafka_property::RULE,
+    &startup_timeout::RULE,
     &sizing::RULE,
     &watermarks::RULE,
     &chunk_size::RULE,
@@ -90,6 +92,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     owned_property::check(cx, out);
     cooperative_assignment::check(cx, out);
     librdkafka_property::check(cx, out);
+    startup_timeout::check(cx, out);
     sizing::check(cx, out);
     watermarks::check(cx, out);
     chunk_size::check(cx, out);
