@@ -15,7 +15,7 @@ pub(crate) static RULE: Rule = Rule {
 expires, `session.timeout.ms` after its last heartbeat (librdkafka's default is 45 s). A \
 replacement started sooner joins a rebalance that the group coordinator holds open for the \
 dead member, so its first assignment comes only once that session has expired. With \
-`source.kafka.startup_timeout` (default 60 s) at or below `session.timeout.ms`, such a \
+`source.kafka.startup_timeout` (default 90 s) at or below `session.timeout.ms`, such a \
 restart gives up first: exit code 2, another restart, and a crash loop for as long as the \
 orchestrator's back-off keeps it inside the window. This is reported as a warning, because \
 the pipeline is otherwise sound; raise `startup_timeout` above `session.timeout.ms` (or \
@@ -47,7 +47,8 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         Some(_) => (format!("source.kafka.rdkafka.{PROPERTY}"), "as written"),
         None => ("source.kafka.startup_timeout".to_owned(), "librdkafka's default"),
     };
-    let suggested = Duration::from_millis((session_ms + 15_000).div_ceil(1000) * 1000);
+    // The session has to expire, then the rebalance has to run: twice the session leaves room.
+    let suggested = Duration::from_millis((2 * session_ms).div_ceil(1000) * 1000);
     out.push(
         Diagnostic::warning(
             &RULE,

@@ -118,16 +118,9 @@ pub(super) fn build_flagship(root: &Path, out: &Path) -> anyhow::Result<Pipeline
         .bytes()
         .div_ceil(1 << 20);
     let variant = |budget: Option<&str>| -> anyhow::Result<String> {
+        // The flagship's startup_timeout (90 s) outlasts the dead member's 45 s session after a
+        // SIGKILL (the first soak, at 30 s, saw a restarted instance exit 2; rule E0304 since).
         let text = exactly_once_text(&variant_text(&text, NAME, TABLE, budget)?)?;
-        // The flagship's startup_timeout (30 s) is shorter than the time a group takes to let a
-        // member in after the SIGKILL of its predecessor (the dead member's session.timeout.ms,
-        // 45 s, has to pass first): the first soak saw the restarted instance exit 2. Raised
-        // here so the soak measures what comes after; docs/operations.md tells users the same.
-        let startup = "startup_timeout: 30s";
-        if !text.contains(startup) {
-            bail!("the flagship no longer says `{startup}`; update the soak's variant");
-        }
-        let text = text.replacen(startup, "startup_timeout: 120s", 1);
         Ok(text.replacen("`cargo xtask bench`", "`cargo xtask soak`", 1))
     };
     // Exactly-once queues whole batches: the budget the sizing rule then needs, if larger.
