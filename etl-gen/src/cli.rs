@@ -5,6 +5,7 @@
 //! pipeline.yaml.
 
 pub mod image;
+mod migrate;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,7 @@ pub enum Command {
 
 /// `gen` arguments.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("cluster_for").args(["replicated", "migrate"]).multiple(true)))]
 pub struct GenArgs {
     /// The pipeline file.
     pub path: PathBuf,
@@ -44,9 +46,20 @@ pub struct GenArgs {
     #[arg(long, requires = "ddl")]
     pub replicated: bool,
     /// With --replicated: the cluster ON CLUSTER names (default: each server's `{cluster}` macro).
-    #[arg(long, value_name = "NAME", requires = "replicated")]
+    /// With --migrate: add ON CLUSTER to the statements.
+    #[arg(long, value_name = "NAME", requires = "cluster_for")]
     #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub cluster: Option<String>,
+    /// Compare the live table with the columns the pipeline writes, on each shard (the replica
+    /// URLs resolved from the environment) or on the server --against names, and print the
+    /// statements that bring it to the pipeline; nothing when it fits. Exit 1 when a change is
+    /// unsafe (a type change, a computed column, a column without a default the pipeline does not
+    /// write). Writes nothing.
+    #[arg(long, conflicts_with_all = ["ddl", "memory"])]
+    pub migrate: bool,
+    /// With --migrate: the one ClickHouse server (`http://host:8123`) to compare.
+    #[arg(long, value_name = "URL", requires = "migrate")]
+    pub against: Option<String>,
     /// Print the bound on the pipeline's memory (and write nothing); needs --partitions.
     #[arg(long, requires = "partitions")]
     pub memory: bool,
@@ -196,6 +209,12 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
             if m.sink.shard_count() == 1 { "" } else { "s" },
         );
     }
+    if args.migrate {
+        let code = migrate::run(&pipeline, args.against.as_deref(), args.cluster.as_deref());
+        if code != ExitCode::SUCCESS {
+            return Err(code);
+        }
+    }
     if args.ddl {
         let replication = if args.replicated {
             crate::ddl::Replication::Replicated { cluster: args.cluster.clone() }
@@ -217,7 +236,7 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
         eprintln!("error: {e}");
         ExitCode::from(1)
     })?;
-    if args.check || args.ddl || args.memory {
+    if args.check || args.ddl || args.memory || args.migrate {
         return Ok((pipeline, layout));
     }
     let lockfile = read_lockfile(&layout.lockfile).map_err(|e| {
@@ -354,8 +373,8 @@ pub fn build(args: &GenArgs) -> Result<PathBuf, ExitCode> {
 
 /// `build` with `static_target` = Some(triple): a statically linked binary for that target.
 fn cargo_build(args: &GenArgs, static_target: Option<&str>) -> Result<(Validated, Layout, PathBuf), ExitCode> {
-    if args.check || args.ddl || args.memory {
-        eprintln!("error: `build` and `image` do not take --check, --ddl or --memory; use `gen`");
+    if args.check || args.ddl || args.memory || args.migrate {
+        eprintln!("error: `build` and `image` do not take --check, --ddl, --memory or --migrate; use `gen`");
         return Err(ExitCode::from(2));
     }
     let (pipeline, layout) = gen_command(args)?;

@@ -2,6 +2,11 @@
 //! files: they depend on `std` alone, so the generator needs no dependency on etl-runtime and
 //! the two sides cannot disagree. docs/ARCHITECTURE.md explains the choice.
 
+/// The live table's columns against the pipeline's: the sink's start-up check and `gen --migrate`
+/// compare them with the same code.
+#[path = "../../etl-runtime/src/contract/columns.rs"]
+#[allow(dead_code)]
+pub(crate) mod columns;
 /// The defaults both sides apply.
 #[path = "../../etl-runtime/src/contract/defaults.rs"]
 #[allow(dead_code)]

@@ -19,6 +19,7 @@ mod expr;
 mod ir;
 pub mod load;
 pub mod memory;
+mod migrate;
 pub mod model;
 mod plan;
 pub mod rules;

@@ -287,3 +287,21 @@ fn fault_injection_is_never_enabled_unless_asked_for() {
     assert_eq!(image.status.code(), Some(2), "{}", String::from_utf8_lossy(&image.stderr));
     assert!(String::from_utf8_lossy(&image.stderr).contains("never carries fault hooks"));
 }
+
+/// `--migrate`'s usage: `--against` needs it, it does not go with `--ddl`, and a server it cannot
+/// read is an error that names the server (exit 1, nothing on stdout). What it prints against a
+/// real server is tested in etl-runtime/tests/clickhouse.rs.
+#[test]
+fn migrate_usage_and_an_unreachable_server() {
+    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse/pipeline.yaml");
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_etl-gen")).arg("gen").arg(&pipeline).args(args).output();
+    for args in [&["--against", "http://127.0.0.1:9"][..], &["--migrate", "--ddl"]] {
+        let out = run(args).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = run(&["--migrate", "--against", "http://127.0.0.1:9"]).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr.contains("error: http://127.0.0.1:9"), "{stderr}");
+}

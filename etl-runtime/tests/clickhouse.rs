@@ -828,3 +828,93 @@ fn a_superseded_owner_inserts_nothing() {
         exec(u, &format!("DROP TABLE default.`{}`", etl_runtime::ledger_table(&table)));
     }
 }
+
+/// `cargo xtask gen <pipeline> --migrate --against <url>`: exit code, stdout and stderr.
+fn gen_migrate(pipeline: &std::path::Path, url: &str) -> (Option<i32>, String, String) {
+    let output = std::process::Command::new(env!("CARGO"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args(["xtask", "gen"])
+        .arg(pipeline)
+        .args(["--migrate", "--against", url])
+        .output()
+        .expect("running cargo xtask gen --migrate");
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (output.status.code(), text(output.stdout), text(output.stderr))
+}
+
+/// The flagship with its table renamed, in a directory of its own (its schema beside it).
+fn flagship_writing_to(dir: &std::path::Path, table: &str) -> std::path::PathBuf {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse");
+    std::fs::create_dir_all(dir.join("schemas")).unwrap();
+    std::fs::copy(example.join("schemas/order.avsc"), dir.join("schemas/order.avsc")).unwrap();
+    let text = std::fs::read_to_string(example.join("pipeline.yaml")).unwrap();
+    assert!(text.contains("    table: orders\n"));
+    let path = dir.join("pipeline.yaml");
+    std::fs::write(&path, text.replace("    table: orders\n", &format!("    table: {table}\n"))).unwrap();
+    path
+}
+
+// `gen --migrate` against the real server: a table missing two of the flagship's columns (and
+// with one of its own that has a default) gets the ALTER that adds them, which ClickHouse runs;
+// then the table passes the sink's start-up check and `--migrate` prints nothing. A column of
+// another type is refused: exit 1, the column named, and nothing printed to run (not even the
+// column that could be added).
+#[test]
+fn migrate_adds_missing_columns_and_refuses_a_type_change() {
+    let _servers = share_servers();
+    let (url, _) = clickhouse_urls();
+    let dir = tempfile::tempdir().unwrap();
+    let flagship = [
+        ("order_id", "Int64"),
+        ("customer_id", "Int64"),
+        ("region", "LowCardinality(String)"),
+        ("total", "Float64"),
+        ("created_at", "DateTime64(3, 'UTC')"),
+    ];
+
+    let table = unique_table("ch_migrate");
+    exec(
+        &url,
+        &format!(
+            "CREATE TABLE default.`{table}` (order_id Int64, customer_id Int64, created_at DateTime64(3, 'UTC'), \
+             inserted_at DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY order_id"
+        ),
+    );
+    let pipeline = flagship_writing_to(&dir.path().join("missing"), &table);
+    let sink = ClickhouseSink::new(sink_config(&[&url], &table, &flagship)).unwrap();
+    assert!(block_on(sink.check()).is_err(), "the table does not fit before the migration");
+    let (code, stdout, stderr) = gen_migrate(&pipeline, &url);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "ALTER TABLE `default`.`{table}`\n    ADD COLUMN IF NOT EXISTS `region` LowCardinality(String),\n    ADD \
+             COLUMN IF NOT EXISTS `total` Float64;\n"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("column `inserted_at` (DateTime DEFAULT) is not written by the pipeline"), "{stderr}");
+    for statement in stdout.split(";\n").filter(|s| !s.trim().is_empty()) {
+        exec(&url, statement);
+    }
+    block_on(sink.check()).expect("the migrated table passes the start-up check");
+    let (code, stdout, stderr) = gen_migrate(&pipeline, &url);
+    assert_eq!((code, stdout.as_str()), (Some(0), ""), "a fitting table needs nothing: {stderr}");
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+
+    let table = unique_table("ch_migrate_conflict");
+    exec(
+        &url,
+        &format!(
+            "CREATE TABLE default.`{table}` (order_id Int64, customer_id Int64, total String, \
+             created_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY order_id"
+        ),
+    );
+    let pipeline = flagship_writing_to(&dir.path().join("conflict"), &table);
+    let (code, stdout, stderr) = gen_migrate(&pipeline, &url);
+    assert_eq!(code, Some(1), "a type change is refused: {stdout}{stderr}");
+    assert_eq!(stdout, "", "nothing to run when a change is unsafe, not even the ADD COLUMN of `region`");
+    assert!(stderr.contains("column `total` has type String in the table, the pipeline writes Float64"), "{stderr}");
+    assert!(stderr.contains("help: a type change rewrites the column's data"), "{stderr}");
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}

@@ -16,6 +16,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
         replicated: false,
         cluster: None,
         memory: false,
+        migrate: false,
+        against: None,
         partitions: None,
         out: None,
         allow_unsafe_sizing: false,

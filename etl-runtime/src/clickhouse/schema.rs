@@ -272,79 +272,8 @@ impl Parser<'_> {
     }
 }
 
-/// A type name with the spacing ClickHouse's own rendering may differ in removed, for comparison:
-/// `DateTime64(3,'UTC')` and `DateTime64(3, 'UTC')` are the same type.
-fn normalize(ty: &str) -> String {
-    let mut out = String::with_capacity(ty.len());
-    let mut quoted = false;
-    let mut chars = ty.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if quoted => {
-                out.push(c);
-                if let Some(next) = chars.next() {
-                    out.push(next);
-                }
-            }
-            '\'' => {
-                quoted = !quoted;
-                out.push(c);
-            }
-            c if c.is_whitespace() && !quoted => {
-                // Keep one space between two words (`Tuple(a Int32)`), drop it elsewhere.
-                let before = out.chars().last().is_some_and(|p| p.is_alphanumeric() || p == '_');
-                let after = chars.peek().is_some_and(|n| n.is_alphanumeric() || *n == '_');
-                if before && after {
-                    out.push(' ');
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// One column of the live table, from `system.columns`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LiveColumn {
-    pub(crate) name: String,
-    pub(crate) ty: String,
-    /// `DEFAULT`, `MATERIALIZED`, `ALIAS`, `EPHEMERAL` or empty.
-    pub(crate) default_kind: String,
-}
-
-/// Compares the live table with the pipeline's columns by name; the order does not matter because
-/// every INSERT names its columns. Returns one line per difference, empty when they agree.
-///
-/// A table column the pipeline does not write is a difference unless it has a default expression
-/// (`DEFAULT`, `MATERIALIZED`, `ALIAS`, `EPHEMERAL`): such columns (an `inserted_at DEFAULT now()`)
-/// are the table's own business.
-pub(crate) fn compare(expected: &[(String, String)], live: &[LiveColumn]) -> Vec<String> {
-    let mut differences = Vec::new();
-    for (name, ty) in expected {
-        match live.iter().find(|c| &c.name == name) {
-            None => differences.push(format!("column `{name}` is missing (the pipeline writes it as {ty})")),
-            Some(column) if !column.default_kind.is_empty() && column.default_kind != "DEFAULT" => {
-                differences.push(format!(
-                    "column `{name}` is {} in the table and cannot be inserted into",
-                    column.default_kind
-                ));
-            }
-            Some(column) if normalize(&column.ty) != normalize(ty) => differences
-                .push(format!("column `{name}` has type {} in the table, the pipeline writes {ty}", column.ty)),
-            Some(_) => {}
-        }
-    }
-    for column in live {
-        if column.default_kind.is_empty() && !expected.iter().any(|(name, _)| name == &column.name) {
-            differences.push(format!(
-                "column `{}` ({}) is in the table but the pipeline does not write it",
-                column.name, column.ty
-            ));
-        }
-    }
-    differences
-}
+/// The live table's columns and their comparison with the pipeline's, shared with `gen --migrate`.
+pub(crate) use crate::contract::columns::{LiveColumn, compare};
 
 /// `name` quoted as a ClickHouse identifier.
 pub(crate) fn quote_ident(name: &str) -> String {

@@ -3,6 +3,8 @@
 //! depending on the runtime (which would pull tokio, hyper and librdkafka into the proc
 //! macro). What is secret (`crate::secret`) is shared the same way.
 
+#[cfg(feature = "clickhouse")]
+pub(crate) mod columns;
 pub(crate) mod defaults;
 #[cfg(feature = "kafka")]
 pub(crate) mod owned_properties;
