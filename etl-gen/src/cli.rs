@@ -6,6 +6,7 @@
 
 pub mod image;
 mod migrate;
+mod registry;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,14 @@ pub struct GenArgs {
     /// write). Writes nothing.
     #[arg(long, conflicts_with_all = ["ddl", "memory"])]
     pub migrate: bool,
+    /// With --check: a Confluent-API schema registry (`${VAR}` resolved from the environment,
+    /// credentials in the URL's user info); fails when any registered version of the subject
+    /// cannot be read by the reader schema under Avro's schema resolution.
+    #[arg(long, value_name = "URL", requires = "check")]
+    pub registry: Option<String>,
+    /// With --registry: the subject (default: `<topic>-value`).
+    #[arg(long, value_name = "SUBJECT", requires = "registry")]
+    pub subject: Option<String>,
     /// With --migrate: the one ClickHouse server (`http://host:8123`) to compare.
     #[arg(long, value_name = "URL", requires = "migrate")]
     pub against: Option<String>,
@@ -208,6 +217,12 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
             m.sink.shard_count(),
             if m.sink.shard_count() == 1 { "" } else { "s" },
         );
+    }
+    if let Some(url) = &args.registry {
+        let code = registry::run(&pipeline, url, args.subject.as_deref());
+        if code != ExitCode::SUCCESS {
+            return Err(code);
+        }
     }
     if args.migrate {
         let code = migrate::run(&pipeline, args.against.as_deref(), args.cluster.as_deref());

@@ -10,6 +10,7 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+mod compat;
 mod contract;
 pub mod ddl;
 mod diag;

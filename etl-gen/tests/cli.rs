@@ -305,3 +305,100 @@ fn migrate_usage_and_an_unreachable_server() {
     assert!(out.stdout.is_empty());
     assert!(stderr.contains("error: http://127.0.0.1:9"), "{stderr}");
 }
+
+/// A stub Confluent-API registry on loopback: `subjects` maps a subject to its versions' schema
+/// JSON (version N is the N-th); anything else is 404. Returns its URL.
+fn stub_registry(subjects: Vec<(&'static str, Vec<String>)>) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            reader.read_line(&mut request).unwrap();
+            // Headers up to the blank line; GETs have no body.
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            let found = subjects.iter().find(|(s, _)| parts.get(1) == Some(s)).map(|(_, v)| v);
+            let body = match (found, &parts[..]) {
+                (Some(versions), ["subjects", _, "versions"]) => {
+                    serde_json::to_string(&(1..=versions.len()).collect::<Vec<_>>()).unwrap()
+                }
+                (Some(versions), ["subjects", _, "versions", n]) => match n.parse::<usize>() {
+                    Ok(n) if (1..=versions.len()).contains(&n) => {
+                        serde_json::json!({"subject": parts[1], "version": n, "id": 40 + n, "schema": versions[n - 1]})
+                            .to_string()
+                    }
+                    _ => String::new(),
+                },
+                _ => String::new(),
+            };
+            let status = if body.is_empty() { "404 Not Found" } else { "200 OK" };
+            let body =
+                if body.is_empty() { r#"{"error_code":40401,"message":"Subject not found"}"#.to_owned() } else { body };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+/// `gen --check --registry`: every registered version the reader schema reads passes; a version
+/// that dropped a field the reader needs (no default) fails the build, named with its version and
+/// field; the subject defaults to `<topic>-value`; a subject the registry lacks is an error.
+#[test]
+fn check_registry_reads_every_version_or_names_the_one_it_cannot() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka_avro_to_clickhouse");
+    let reader = std::fs::read_to_string(dir.join("schemas/order.avsc")).unwrap();
+    // A later writer with a field more (ignored by the reader) and without `coupon` (the reader
+    // has a default for it): readable.
+    let added = reader.replace(
+        r#"{"name": "coupon", "type": ["null", "string"], "default": null},"#,
+        r#"{"name": "channel", "type": "string"},"#,
+    );
+    // A writer without `total_cents`, which the reader needs and has no default for.
+    let dropped = reader.replace(r#"{"name": "total_cents", "type": "long"},"#, "");
+    assert!(added != reader && dropped != reader);
+    let url = stub_registry(vec![
+        ("orders-value", vec![reader.clone(), added.clone()]),
+        ("orders-broken", vec![reader, added, dropped]),
+    ]);
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .arg("gen")
+            .arg(dir.join("pipeline.yaml"))
+            .args(["--check", "--registry", &url])
+            .args(args)
+            .env_remove("ORDERS_TOPIC")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("reads all 2 version(s) of subject `orders-value`"), "{stdout}");
+
+    let (code, _, stderr) = run(&["--subject", "orders-broken"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "field `total_cents` of the reader schema has no default, and writer version 3 (id 43) does not write it"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("help: give `total_cents` a default"), "{stderr}");
+    assert!(!stderr.contains("version 1 ") && !stderr.contains("version 2 "), "only version 3 is named: {stderr}");
+
+    let (code, _, stderr) = run(&["--subject", "nobody"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("subject `nobody`") && stderr.contains("not found"), "{stderr}");
+}

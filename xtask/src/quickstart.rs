@@ -18,6 +18,8 @@ pub(crate) fn run() -> anyhow::Result<()> {
         memory: false,
         migrate: false,
         against: None,
+        registry: None,
+        subject: None,
         partitions: None,
         out: None,
         allow_unsafe_sizing: false,

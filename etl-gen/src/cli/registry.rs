@@ -1,0 +1,143 @@
+//! `gen --check --registry URL [--subject S]`: fetches every registered version of the subject
+//! from a Confluent-API schema registry and fails when the reader schema cannot read one.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use apache_avro::Schema;
+
+use crate::compat::{WriterVersion, check};
+use crate::contract::secret::redact_url;
+use crate::load::Validated;
+use crate::model::Source;
+use crate::template::Template;
+
+/// Time allowed for each request to the registry.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the check; exit 0 when every version is readable, 1 when one is not or the registry
+/// cannot be read, 2 when the URL or subject cannot be worked out.
+pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
+    let env = |name: &str| std::env::var(name).ok();
+    // The URL may be written as in pipeline.yaml (`${SCHEMA_REGISTRY_URL}`); credentials ride in
+    // its user info, as for the binary.
+    let url = match Template::parse(url).and_then(|t| t.resolve(env).map_err(|e| e.to_string())) {
+        Ok(url) if url.starts_with("http://") || url.starts_with("https://") => url.trim_end_matches('/').to_owned(),
+        Ok(url) => {
+            eprintln!("error: --registry `{}` is not an http:// or https:// URL", redact_url(&url));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: --registry: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let shown = redact_url(&url);
+    let subject = match subject {
+        Some(s) => s.to_owned(),
+        None => match &v.model.source {
+            Source::Kafka(k) => match k.topic.resolve(env) {
+                Ok(topic) => format!("{topic}-value"),
+                Err(e) => {
+                    eprintln!(
+                        "error: the subject is `<topic>-value`, and the topic needs {e}; set it or pass --subject"
+                    );
+                    return ExitCode::from(2);
+                }
+            },
+            Source::Datagen(_) => {
+                eprintln!("error: a datagen pipeline has no topic to name the subject after; pass --subject");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let reader = match Schema::parse_str(&v.schema_text) {
+        Ok(reader) => reader,
+        Err(e) => {
+            eprintln!("error: the reader schema {}: {e}", v.schema_path.display());
+            return ExitCode::from(1);
+        }
+    };
+    let versions = match fetch(&url, &subject) {
+        Ok(versions) => versions,
+        Err(e) => {
+            eprintln!("error: schema registry {shown}: subject `{subject}`: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let broken = check(&reader, &versions);
+    for b in &broken {
+        eprintln!("error: subject `{subject}`: {}\n  help: {}", b.message, b.help);
+    }
+    if broken.is_empty() {
+        println!(
+            "ok: the reader schema {} reads all {} version(s) of subject `{subject}` at {shown}",
+            v.schema_path.display(),
+            versions.len()
+        );
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "{} of {} version(s) of subject `{subject}` cannot be read by {}",
+            broken.len(),
+            versions.len(),
+            v.schema_path.display()
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// Every version of `subject`, oldest first.
+fn fetch(url: &str, subject: &str) -> Result<Vec<WriterVersion>, String> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let get = |path: &str| -> Result<serde_json::Value, String> {
+        let mut response = agent.get(format!("{url}{path}")).call().map_err(|e| redact_url(&e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        match status {
+            200 => serde_json::from_str(&body).map_err(|e| format!("GET {path}: not JSON ({e})")),
+            404 => Err(format!("GET {path}: not found (is the subject registered? name it with --subject)")),
+            other => Err(format!("GET {path}: HTTP {other}: {}", body.trim())),
+        }
+    };
+    let subject_path = format!("/subjects/{}", percent_encode(subject));
+    let list = get(&format!("{subject_path}/versions"))?;
+    let numbers: Vec<u32> = list
+        .as_array()
+        .ok_or("the versions are not a JSON array")?
+        .iter()
+        .map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or("a version is not a number"))
+        .collect::<Result<_, _>>()?;
+    if numbers.is_empty() {
+        return Err("the subject has no version".into());
+    }
+    let mut versions = Vec::new();
+    for version in numbers {
+        let body = get(&format!("{subject_path}/versions/{version}"))?;
+        let kind = body.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO");
+        if kind != "AVRO" {
+            return Err(format!("version {version} is a {kind} schema; this pipeline reads Avro"));
+        }
+        let schema = body.get("schema").and_then(|s| s.as_str()).ok_or(format!("version {version} has no schema"))?;
+        let id = body.get("id").and_then(|i| i.as_u64()).and_then(|i| u32::try_from(i).ok()).unwrap_or_default();
+        versions.push(WriterVersion { version, id, schema: schema.to_owned() });
+    }
+    Ok(versions)
+}
+
+/// A subject as one URL path segment.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
