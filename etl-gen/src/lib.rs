@@ -10,6 +10,7 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
 mod compat;
 mod contract;
 pub mod ddl;
@@ -20,6 +21,7 @@ mod expr;
 mod ir;
 pub mod load;
 pub mod memory;
+#[cfg(feature = "cli")]
 mod migrate;
 pub mod model;
 mod plan;
