@@ -280,19 +280,47 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
 }
 
 /// Writes `files` under `dir`, replacing what a previous generation wrote.
+///
+/// A file whose contents did not change keeps its modification time, so cargo does not
+/// rebuild an unchanged crate (`build` of an unchanged pipeline is then a no-op); files a
+/// previous generation wrote under `src/` and `benches/` that this one does not are removed.
 pub fn write(dir: &Path, files: &[GeneratedFile]) -> std::io::Result<()> {
-    let src = dir.join("src");
-    if src.exists() {
-        std::fs::remove_dir_all(&src)?;
+    let keep: std::collections::HashSet<PathBuf> = files.iter().map(|f| dir.join(&f.path)).collect();
+    for owned in ["src", "benches"] {
+        let owned = dir.join(owned);
+        remove_stale(&owned, &keep)?;
+        if std::fs::read_dir(&owned).is_ok_and(|mut entries| entries.next().is_none()) {
+            std::fs::remove_dir(&owned)?;
+        }
     }
     for f in files {
         let path = dir.join(&f.path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        // Only rewrite what changed, so cargo does not rebuild an unchanged crate.
         if std::fs::read(&path).ok().as_deref() != Some(&f.contents[..]) {
             std::fs::write(&path, &f.contents)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes every file under `dir` that is not in `keep` (and directories left empty).
+fn remove_stale(dir: &Path, keep: &std::collections::HashSet<PathBuf>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            remove_stale(&path, keep)?;
+            if std::fs::read_dir(&path)?.next().is_none() {
+                std::fs::remove_dir(&path)?;
+            }
+        } else if !keep.contains(&path) {
+            std::fs::remove_file(&path)?;
         }
     }
     Ok(())
@@ -386,6 +414,26 @@ pub fn build(args: &GenArgs) -> Result<PathBuf, ExitCode> {
     cargo_build(args, None).map(|(_, _, binary)| binary)
 }
 
+/// The cargo that runs us, without the variables `cargo run` set for this process.
+///
+/// `cargo xtask build` runs inside `cargo run`, which exports `CARGO_MANIFEST_DIR`,
+/// `CARGO_PKG_*` and the like; passed on, they enter the fingerprints of dependencies' build
+/// scripts (ring's, for one), so a build by `cargo xtask build` and one by plain `cargo build`
+/// in the same target directory would rebuild each other's dependencies.
+fn cargo_command() -> Process {
+    let mut command = Process::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || matches!(name, "CARGO_BIN_NAME" | "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE")
+        {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// `build` with `static_target` = Some(triple): a statically linked binary for that target.
 fn cargo_build(args: &GenArgs, static_target: Option<&str>) -> Result<(Validated, Layout, PathBuf), ExitCode> {
     if args.check || args.ddl || args.memory || args.migrate {
@@ -393,8 +441,7 @@ fn cargo_build(args: &GenArgs, static_target: Option<&str>) -> Result<(Validated
         return Err(ExitCode::from(2));
     }
     let (pipeline, layout) = gen_command(args)?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Process::new(cargo);
+    let mut command = cargo_command();
     command
         .args(["build", "--release", "--manifest-path"])
         .arg(layout.crate_dir.join("Cargo.toml"))

@@ -257,6 +257,46 @@ fn etl_gen_binary_works_outside_the_repository() {
     assert!(dir.path().join("crate/src/main.rs").exists());
 }
 
+/// `gen` rewrites only what changed, so cargo sees an unchanged pipeline as unchanged (a `build`
+/// of it is then a no-op, not a recompile of the crate), and it removes what an earlier generation
+/// left under `src/` and `benches/`.
+#[test]
+fn regenerating_rewrites_only_what_changed_and_removes_stale_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
+    for f in ["pipeline.yaml", "order.avsc"] {
+        std::fs::copy(examples.join(f), dir.path().join(f)).unwrap();
+    }
+    let generate = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .current_dir(dir.path())
+            .args(["gen", "pipeline.yaml", "-o", "crate"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let generated = dir.path().join("crate");
+    let mtime = |rel: &str| std::fs::metadata(generated.join(rel)).unwrap().modified().unwrap();
+    generate();
+    let (main, manifest) = (mtime("src/main.rs"), mtime("Cargo.toml"));
+    std::fs::write(generated.join("src/stale.rs"), "// from an older generation").unwrap();
+    std::fs::create_dir_all(generated.join("benches")).unwrap();
+    std::fs::write(generated.join("benches/chain.rs"), "// from a --bench generation").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    generate();
+    assert_eq!(mtime("src/main.rs"), main, "an unchanged main.rs was rewritten");
+    assert_eq!(mtime("Cargo.toml"), manifest, "an unchanged Cargo.toml was rewritten");
+    assert!(!generated.join("src/stale.rs").exists(), "a stale source file survived");
+    assert!(!generated.join("benches").exists(), "a stale benches/ survived");
+
+    let yaml = std::fs::read_to_string(dir.path().join("pipeline.yaml")).unwrap();
+    let edited = yaml.replacen("threads: ", "threads: 1 #", 1);
+    assert_ne!(edited, yaml, "the quickstart sets pipeline.threads");
+    std::fs::write(dir.path().join("pipeline.yaml"), edited).unwrap();
+    generate();
+    assert_ne!(mtime("src/main.rs"), main, "a changed main.rs was not written");
+}
+
 /// The fault points are opt-in: `gen` (and so `build` and `image`) generates a crate without the
 /// runtime's `fault-injection` feature; only the hidden `--fault-injection` of the project's own
 /// tests asks for it, and `image` refuses that flag.

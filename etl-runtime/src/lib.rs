@@ -97,7 +97,7 @@ pub use crate::engine::lane::{Lane, Record};
 pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use crate::engine::shared::PipelineStats;
-pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, Sink};
+pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, ErasedSink, Sink};
 pub use crate::engine::source::Source;
 pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};

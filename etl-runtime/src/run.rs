@@ -62,36 +62,12 @@ where
         Ok(pipeline) => pipeline,
         Err(error) => return RunOutcome::Startup(error.to_string()),
     };
-    if let Some(addr) = admin {
-        let listener = match pipeline.runtime().block_on(tokio::net::TcpListener::bind(addr)) {
-            Ok(listener) => listener,
-            Err(error) => return RunOutcome::Startup(format!("admin.listen {addr}: {error}")),
-        };
-        tracing::info!(%addr, "admin server listening");
-        let shared = pipeline.shared().clone();
-        pipeline.runtime().spawn(async move {
-            if let Err(error) = crate::admin::serve(listener, shared).await {
-                tracing::error!(%error, "admin server failed");
-            }
-        });
+    if let Err(outcome) = serve_admin(&pipeline, admin) {
+        return outcome;
     }
     let handle = pipeline.handle();
-    {
-        let handle = handle.clone();
-        let _guard = pipeline.runtime().enter();
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(error) => {
-                return RunOutcome::Startup(format!("installing the SIGTERM handler: {error}"));
-            }
-        };
-        pipeline.runtime().spawn(async move {
-            tokio::select! {
-                _ = terminate.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
-                _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
-            }
-            handle.request_shutdown();
-        });
+    if let Err(outcome) = stop_on_signals(&pipeline) {
+        return outcome;
     }
 
     // Nothing is consumed before the sink is known to accept what the pipeline writes.
@@ -133,6 +109,42 @@ where
         Some(message) => RunOutcome::Fatal(message),
         None => RunOutcome::Clean,
     }
+}
+
+// What `run` does that does not depend on its type parameters lives in the non-generic
+// functions below: `run` is compiled in every generated pipeline crate, and these once.
+
+/// Starts the admin server (`/metrics`, `/healthz`, `/readyz`) on `addr`, if one is configured.
+fn serve_admin(pipeline: &Pipeline, addr: Option<std::net::SocketAddr>) -> Result<(), RunOutcome> {
+    let Some(addr) = addr else { return Ok(()) };
+    let listener = pipeline
+        .runtime()
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .map_err(|error| RunOutcome::Startup(format!("admin.listen {addr}: {error}")))?;
+    tracing::info!(%addr, "admin server listening");
+    let shared = pipeline.shared().clone();
+    pipeline.runtime().spawn(async move {
+        if let Err(error) = crate::admin::serve(listener, shared).await {
+            tracing::error!(%error, "admin server failed");
+        }
+    });
+    Ok(())
+}
+
+/// Turns SIGTERM and SIGINT into a graceful shutdown request.
+fn stop_on_signals(pipeline: &Pipeline) -> Result<(), RunOutcome> {
+    let handle = pipeline.handle();
+    let _guard = pipeline.runtime().enter();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|error| RunOutcome::Startup(format!("installing the SIGTERM handler: {error}")))?;
+    pipeline.runtime().spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+        }
+        handle.request_shutdown();
+    });
+    Ok(())
 }
 
 /// Installs a `tracing` subscriber that logs to stderr, filtered by `RUST_LOG` (default `info`).

@@ -276,6 +276,12 @@ impl Sink for ClickhouseSink {
     async fn check(&self) -> Result<(), SinkError> {
         self.check_table().await
     }
+
+    // The write path compiles here, once; see `Sink::erase`.
+    #[inline(never)]
+    fn erase(self) -> crate::engine::sink::ErasedSink {
+        crate::engine::sink::ErasedSink::new(self)
+    }
 }
 
 #[cfg(test)]

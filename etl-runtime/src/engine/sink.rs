@@ -28,6 +28,62 @@ pub trait Sink: Send + Sync + 'static {
     fn ledger(&self) -> Option<Arc<dyn Ledger>> {
         None
     }
+
+    /// The sink behind a vtable, as the shard workers hold it.
+    ///
+    /// The default is right for every sink. The runtime's own sinks override it with a
+    /// non-generic `#[inline(never)]` copy of the same body so that the vtable, and with it their
+    /// whole write path, is compiled once in this crate rather than again in every generated
+    /// pipeline (closures and `async` bodies are instantiated where they are first made
+    /// generic, which is the pipeline crate when the erasing happens there).
+    fn erase(self) -> ErasedSink
+    where
+        Self: Sized,
+    {
+        ErasedSink::new(self)
+    }
+}
+
+/// A future a [`DynSink`] returns.
+pub(crate) type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`Sink`], object-safe: what the shard workers and the start-up check call.
+pub(crate) trait DynSink: Send + Sync + 'static {
+    fn write<'a>(&'a self, shard: usize, batch: &'a Batch) -> BoxFuture<'a, Result<(), SinkError>>;
+    fn check(&self) -> BoxFuture<'_, Result<(), SinkError>>;
+    fn ledger(&self) -> Option<Arc<dyn Ledger>>;
+}
+
+impl<K: Sink> DynSink for K {
+    fn write<'a>(&'a self, shard: usize, batch: &'a Batch) -> BoxFuture<'a, Result<(), SinkError>> {
+        // One allocation per batch write: nothing next to the write itself.
+        Box::pin(Sink::write(self, shard, batch))
+    }
+
+    fn check(&self) -> BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(Sink::check(self))
+    }
+
+    fn ledger(&self) -> Option<Arc<dyn Ledger>> {
+        Sink::ledger(self)
+    }
+}
+
+/// A [`Sink`] with its type erased ([`Sink::erase`]); the runtime's sink side is not generic
+/// over the sink, so a generated pipeline compiles only its own chain.
+pub struct ErasedSink(pub(crate) Arc<dyn DynSink>);
+
+impl ErasedSink {
+    /// Erases `sink`'s type.
+    pub fn new<K: Sink>(sink: K) -> Self {
+        ErasedSink(Arc::new(sink))
+    }
+}
+
+impl std::fmt::Debug for ErasedSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ErasedSink")
+    }
 }
 
 /// A record that failed in the chain, copied out of the lane for the dead-letter sink.

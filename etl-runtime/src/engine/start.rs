@@ -25,7 +25,7 @@ use crate::engine::ledger::Ledger;
 use crate::engine::metrics::Metrics;
 use crate::engine::pipeline::PipelineThread;
 use crate::engine::shared::{PipelineStats, ShardHealth, Shared};
-use crate::engine::sink::{DeadLetter, Sink};
+use crate::engine::sink::{DeadLetter, DynSink, ErasedSink, Sink};
 use crate::engine::worker::ShardWorker;
 
 /// A running pipeline: pipeline threads, shard workers, and the tokio runtime the sink writes on.
@@ -81,51 +81,52 @@ pub enum StartError {
     Metrics(String),
 }
 
-impl Pipeline {
-    /// Starts the pipeline threads (one chain each, from `chains`), one worker thread per shard and
-    /// the sink's tokio runtime. No lane exists yet: a source adds them through [`Pipeline::handle`].
-    pub fn start<C, F, K>(
+/// The delivery [`SinkSide::start`] chose, for the lane side.
+enum Chosen {
+    AtLeastOnce(Arc<AtLeastOnce>),
+    ExactlyOnce(Arc<ExactlyOnce>),
+}
+
+/// Everything of a starting pipeline but its threads: the shared state, the queues and channels,
+/// the sink's tokio runtime with the shard workers and the start-up check running on it.
+///
+/// It is built by non-generic code on purpose: [`Pipeline::start`] is generic over the chain,
+/// and whatever it builds inline is compiled again in every generated pipeline crate. Only the
+/// pipeline threads (the chain and the lane loop around it) need that.
+struct SinkSide {
+    shared: Arc<Shared>,
+    runtime: tokio::runtime::Runtime,
+    queue_tx: Vec<Sender<Chunk>>,
+    acks: Vec<(Sender<Ack>, Receiver<Ack>)>,
+    controls: Vec<(Sender<Control>, Receiver<Control>)>,
+    stop: (Sender<()>, Receiver<()>),
+    fatal_rx: Receiver<()>,
+    permits: Vec<Arc<Semaphore>>,
+    workers: Vec<JoinHandle<()>>,
+    ledger: Option<Arc<dyn Ledger>>,
+}
+
+impl SinkSide {
+    fn start(
         config: RuntimeConfig,
-        chains: F,
-        sink: K,
+        sink: ErasedSink,
         dead_letter: Option<Arc<dyn DeadLetter>>,
-    ) -> Result<Pipeline, StartError>
-    where
-        C: Chain,
-        F: Fn() -> C,
-        K: Sink,
-    {
+    ) -> Result<(SinkSide, Chosen), StartError> {
         config.validate().map_err(StartError::Config)?;
         if config.error_policy == ErrorPolicy::DeadLetter && dead_letter.is_none() {
             return Err(StartError::Config("errors.policy is dlq but no dead-letter sink was given".into()));
         }
+        let sink = sink.0;
         // The one place that asks which delivery runs; everything below is generic over it.
-        if config.exactly_once {
+        let (chosen, ledger) = if config.exactly_once {
             let ledger = sink.ledger().ok_or_else(|| {
                 StartError::Config("exactly_once is set but the sink keeps no ledger of batch spans".into())
             })?;
-            let delivery = ExactlyOnce::new(ledger.clone());
-            Pipeline::start_with(config, chains, sink, dead_letter, delivery, Some(ledger))
+            (Chosen::ExactlyOnce(Arc::new(ExactlyOnce::new(ledger.clone()))), Some(ledger))
         } else {
-            let delivery = AtLeastOnce::new(config.batch, &config.pipeline);
-            Pipeline::start_with(config, chains, sink, dead_letter, delivery, None)
-        }
-    }
+            (Chosen::AtLeastOnce(Arc::new(AtLeastOnce::new(config.batch, &config.pipeline))), None)
+        };
 
-    fn start_with<C, F, K, D>(
-        config: RuntimeConfig,
-        chains: F,
-        sink: K,
-        dead_letter: Option<Arc<dyn DeadLetter>>,
-        delivery: D,
-        ledger: Option<Arc<dyn Ledger>>,
-    ) -> Result<Pipeline, StartError>
-    where
-        C: Chain,
-        F: Fn() -> C,
-        K: Sink,
-        D: Delivery,
-    {
         let metrics = Metrics::new(config.shards, &config.pipeline, &config.config_hash, &config.version)
             .map_err(|e| StartError::Metrics(e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -140,7 +141,7 @@ impl Pipeline {
             (0..config.threads).map(|_| crossbeam_channel::unbounded()).collect();
         let controls: Vec<(Sender<Control>, Receiver<Control>)> =
             (0..config.threads).map(|_| crossbeam_channel::unbounded()).collect();
-        let (stop_tx, stop_rx) = crossbeam_channel::unbounded();
+        let stop = crossbeam_channel::unbounded();
         let (fatal_tx, fatal_rx) = crossbeam_channel::unbounded();
 
         let track_row_sources = config.error_policy == ErrorPolicy::DeadLetter && dead_letter.is_some();
@@ -163,33 +164,39 @@ impl Pipeline {
             shard_health: (0..shards).map(ShardHealth::new).collect(),
         });
 
-        let sink = Arc::new(sink);
-        let delivery = Arc::new(delivery);
         let ack_senders: Arc<Vec<Sender<Ack>>> = Arc::new(acks.iter().map(|(tx, _)| tx.clone()).collect());
         let permits: Vec<Arc<Semaphore>> =
-            (0..shared.config.shards).map(|_| Arc::new(Semaphore::new(shared.config.inflight_per_shard))).collect();
-
-        let mut workers = Vec::new();
-        for (shard, rx) in queue_rx.into_iter().enumerate() {
-            let worker = ShardWorker {
-                shard,
-                rx,
-                sink: sink.clone(),
-                shared: shared.clone(),
-                runtime: runtime.handle().clone(),
-                permits: permits[shard].clone(),
-                acks: ack_senders.clone(),
-                delivery: delivery.clone(),
+            (0..shards).map(|_| Arc::new(Semaphore::new(shared.config.inflight_per_shard))).collect();
+        let workers = {
+            let spawn = Workers {
+                queue_rx,
+                sink: &sink,
+                shared: &shared,
+                runtime: &runtime,
+                permits: &permits,
+                acks: &ack_senders,
             };
-            workers.push(std::thread::Builder::new().name(format!("etl-shard-{shard}")).spawn(move || worker.run())?);
-        }
-
+            match &chosen {
+                Chosen::AtLeastOnce(delivery) => spawn.spawn(delivery)?,
+                Chosen::ExactlyOnce(delivery) => spawn.spawn(delivery)?,
+            }
+        };
         {
-            let sink = sink.clone();
             let shared = shared.clone();
             runtime.spawn(async move { check_sink(&*sink, &shared).await });
         }
+        let side = SinkSide { shared, runtime, queue_tx, acks, controls, stop, fatal_rx, permits, workers, ledger };
+        Ok((side, chosen))
+    }
 
+    /// Starts one pipeline thread per configured thread, each with a chain from `chains`.
+    fn spawn_threads<C, F, D>(self, chains: F, delivery: Arc<D>) -> Result<Pipeline, StartError>
+    where
+        C: Chain,
+        F: Fn() -> C,
+        D: Delivery,
+    {
+        let SinkSide { shared, runtime, queue_tx, acks, controls, stop, fatal_rx, permits, workers, ledger } = self;
         let mut threads = Vec::new();
         for (index, ((ack_tx, ack_rx), (_, control_rx))) in acks.into_iter().zip(controls.iter().cloned()).enumerate() {
             let thread = PipelineThread::new(
@@ -205,7 +212,73 @@ impl Pipeline {
                 .push(std::thread::Builder::new().name(format!("etl-pipeline-{index}")).spawn(move || thread.run())?);
         }
         drop(queue_tx);
+        Ok(Pipeline::assemble(shared, runtime, controls, stop, fatal_rx, permits, workers, ledger, threads))
+    }
+}
 
+/// What spawning the shard workers needs, whichever the delivery.
+struct Workers<'a> {
+    queue_rx: Vec<Receiver<Chunk>>,
+    sink: &'a Arc<dyn DynSink>,
+    shared: &'a Arc<Shared>,
+    runtime: &'a tokio::runtime::Runtime,
+    permits: &'a [Arc<Semaphore>],
+    acks: &'a Arc<Vec<Sender<Ack>>>,
+}
+
+impl Workers<'_> {
+    fn spawn<D: Delivery>(self, delivery: &Arc<D>) -> std::io::Result<Vec<JoinHandle<()>>> {
+        let mut workers = Vec::new();
+        for (shard, rx) in self.queue_rx.into_iter().enumerate() {
+            let worker = ShardWorker {
+                shard,
+                rx,
+                sink: self.sink.clone(),
+                shared: self.shared.clone(),
+                runtime: self.runtime.handle().clone(),
+                permits: self.permits[shard].clone(),
+                acks: self.acks.clone(),
+                delivery: delivery.clone(),
+            };
+            workers.push(std::thread::Builder::new().name(format!("etl-shard-{shard}")).spawn(move || worker.run())?);
+        }
+        Ok(workers)
+    }
+}
+
+impl Pipeline {
+    /// Starts the pipeline threads (one chain each, from `chains`), one worker thread per shard and
+    /// the sink's tokio runtime. No lane exists yet: a source adds them through [`Pipeline::handle`].
+    pub fn start<C, F, K>(
+        config: RuntimeConfig,
+        chains: F,
+        sink: K,
+        dead_letter: Option<Arc<dyn DeadLetter>>,
+    ) -> Result<Pipeline, StartError>
+    where
+        C: Chain,
+        F: Fn() -> C,
+        K: Sink,
+    {
+        let (side, chosen) = SinkSide::start(config, sink.erase(), dead_letter)?;
+        match chosen {
+            Chosen::AtLeastOnce(delivery) => side.spawn_threads(chains, delivery),
+            Chosen::ExactlyOnce(delivery) => side.spawn_threads(chains, delivery),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        shared: Arc<Shared>,
+        runtime: tokio::runtime::Runtime,
+        controls: Vec<(Sender<Control>, Receiver<Control>)>,
+        (stop_tx, stop_rx): (Sender<()>, Receiver<()>),
+        fatal_rx: Receiver<()>,
+        permits: Vec<Arc<Semaphore>>,
+        workers: Vec<JoinHandle<()>>,
+        ledger: Option<Arc<dyn Ledger>>,
+        threads: Vec<JoinHandle<()>>,
+    ) -> Pipeline {
         let handle = PipelineHandle {
             inner: Arc::new(HandleInner {
                 control: controls.into_iter().map(|(tx, _)| tx).collect(),
@@ -219,7 +292,7 @@ impl Pipeline {
             }),
         };
         tracing::info!(threads = threads.len(), shards = workers.len(), "pipeline started");
-        Ok(Pipeline { handle, threads, workers, permits, runtime: Some(runtime), stop_rx, fatal_rx })
+        Pipeline { handle, threads, workers, permits, runtime: Some(runtime), stop_rx, fatal_rx }
     }
 
     /// The handle sources use to add and drain lanes.
@@ -352,7 +425,7 @@ impl Drop for Pipeline {
 }
 
 /// Runs the sink's check until it passes, then marks the sink ready for `/readyz`.
-async fn check_sink<K: Sink>(sink: &K, shared: &Shared) {
+async fn check_sink(sink: &dyn DynSink, shared: &Shared) {
     let mut backoff = Duration::from_millis(100);
     loop {
         match sink.check().await {

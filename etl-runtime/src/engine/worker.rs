@@ -11,14 +11,14 @@ use crate::engine::ack::{Ack, abandon};
 use crate::engine::chunk::{Batch, Chunk};
 use crate::engine::delivery::{BatchPolicy, Delivery};
 use crate::engine::shared::Shared;
-use crate::engine::sink::Sink;
+use crate::engine::sink::DynSink;
 use crate::engine::write::write_batch;
 
 /// One shard's worker thread.
-pub(crate) struct ShardWorker<K, D> {
+pub(crate) struct ShardWorker<D> {
     pub(crate) shard: usize,
     pub(crate) rx: Receiver<Chunk>,
-    pub(crate) sink: Arc<K>,
+    pub(crate) sink: Arc<dyn DynSink>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) permits: Arc<Semaphore>,
@@ -26,7 +26,7 @@ pub(crate) struct ShardWorker<K, D> {
     pub(crate) delivery: Arc<D>,
 }
 
-impl<K: Sink, D: Delivery> ShardWorker<K, D> {
+impl<D: Delivery> ShardWorker<D> {
     /// Receives chunks until every pipeline thread has dropped its sender, writing a batch when it is
     /// full, when its linger expires, or when a drain sealed one of its chunks.
     pub(crate) fn run(self) {

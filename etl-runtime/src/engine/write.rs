@@ -15,7 +15,7 @@ use crate::engine::errors::{SinkError, SinkErrorKind};
 use crate::engine::fault::{FaultPoint, fault};
 use crate::engine::retry::backoff;
 use crate::engine::shared::Shared;
-use crate::engine::sink::{DeadLetterAck, Sink};
+use crate::engine::sink::{DeadLetterAck, DynSink};
 
 /// Dead-letters the records whose rows the sink refused (each record once, however many of its
 /// rows were refused) and waits until every one is durable; returns how many records went.
@@ -49,8 +49,8 @@ async fn dead_letter_refused(shared: &Shared, batch: &Batch, rows: &[u64], messa
 /// consumer stays in its group. Success releases the bytes and acks every chunk to its pipeline
 /// thread; exhaustion or a fatal error stops the pipeline and never acks, so those offsets are
 /// never stored.
-pub(crate) async fn write_batch<K: Sink, D: Delivery>(
-    sink: Arc<K>,
+pub(crate) async fn write_batch<D: Delivery>(
+    sink: Arc<dyn DynSink>,
     delivery: Arc<D>,
     batch: Batch,
     shared: Arc<Shared>,
