@@ -26,7 +26,8 @@ pub enum Command {
     /// `gen`, then `cargo build --release`; prints the binary's path last.
     Build(BuildArgs),
     /// `build` statically linked, then write a minimal OCI image archive (no Docker
-    /// daemon); prints `image: <path>` and `digest: sha256:<hex>` last.
+    /// daemon); prints `binary: <path>` (the static binary the image holds, to test before
+    /// pushing), `image: <path>` and `digest: sha256:<hex>` last.
     Image(ImageArgs),
 }
 
@@ -126,7 +127,8 @@ pub fn run(command: Command) -> ExitCode {
         },
         Command::Build(args) => build_command(&args.gen_args),
         Command::Image(args) => match image(&args) {
-            Ok((path, digest)) => {
+            Ok(Imaged { archive: path, digest, binary }) => {
+                println!("binary: {}", binary.display());
                 println!("image: {}", path.display());
                 println!("digest: {digest}");
                 ExitCode::SUCCESS
@@ -326,9 +328,19 @@ fn remove_stale(dir: &Path, keep: &std::collections::HashSet<PathBuf>) -> std::i
     Ok(())
 }
 
-/// `image`: a static build and its OCI archive; returns the archive path and the manifest
-/// digest.
-pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
+/// What `image` made.
+#[derive(Debug)]
+pub struct Imaged {
+    /// The OCI archive.
+    pub archive: PathBuf,
+    /// Its manifest digest, `sha256:<hex>`.
+    pub digest: String,
+    /// The statically linked binary the image holds.
+    pub binary: PathBuf,
+}
+
+/// `image`: a static build and its OCI archive.
+pub fn image(args: &ImageArgs) -> Result<Imaged, ExitCode> {
     if args.gen_args.fault_injection {
         eprintln!("error: --fault-injection is for the project's own tests; an image never carries fault hooks");
         return Err(ExitCode::from(2));
@@ -396,7 +408,7 @@ pub fn image(args: &ImageArgs) -> Result<(PathBuf, String), ExitCode> {
     }
     std::fs::write(&out, &image.archive).map_err(|e| fail(format!("writing {}: {e}", out.display())))?;
     eprintln!("image {reference} ({} bytes, config {})", image.archive.len(), image.config_digest);
-    Ok((out, image.manifest_digest))
+    Ok(Imaged { archive: out, digest: image.manifest_digest, binary: binary_path })
 }
 
 fn build_command(args: &GenArgs) -> ExitCode {
