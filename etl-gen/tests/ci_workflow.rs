@@ -158,7 +158,8 @@ fn the_workflow_builds_and_images_the_flagship_and_fails_on_a_broken_sizing() {
     assert!(ok.output.contains("orders 0.1.0 (config "), "the binary's --version:\n{}", ok.output);
     let binary = PathBuf::from(&ok.env["BINARY"]);
     assert!(
-        binary.ends_with("x86_64-unknown-linux-gnu/release/orders") || binary.ends_with("aarch64-unknown-linux-gnu/release/orders"),
+        binary.ends_with("x86_64-unknown-linux-gnu/release/orders")
+            || binary.ends_with("aarch64-unknown-linux-gnu/release/orders"),
         "the tested binary is the image's static one: {binary:?}"
     );
     let archive = PathBuf::from(&ok.env["ARCHIVE"]);

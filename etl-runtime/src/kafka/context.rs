@@ -14,7 +14,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::lane::{KafkaLane, LaneProgress};
+use super::lane::{KafkaLane, LaneProgress, Start};
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
 use crate::engine::ledger::Replay;
@@ -117,8 +117,9 @@ impl SourceContext {
     }
 
     /// Invariant 5: split each new partition's queue (before the assignment, so the fetcher never
-    /// forwards it to the main queue), pause the partitions (before any fetch can start), assign, then
-    /// hand each partition over as a lane, which resumes it on its first poll.
+    /// forwards it to the main queue), set the partitions' pause state (exactly-once: paused until
+    /// the lane's first poll; at least once: not paused, and left alone until the lane's first
+    /// message, see `lane::Start`), assign, then hand each partition over as a lane.
     fn on_assign(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
         let partitions = self.partitions_of(tpl);
         let mut later = None;
@@ -171,15 +172,29 @@ impl SourceContext {
             }
         }
         let list = self.one_topic_list(&partitions);
-        // The split created the partition objects, so the pause applies before the assignment starts
-        // the fetcher (librdkafka keeps the application's pause flag across `assign`).
-        let paused_before = !partitions.is_empty() && consumer.pause(&list).is_ok();
+        // The split created the partition objects, and librdkafka keeps the application's pause
+        // flag across assignments. Exactly-once pauses them before the assignment (its lanes wait
+        // for their replay plans, and its assignment carries explicit offsets, so no fetch start
+        // follows it later). At least once nothing pauses them here: the split alone keeps their
+        // messages off the main queue, and a lane touches the consumer's pause state only from its
+        // first message on (`Start`); a pause an earlier assignment left is cleared now, before
+        // the assignment, where it cannot race librdkafka's own fetch start.
+        let exactly_once = self.pipeline.exactly_once();
+        let start = if exactly_once { Start::PausedAtAssign } else { Start::AwaitingFirst { paused: false } };
+        let set_before = partitions.is_empty()
+            || match if exactly_once { consumer.pause(&list) } else { consumer.resume(&list) } {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::warn!(%error, ?partitions, exactly_once, "setting the pause state of newly assigned partitions failed");
+                    false
+                }
+            };
         if let Err(error) = consumer.assign(tpl) {
             self.pipeline.report_fatal(format!("assigning partitions {partitions:?} failed: {error}"));
             return;
         }
-        if !paused_before && !partitions.is_empty() {
-            // Still before any fetch: the assignment first looks up the committed offsets.
+        if exactly_once && !set_before {
+            // Still before any fetch: the partitions wait for their plans.
             if let Err(error) = consumer.pause(&list) {
                 tracing::warn!(%error, ?partitions, "pausing newly assigned partitions failed");
             }
@@ -205,7 +220,7 @@ impl SourceContext {
             for (partition, queue) in queues {
                 let lane_progress = Arc::new(LaneProgress::new());
                 progress.insert(partition, lane_progress.clone());
-                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), partition, lane_progress);
+                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), partition, lane_progress, start);
                 self.pipeline.add_lane_replaying(Box::new(lane), replays.remove(&partition));
             }
         }
@@ -334,7 +349,15 @@ impl SourceContext {
             tracing::info!(partition, start = ?plan.start(), "exactly-once: the ledger is readable again; the partition resumes");
             let lane_progress = Arc::new(LaneProgress::new());
             progress.insert(partition, lane_progress.clone());
-            let lane = KafkaLane::new(consumer.clone(), queue, self.topic.clone(), partition, lane_progress);
+            // Paused before the assignment, like every exactly-once partition.
+            let lane = KafkaLane::new(
+                consumer.clone(),
+                queue,
+                self.topic.clone(),
+                partition,
+                lane_progress,
+                Start::PausedAtAssign,
+            );
             self.pipeline.add_lane_replaying(Box::new(lane), Some(plan));
         }
     }

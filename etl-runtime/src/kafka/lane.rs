@@ -74,12 +74,91 @@ pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
     /// The one-partition list used to store offsets; its offset is set before each store.
     store: TopicPartitionList,
     topic: Arc<str>,
-    /// The partition is paused at the consumer since the assignment; the first `next` resumes it
-    /// unless the runtime paused the lane first (then its `resume` does).
-    resume_on_first_poll: bool,
+    /// How pause and resume reach the consumer; see [`Start`].
+    start: Start,
     payload: Vec<u8>,
     key: Vec<u8>,
     progress: Arc<LaneProgress>,
+}
+
+/// A lane's pause state at the consumer, from its assignment to its first message.
+///
+/// librdkafka orders every pause, resume, seek and fetch start of a partition by a version it
+/// takes when the call is made, and silently drops an operation older than the last it served
+/// (it answers `__OUTDATED`, which `rd_kafka_pause_partitions` does not report). After an
+/// assignment without explicit offsets, its main thread looks up the committed offset and then
+/// resumes its own pause and starts the fetch; an application pause or resume made in those few
+/// milliseconds from another thread can lose either the application's call or the fetch start,
+/// and the partition is then never fetched, without an error or a log line (the stall of one
+/// partition seen once in CI; librdkafka issue #5591 reports the same with split queues). So a
+/// lane leaves the consumer alone until its first message, which proves the fetch started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Paused at the consumer before the assignment (exactly-once, whose lanes wait for their
+    /// replay plans): the first `next` resumes it unless the runtime paused the lane first (then
+    /// its `resume` does).
+    PausedAtAssign,
+    /// Not paused at the consumer, and no message yet: the runtime's pause and resume are only
+    /// recorded (`paused`). Until the runtime resumes a paused lane it does not poll it, so the
+    /// partition's prefetch fills its split queue up to `queued.max.messages.kbytes`, which the
+    /// memory bound counts for every partition anyway.
+    AwaitingFirst { paused: bool },
+    /// Pause and resume go to the consumer.
+    Running,
+}
+
+impl Start {
+    // Each returns the pause state to set at the consumer now, if any.
+
+    /// Before each poll.
+    fn before_poll(&mut self) -> Option<bool> {
+        if *self != Start::PausedAtAssign {
+            return None;
+        }
+        *self = Start::Running;
+        Some(false)
+    }
+
+    /// A message arrived.
+    fn on_message(&mut self) -> Option<bool> {
+        match std::mem::replace(self, Start::Running) {
+            // The fetch has started: from now on the consumer's pause state is the lane's.
+            Start::AwaitingFirst { paused } => paused.then_some(true),
+            Start::PausedAtAssign | Start::Running => None,
+        }
+    }
+
+    /// The runtime paused the lane.
+    fn pause(&mut self) -> Option<bool> {
+        match *self {
+            // From the hand-over on, the runtime alone decides: it paused first, so there is
+            // nothing left to resume on the first poll and the partition is already paused at the
+            // consumer.
+            Start::PausedAtAssign => {
+                *self = Start::Running;
+                None
+            }
+            Start::AwaitingFirst { .. } => {
+                *self = Start::AwaitingFirst { paused: true };
+                None
+            }
+            Start::Running => Some(true),
+        }
+    }
+
+    /// The runtime resumed the lane.
+    fn resume(&mut self) -> Option<bool> {
+        match *self {
+            Start::AwaitingFirst { .. } => {
+                *self = Start::AwaitingFirst { paused: false };
+                None
+            }
+            Start::PausedAtAssign | Start::Running => {
+                *self = Start::Running;
+                Some(false)
+            }
+        }
+    }
 }
 
 impl<C: ConsumerContext + 'static> KafkaLane<C> {
@@ -89,6 +168,7 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
         topic: Arc<str>,
         partition: i32,
         progress: Arc<LaneProgress>,
+        start: Start,
     ) -> Self {
         let mut this = TopicPartitionList::with_capacity(1);
         this.add_partition(&topic, partition);
@@ -101,7 +181,7 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
             this,
             store,
             topic,
-            resume_on_first_poll: true,
+            start,
             payload: Vec::new(),
             key: Vec::new(),
             progress,
@@ -123,14 +203,16 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
     }
 
     fn next(&mut self) -> Option<Result<Record<'_>, SourceError>> {
-        if self.resume_on_first_poll {
-            self.resume_on_first_poll = false;
-            self.set_paused(false);
+        if let Some(paused) = self.start.before_poll() {
+            self.set_paused(paused);
         }
         let message = match self.queue.poll(Duration::ZERO)? {
             Ok(message) => message,
             Err(error) => return Some(Err(lane_error(self.partition, error))),
         };
+        if let Some(paused) = self.start.on_message() {
+            self.set_paused(paused);
+        }
         let offset = message.offset();
         let timestamp_ms = message.timestamp().to_millis();
         let has_payload = message.payload().map(|p| {
@@ -154,17 +236,15 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
     }
 
     fn pause(&mut self) {
-        // From the hand-over on, the runtime alone decides: it paused first, so there is nothing left
-        // to resume on the first poll and the partition is already paused at the consumer.
-        if std::mem::take(&mut self.resume_on_first_poll) {
-            return;
+        if let Some(paused) = self.start.pause() {
+            self.set_paused(paused);
         }
-        self.set_paused(true);
     }
 
     fn resume(&mut self) {
-        self.resume_on_first_poll = false;
-        self.set_paused(false);
+        if let Some(paused) = self.start.resume() {
+            self.set_paused(paused);
+        }
     }
 
     /// Stores `next_offset` with the list form of `rd_kafka_offsets_store`, which takes the next
@@ -187,5 +267,66 @@ fn lane_error(partition: i32, error: KafkaError) -> SourceError {
             SourceError::fatal(format!("partition {partition}: fatal consumer error: {code}"))
         }
         other => SourceError::transient(format!("partition {partition}: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::Start;
+
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        Pause,
+        Resume,
+        /// A poll; `true` when it returns a message.
+        Poll(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![Just(Op::Pause), Just(Op::Resume), any::<bool>().prop_map(Op::Poll)]
+    }
+
+    proptest! {
+        /// Invariant 5, the lane's half: a lane not paused at its assignment makes no pause or
+        /// resume call to the consumer before its first message (such a call can race
+        /// librdkafka's fetch start); whenever the runtime polls, the partition is not paused at
+        /// the consumer (a paused one would never deliver); and once a message arrived (or, paused
+        /// at the assignment, once the runtime polled or decided anything), the consumer's pause state is
+        /// the runtime's. The runtime never polls a lane it has paused.
+        #[test]
+        fn the_consumer_follows_the_runtime_without_racing_the_first_fetch(
+            paused_at_assign in any::<bool>(),
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let mut start = if paused_at_assign { Start::PausedAtAssign } else { Start::AwaitingFirst { paused: false } };
+            let mut consumer_paused = paused_at_assign;
+            let mut runtime_paused = false;
+            let (mut calls, mut fetched) = (0u32, false);
+            for op in ops {
+                let set = match op {
+                    Op::Pause => { runtime_paused = true; start.pause() }
+                    Op::Resume => { runtime_paused = false; start.resume() }
+                    Op::Poll(_) if runtime_paused => continue,
+                    Op::Poll(message) => {
+                        let before = start.before_poll();
+                        if let Some(paused) = before { consumer_paused = paused; calls += 1; }
+                        prop_assert!(!consumer_paused, "polled a partition paused at the consumer");
+                        if message { fetched = true; start.on_message() } else { None }
+                    }
+                };
+                if let Some(paused) = set {
+                    consumer_paused = paused;
+                    calls += 1;
+                }
+                if !paused_at_assign && !fetched {
+                    prop_assert_eq!(calls, 0, "a consumer call before the first message");
+                }
+                if fetched || paused_at_assign {
+                    prop_assert_eq!(consumer_paused, runtime_paused, "the consumer's pause state is not the runtime's");
+                }
+            }
+        }
     }
 }
