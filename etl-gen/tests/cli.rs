@@ -236,15 +236,21 @@ fn memory_bound(pipeline: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The installed `etl-gen` works outside this repository: the crate it writes points at
-/// the etl-runtime of the checkout it was built from, and builds into a local target dir.
-#[test]
-fn etl_gen_binary_works_outside_the_repository() {
+/// A temporary directory holding the quickstart's pipeline.yaml and schema.
+fn quickstart_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
     for f in ["pipeline.yaml", "order.avsc"] {
         std::fs::copy(examples.join(f), dir.path().join(f)).unwrap();
     }
+    dir
+}
+
+/// The installed `etl-gen` works outside this repository: the crate it writes points at
+/// the etl-runtime of the checkout it was built from, and builds into a local target dir.
+#[test]
+fn etl_gen_binary_works_outside_the_repository() {
+    let dir = quickstart_copy();
     let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
         .current_dir(dir.path())
         .args(["gen", "pipeline.yaml", "-o", "crate"])
@@ -262,11 +268,7 @@ fn etl_gen_binary_works_outside_the_repository() {
 /// left under `src/` and `benches/`.
 #[test]
 fn regenerating_rewrites_only_what_changed_and_removes_stale_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
-    for f in ["pipeline.yaml", "order.avsc"] {
-        std::fs::copy(examples.join(f), dir.path().join(f)).unwrap();
-    }
+    let dir = quickstart_copy();
     let generate = || {
         let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
             .current_dir(dir.path())
