@@ -246,17 +246,22 @@ fn quickstart_copy() -> tempfile::TempDir {
     dir
 }
 
+/// `etl-gen gen pipeline.yaml -o crate` in `dir`; it must succeed.
+fn gen_into_crate(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .current_dir(dir)
+        .args(["gen", "pipeline.yaml", "-o", "crate"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// The installed `etl-gen` works outside this repository: the crate it writes points at
 /// the etl-runtime of the checkout it was built from, and builds into a local target dir.
 #[test]
 fn etl_gen_binary_works_outside_the_repository() {
     let dir = quickstart_copy();
-    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-        .current_dir(dir.path())
-        .args(["gen", "pipeline.yaml", "-o", "crate"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    gen_into_crate(dir.path());
     let manifest = std::fs::read_to_string(dir.path().join("crate/Cargo.toml")).unwrap();
     let runtime = Path::new(env!("CARGO_MANIFEST_DIR")).join("../etl-runtime").canonicalize().unwrap();
     assert!(manifest.contains(&format!("path = \"{}\"", runtime.display())), "{manifest}");
@@ -269,14 +274,7 @@ fn etl_gen_binary_works_outside_the_repository() {
 #[test]
 fn regenerating_rewrites_only_what_changed_and_removes_stale_files() {
     let dir = quickstart_copy();
-    let generate = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-            .current_dir(dir.path())
-            .args(["gen", "pipeline.yaml", "-o", "crate"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
+    let generate = || gen_into_crate(dir.path());
     let generated = dir.path().join("crate");
     let mtime = |rel: &str| std::fs::metadata(generated.join(rel)).unwrap().modified().unwrap();
     generate();
