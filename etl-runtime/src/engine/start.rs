@@ -190,29 +190,62 @@ impl SinkSide {
     }
 
     /// Starts one pipeline thread per configured thread, each with a chain from `chains`.
-    fn spawn_threads<C, F, D>(self, chains: F, delivery: Arc<D>) -> Result<Pipeline, StartError>
+    fn spawn_threads<C, F, D>(mut self, chains: F, delivery: Arc<D>) -> Result<Pipeline, StartError>
     where
         C: Chain,
         F: Fn() -> C,
         D: Delivery,
     {
-        let SinkSide { shared, runtime, queue_tx, acks, controls, stop, fatal_rx, permits, workers, ledger } = self;
         let mut threads = Vec::new();
-        for (index, ((ack_tx, ack_rx), (_, control_rx))) in acks.into_iter().zip(controls.iter().cloned()).enumerate() {
+        let acks = std::mem::take(&mut self.acks);
+        for (index, ((ack_tx, ack_rx), (_, control_rx))) in
+            acks.into_iter().zip(self.controls.iter().cloned()).enumerate()
+        {
             let thread = PipelineThread::new(
                 index,
                 chains(),
                 delivery.clone(),
                 control_rx,
                 (ack_tx, ack_rx),
-                queue_tx.clone(),
-                shared.clone(),
+                self.queue_tx.clone(),
+                self.shared.clone(),
             );
             threads
                 .push(std::thread::Builder::new().name(format!("etl-pipeline-{index}")).spawn(move || thread.run())?);
         }
+        Ok(self.into_pipeline(threads))
+    }
+
+    /// The running pipeline, once its `threads` run. Not generic, like [`SinkSide::start`].
+    fn into_pipeline(self, threads: Vec<JoinHandle<()>>) -> Pipeline {
+        let SinkSide {
+            shared,
+            runtime,
+            queue_tx,
+            acks: _,
+            controls,
+            stop: (stop_tx, stop_rx),
+            fatal_rx,
+            permits,
+            workers,
+            ledger,
+        } = self;
+        // The queue senders are the pipeline threads' alone now: when they end, the workers do.
         drop(queue_tx);
-        Ok(Pipeline::assemble(shared, runtime, controls, stop, fatal_rx, permits, workers, ledger, threads))
+        let handle = PipelineHandle {
+            inner: Arc::new(HandleInner {
+                control: controls.into_iter().map(|(tx, _)| tx).collect(),
+                shared,
+                placement: Mutex::new(HashMap::new()),
+                ledger,
+                fences: Mutex::new(HashMap::new()),
+                next_lane_id: AtomicU64::new(1),
+                stop: stop_tx,
+                runtime: runtime.handle().clone(),
+            }),
+        };
+        tracing::info!(threads = threads.len(), shards = workers.len(), "pipeline started");
+        Pipeline { handle, threads, workers, permits, runtime: Some(runtime), stop_rx, fatal_rx }
     }
 }
 
@@ -265,34 +298,6 @@ impl Pipeline {
             Chosen::AtLeastOnce(delivery) => side.spawn_threads(chains, delivery),
             Chosen::ExactlyOnce(delivery) => side.spawn_threads(chains, delivery),
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn assemble(
-        shared: Arc<Shared>,
-        runtime: tokio::runtime::Runtime,
-        controls: Vec<(Sender<Control>, Receiver<Control>)>,
-        (stop_tx, stop_rx): (Sender<()>, Receiver<()>),
-        fatal_rx: Receiver<()>,
-        permits: Vec<Arc<Semaphore>>,
-        workers: Vec<JoinHandle<()>>,
-        ledger: Option<Arc<dyn Ledger>>,
-        threads: Vec<JoinHandle<()>>,
-    ) -> Pipeline {
-        let handle = PipelineHandle {
-            inner: Arc::new(HandleInner {
-                control: controls.into_iter().map(|(tx, _)| tx).collect(),
-                shared,
-                placement: Mutex::new(HashMap::new()),
-                ledger,
-                fences: Mutex::new(HashMap::new()),
-                next_lane_id: AtomicU64::new(1),
-                stop: stop_tx,
-                runtime: runtime.handle().clone(),
-            }),
-        };
-        tracing::info!(threads = threads.len(), shards = workers.len(), "pipeline started");
-        Pipeline { handle, threads, workers, permits, runtime: Some(runtime), stop_rx, fatal_rx }
     }
 
     /// The handle sources use to add and drain lanes.
