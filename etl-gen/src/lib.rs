@@ -19,6 +19,7 @@ pub mod docs;
 pub mod emit;
 mod expr;
 mod ir;
+mod json_schema;
 pub mod load;
 pub mod memory;
 #[cfg(feature = "cli")]

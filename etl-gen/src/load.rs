@@ -19,10 +19,11 @@ use serde_yaml::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::diag::{Diagnostic, Report};
-use crate::model::{Operator, PipelineFile, TEMPLATED_KEYS};
+use crate::model::{Encoding, Operator, PipelineFile, TEMPLATED_KEYS};
 use crate::plan::{Plan, RustSource, Step};
 use crate::rules::{
-    self, Context, Options, avro_schema, invalid_value, literal_required, missing_key, unknown_key, yaml_syntax,
+    self, Context, Options, avro_schema, format_choice, invalid_value, json_schema, literal_required, missing_key,
+    unknown_key, yaml_syntax,
 };
 use crate::schema::RecordType;
 use crate::source_map::{SourceMap, join, parent};
@@ -36,6 +37,13 @@ pub struct Validated {
     pub(crate) schema: RecordType,
     /// The schema file's text, compiled into the binary.
     pub schema_text: String,
+    /// What the decoder is generated from besides the column view: nothing more for Avro, the
+    /// JSON Schema's properties (keys, presence) for JSON.
+    pub(crate) input: Input,
+    /// The records' shape as an Avro schema: what `source.datagen`, `cargo xtask produce` and
+    /// the generated fuzz test synthesize values from (and encode in the pipeline's format).
+    /// The schema file itself for Avro; derived from the column view for other formats.
+    pub datagen_schema: String,
     /// The schema file, absolute.
     pub schema_path: PathBuf,
     /// pipeline.yaml, absolute.
@@ -51,6 +59,15 @@ pub struct Validated {
     /// The config hash: the first 16 hex digits of sha256 over the normalized configuration,
     /// the schema and the user Rust files.
     pub config_hash: String,
+}
+
+/// The format-specific part of the reader schema.
+#[derive(Clone, Debug)]
+pub(crate) enum Input {
+    /// Avro: the column view ([`Validated::schema`]) is the whole schema.
+    Avro,
+    /// JSON: the top-level properties.
+    Json(Vec<crate::json_schema::JField>),
 }
 
 /// A user Rust file a `rust` operator names, as read.
@@ -114,22 +131,46 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
     let model = read_model(text, &mut diagnostics);
     let mut pipeline = None;
     if let Some(model) = model {
-        let relative = &model.format.avro.schema;
-        let schema_file = base_dir.join(relative);
-        let schema = match std::fs::read_to_string(&schema_file) {
-            Err(e) => Err(vec![avro_schema::unreadable(relative, &e)]),
-            Ok(text) => avro_schema::convert(relative, &text).map(|record| (text, record)),
-        };
-        let schema = match schema {
-            Ok(loaded) => Some(loaded),
-            Err(found) => {
-                diagnostics.extend(found);
+        let schema = match model.format.selected() {
+            None => {
+                diagnostics.extend(format_choice::check(&model.format));
                 None
             }
+            Some(format) => {
+                let relative = format.schema;
+                let key = format.path("schema");
+                let schema_file = base_dir.join(relative);
+                let loaded = match std::fs::read_to_string(&schema_file) {
+                    Err(e) => Err(vec![avro_schema::unreadable(&key, relative, &e)]),
+                    Ok(text) => match format.encoding {
+                        Encoding::Avro => avro_schema::convert(relative, &text).map(|record| {
+                            let datagen = text.clone();
+                            (text, record, Input::Avro, datagen)
+                        }),
+                        Encoding::Json => json_schema::convert(relative, &text).map(|fields| {
+                            let record = crate::json_schema::record("Message", &fields);
+                            let datagen = crate::schema::avro_schema_json(&record);
+                            (text, record, Input::Json(fields), datagen)
+                        }),
+                    },
+                };
+                match loaded {
+                    Ok(loaded) => Some((schema_file, loaded)),
+                    Err(found) => {
+                        diagnostics.extend(found);
+                        None
+                    }
+                }
+            }
         };
-        let cx = Context { model: &model, source_map: &source_map, schema: schema.as_ref().map(|(_, s)| s), options };
+        let cx = Context {
+            model: &model,
+            source_map: &source_map,
+            schema: schema.as_ref().map(|(_, (_, s, _, _))| s),
+            options,
+        };
         rules::check(&cx, &mut diagnostics);
-        if let Some((schema_text, schema)) = schema {
+        if let Some((schema_file, (schema_text, schema, input, datagen_schema))) = schema {
             let sources = read_rust_sources(&model, base_dir);
             match crate::plan::plan(&model, &schema, &sources) {
                 Ok(plan) => {
@@ -139,6 +180,8 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                         model,
                         schema,
                         schema_text,
+                        input,
+                        datagen_schema,
                         schema_path: absolute(&schema_file),
                         pipeline_path: pipeline_path.to_owned(),
                         base_dir: base_dir.to_owned(),

@@ -223,11 +223,109 @@ impl ScalarValue {
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Format {
-    /// Avro payloads.
-    pub avro: AvroFormat,
+    /// Avro payloads. Exactly one of `avro` and `json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avro: Option<AvroFormat>,
+    /// JSON payloads, described by a JSON Schema (the supported subset is in the type mapping
+    /// below). Exactly one of `avro` and `json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<JsonFormat>,
     /// Larger messages are record errors (handled by `errors.policy`).
     #[serde(default = "defaults::max_message_bytes")]
     pub max_message_bytes: ByteSize,
+}
+
+/// Which payload encoding a pipeline reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// `format.avro`
+    Avro,
+    /// `format.json`
+    Json,
+}
+
+impl Encoding {
+    /// The key under `format:`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Encoding::Avro => "avro",
+            Encoding::Json => "json",
+        }
+    }
+}
+
+/// What every schema-described format has: the view of `format.avro` or `format.json` the
+/// rest of the generator reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Selected<'a> {
+    /// Which format.
+    pub encoding: Encoding,
+    /// The schema file, relative to pipeline.yaml.
+    pub schema: &'a str,
+    /// The framing.
+    pub wire: Wire,
+    /// The schema registry, if any.
+    pub registry: Option<&'a Template>,
+    /// The reader schema's registry ids.
+    pub schema_id: Option<&'a SchemaIds>,
+    /// How long a failing registry lookup is retried.
+    pub registry_timeout: Duration,
+}
+
+impl Selected<'_> {
+    /// The key path of a key of this format: `format.json.schema_id`.
+    pub fn path(&self, key: &str) -> String {
+        if key.is_empty() {
+            format!("format.{}", self.encoding.key())
+        } else {
+            format!("format.{}.{key}", self.encoding.key())
+        }
+    }
+
+    /// The reader schema's registry ids (empty when `schema_id` is not set).
+    pub fn schema_ids(&self) -> Vec<u32> {
+        self.schema_id.map(SchemaIds::ids).unwrap_or_default()
+    }
+
+    /// Whether writer schemas are resolved through a registry (a Confluent frame and a
+    /// `registry` key; its URL may still resolve to empty at run time).
+    pub fn uses_registry(&self) -> bool {
+        self.registry.is_some() && self.wire == Wire::Confluent
+    }
+}
+
+impl Format {
+    /// The one format the file names; `None` when it names none or more than one (a
+    /// diagnostic, reported by the loader, so nothing after validation sees `None`).
+    pub fn selected(&self) -> Option<Selected<'_>> {
+        match (&self.avro, &self.json) {
+            (Some(a), None) => Some(Selected {
+                encoding: Encoding::Avro,
+                schema: &a.schema,
+                wire: a.wire,
+                registry: a.registry.as_ref(),
+                schema_id: a.schema_id.as_ref(),
+                registry_timeout: a.registry_timeout,
+            }),
+            (None, Some(j)) => Some(Selected {
+                encoding: Encoding::Json,
+                schema: &j.schema,
+                wire: j.wire,
+                registry: None,
+                schema_id: j.schema_id.as_ref(),
+                registry_timeout: defaults::registry_timeout(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// [`Format::selected`] of a validated pipeline.
+    ///
+    /// # Panics
+    /// When the file names no format or several, which validation rejects.
+    pub fn get(&self) -> Selected<'_> {
+        self.selected().expect("validation admits exactly one format")
+    }
 }
 
 /// `format.avro:`
@@ -256,6 +354,24 @@ pub struct AvroFormat {
     pub registry_timeout: Duration,
 }
 
+/// `format.json:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JsonFormat {
+    /// The JSON Schema of one message (a file, relative to pipeline.yaml; compiled into the
+    /// binary). Its top level is an object with `properties`.
+    pub schema: String,
+    /// `raw`: each message is one JSON document; `confluent`: a magic byte and a 4-byte schema
+    /// id before the document.
+    #[serde(default = "defaults::json_wire")]
+    pub wire: Wire,
+    /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: with
+    /// `wire: confluent` it is required, and a message framed with any other id is a record
+    /// error. (A schema registry for JSON is not supported yet.)
+    #[serde(default)]
+    pub schema_id: Option<SchemaIds>,
+}
+
 /// `format.avro.schema_id`: one id, or a list of them.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(untagged)]
@@ -276,21 +392,14 @@ impl SchemaIds {
     }
 }
 
-impl AvroFormat {
-    /// The reader schema's registry ids (empty when `schema_id` is not set).
-    pub fn schema_ids(&self) -> Vec<u32> {
-        self.schema_id.as_ref().map(SchemaIds::ids).unwrap_or_default()
-    }
-}
-
-/// The Avro wire format.
+/// How a message frames its payload.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Wire {
-    /// Magic byte 0, a big-endian 4-byte schema id, then the datum.
+    /// Magic byte 0, a big-endian 4-byte schema id, then the payload.
     #[default]
     Confluent,
-    /// The bare Avro datum.
+    /// The bare payload.
     Raw,
 }
 
@@ -666,6 +775,10 @@ mod defaults {
     }
     pub(super) fn registry_timeout() -> Duration {
         duration(shared::REGISTRY_TIMEOUT)
+    }
+    /// Most JSON topics carry bare documents; Avro's default stays `confluent`.
+    pub(super) fn json_wire() -> super::Wire {
+        super::Wire::Raw
     }
     pub(super) fn database() -> String {
         "default".to_owned()

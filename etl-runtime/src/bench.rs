@@ -8,29 +8,22 @@ use apache_avro::Schema;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::datagen::{Wire, random_value};
+use crate::datagen::{Encoding, Wire, encode, random_value};
 use crate::engine::chain::{Chain, OpenBuffer, RowOut};
 use crate::engine::errors::RecordError;
 use crate::engine::lane::Record;
 
-/// `n` payloads of random records of `schema`, framed as `wire` says; the same seed gives
-/// the same payloads.
-pub fn sample_payloads(schema: &Schema, wire: Wire, seed: u64, n: usize) -> Vec<Vec<u8>> {
+/// `n` payloads of random records of `schema`, encoded as `encoding` and framed as `wire`
+/// says; the same seed gives the same payloads.
+pub fn sample_payloads(schema: &Schema, encoding: Encoding, wire: Wire, seed: u64, n: usize) -> Vec<Vec<u8>> {
     let names = HashMap::new();
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n)
         .map(|_| {
-            let datum = apache_avro::to_avro_datum(schema, random_value(schema, &names, &mut rng, 0))
+            let mut payload = Vec::new();
+            encode(schema, random_value(schema, &names, &mut rng, 0), encoding, wire, &mut payload)
                 .expect("datagen values fit their schema");
-            match wire {
-                Wire::Raw => datum,
-                Wire::Confluent { schema_id } => {
-                    let mut framed = vec![0];
-                    framed.extend_from_slice(&schema_id.to_be_bytes());
-                    framed.extend_from_slice(&datum);
-                    framed
-                }
-            }
+            payload
         })
         .collect()
 }
@@ -66,14 +59,21 @@ impl ChainHarness {
 
 /// Runs `cases` random and mutated payloads through chains made by `make` and panics, naming
 /// the payload, if the chain panics on one: a record that does not decode must be a record
-/// error, whatever its bytes. Half the payloads are valid records of `schema` (framed as `wire`
-/// says) with random damage (bit flips, truncation, inserted or overwritten bytes, varint
+/// error, whatever its bytes. Half the payloads are valid records of `schema` (encoded and framed
+/// as `encoding` and `wire` say) with random damage (bit flips, truncation, inserted or overwritten bytes, varint
 /// continuation runs, another schema id); the rest are random bytes, framed or not. The same
 /// seed gives the same payloads. Generated crates call it from their own tests.
-pub fn fuzz_chain<C: Chain>(mut make: impl FnMut() -> C, schema: &Schema, wire: Wire, cases: usize, seed: u64) {
+pub fn fuzz_chain<C: Chain>(
+    mut make: impl FnMut() -> C,
+    schema: &Schema,
+    encoding: Encoding,
+    wire: Wire,
+    cases: usize,
+    seed: u64,
+) {
     use rand::Rng;
     let mut rng = StdRng::seed_from_u64(seed);
-    let valid = sample_payloads(schema, wire, seed, 64);
+    let valid = sample_payloads(schema, encoding, wire, seed, 64);
     let mut harness = ChainHarness::new(4);
     let mut chain = make();
     let (mut decoded, mut rejected) = (0usize, 0usize);

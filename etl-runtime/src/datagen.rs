@@ -1,4 +1,6 @@
-//! `source.datagen`: records synthesized from the Avro schema, for runs without a Kafka broker.
+//! `source.datagen`: records synthesized from an Avro schema (the reader schema, or for other
+//! formats one of the same shape) and encoded in the pipeline's format, for runs without a Kafka
+//! broker.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,19 @@ pub struct DatagenConfig {
     pub partitions: u32,
     /// How each datum is framed.
     pub wire: Wire,
+    /// How each datum is encoded.
+    pub encoding: Encoding,
+}
+
+/// How a synthesized value is encoded (`format.avro` or `format.json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// Avro's binary encoding.
+    #[default]
+    Avro,
+    /// One JSON document: records as objects, enums as their symbols, timestamps as RFC 3339
+    /// strings, dates as `YYYY-MM-DD`, UUIDs in their canonical form.
+    Json,
 }
 
 /// How a datagen payload is framed (`format.avro.wire`).
@@ -44,7 +59,7 @@ pub enum Wire {
 
 impl Default for DatagenConfig {
     fn default() -> Self {
-        DatagenConfig { rate: 0, count: 0, seed: 0, partitions: 1, wire: Wire::Raw }
+        DatagenConfig { rate: 0, count: 0, seed: 0, partitions: 1, wire: Wire::Raw, encoding: Encoding::Avro }
     }
 }
 
@@ -103,6 +118,7 @@ impl Source for DatagenSource {
                 rate,
                 started: Instant::now(),
                 wire: self.config.wire,
+                encoding: self.config.encoding,
                 buffer: Vec::new(),
                 paused: false,
                 stored: self.stored.clone(),
@@ -127,6 +143,7 @@ struct DatagenLane {
     rate: Option<f64>,
     started: Instant,
     wire: Wire,
+    encoding: Encoding,
     buffer: Vec<u8>,
     paused: bool,
     stored: Arc<Mutex<BTreeMap<i32, i64>>>,
@@ -148,18 +165,10 @@ impl Lane for DatagenLane {
             }
         }
         let value = random_value(&self.schema, &self.names, &mut self.rng, 0);
-        let datum = match apache_avro::to_avro_datum(&self.schema, value) {
-            Ok(datum) => datum,
-            Err(error) => {
-                return Some(Err(SourceError::fatal(format!("datagen could not encode a datum: {error}"))));
-            }
-        };
         self.buffer.clear();
-        if let Wire::Confluent { schema_id } = self.wire {
-            self.buffer.push(0);
-            self.buffer.extend_from_slice(&schema_id.to_be_bytes());
+        if let Err(error) = encode(&self.schema, value, self.encoding, self.wire, &mut self.buffer) {
+            return Some(Err(SourceError::fatal(format!("datagen could not encode a datum: {error}"))));
         }
-        self.buffer.extend_from_slice(&datum);
         let offset = self.next_offset;
         self.next_offset += 1;
         let timestamp_ms =
@@ -191,6 +200,82 @@ impl Lane for DatagenLane {
             .map_err(|_| SourceError::fatal("offset store poisoned"))?
             .insert(self.partition, next_offset);
         Ok(())
+    }
+}
+
+/// Appends `value` (of `schema`), framed as `wire` says and encoded as `encoding` says, to `out`.
+pub(crate) fn encode(
+    schema: &Schema,
+    value: Value,
+    encoding: Encoding,
+    wire: Wire,
+    out: &mut Vec<u8>,
+) -> Result<(), apache_avro::Error> {
+    if let Wire::Confluent { schema_id } = wire {
+        out.push(0);
+        out.extend_from_slice(&schema_id.to_be_bytes());
+    }
+    match encoding {
+        Encoding::Avro => out.extend_from_slice(&apache_avro::to_avro_datum(schema, value)?),
+        Encoding::Json => json_value(&value, out),
+    }
+    Ok(())
+}
+
+/// `value` as JSON, as `format.json` reads it back.
+fn json_value(value: &Value, out: &mut Vec<u8>) {
+    use crate::codec::json;
+    match value {
+        Value::Null => json::null(out),
+        Value::Boolean(b) => json::boolean(out, *b),
+        Value::Int(i) => json::int(out, i64::from(*i)),
+        Value::Date(days) => json::date(out, *days),
+        Value::Long(i) => json::int(out, *i),
+        Value::Float(f) => json::float(out, f64::from(*f)),
+        Value::Double(f) => json::float(out, *f),
+        Value::String(s) => json::string(out, s),
+        Value::Bytes(b) | Value::Fixed(_, b) => json::bytes(out, b),
+        Value::Enum(_, symbol) => json::string(out, symbol),
+        Value::Union(_, inner) => json_value(inner, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_value(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Map(entries) => {
+            out.push(b'{');
+            for (i, (key, item)) in entries.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json::string(out, key);
+                out.push(b':');
+                json_value(item, out);
+            }
+            out.push(b'}');
+        }
+        Value::Record(fields) => {
+            out.push(b'{');
+            for (i, (key, item)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json::string(out, key);
+                out.push(b':');
+                json_value(item, out);
+            }
+            out.push(b'}');
+        }
+        Value::TimestampMillis(ms) => json::timestamp(out, *ms, 3),
+        Value::TimestampMicros(us) => json::timestamp(out, *us, 6),
+        Value::Uuid(u) => json::uuid(out, u.as_u128()),
+        // Types `format.json` has no mapping for: their text, so a document still parses.
+        other => json::string(out, &format!("{other:?}")),
     }
 }
 
@@ -325,7 +410,14 @@ mod tests {
         let schema = Schema::parse_str(SCHEMA).unwrap();
         let mut source = DatagenSource::new(
             schema.clone(),
-            DatagenConfig { count: 3, seed: 7, partitions: 1, wire: Wire::Confluent { schema_id: 1 }, rate: 0 },
+            DatagenConfig {
+                count: 3,
+                seed: 7,
+                partitions: 1,
+                wire: Wire::Confluent { schema_id: 1 },
+                rate: 0,
+                encoding: Encoding::Avro,
+            },
         )
         .unwrap();
         let mut lane = DatagenLane {
@@ -338,6 +430,7 @@ mod tests {
             rate: None,
             started: Instant::now(),
             wire: Wire::Confluent { schema_id: 1 },
+            encoding: Encoding::Avro,
             buffer: Vec::new(),
             paused: false,
             stored: source.stored.clone(),
@@ -357,5 +450,22 @@ mod tests {
         assert!(source.is_finite());
         source.config.count = 0;
         assert!(!source.is_finite());
+    }
+
+    // JSON documents carry every value in the form `format.json` reads: they parse, records are
+    // objects with the schema's keys, enums are symbols, timestamps RFC 3339 strings.
+    #[test]
+    fn json_documents_parse_and_carry_the_schema_keys() {
+        let schema = Schema::parse_str(SCHEMA).unwrap();
+        let payloads = crate::bench::sample_payloads(&schema, Encoding::Json, Wire::Raw, 3, 50);
+        for p in &payloads {
+            let doc: serde_json::Value = serde_json::from_slice(p).unwrap();
+            let object = doc.as_object().unwrap();
+            assert_eq!(object.len(), 16);
+            assert!(["EU", "US", "APAC"].contains(&object["region"].as_str().unwrap()));
+            let at = object["at_us"].as_str().unwrap();
+            assert!(at.ends_with('Z') && at.len() == "2024-01-01T00:00:00.000000Z".len(), "{at}");
+            assert_eq!(object["day"].as_str().unwrap().len(), 10);
+        }
     }
 }

@@ -101,7 +101,7 @@ pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, ErasedSink,
 pub use crate::engine::source::Source;
 pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
 pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
-pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Wire};
+pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Encoding, Wire};
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats};
@@ -113,11 +113,11 @@ pub mod __private {
     pub use crate::bench::{ChainHarness, fuzz_chain, sample_payloads};
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
-    pub use crate::codec::{avro, json, ops, rowbinary, shard_hash, text_bytes};
+    pub use crate::codec::{avro, json, json_read, ops, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,
     };
-    pub use crate::datagen::{DatagenConfig, DatagenSource, Wire};
+    pub use crate::datagen::{DatagenConfig, DatagenSource, Encoding, Wire};
     pub use crate::engine::chain::{Chain, RowOut};
     pub use crate::engine::errors::{RecordError, RecordErrorKind};
     pub use crate::engine::lane::Record;

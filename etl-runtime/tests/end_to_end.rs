@@ -44,7 +44,14 @@ impl Chain for ToJson {
 }
 
 fn datagen(count: u64, partitions: u32) -> DatagenSource {
-    let config = DatagenConfig { rate: 0, count, seed: 42, partitions, wire: Wire::Confluent { schema_id: 1 } };
+    let config = DatagenConfig {
+        rate: 0,
+        count,
+        seed: 42,
+        partitions,
+        wire: Wire::Confluent { schema_id: 1 },
+        ..DatagenConfig::default()
+    };
     DatagenSource::new(Schema::parse_str(SCHEMA).unwrap(), config).unwrap()
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use etl_runtime::__private::{Wire, sample_payloads};
+use etl_runtime::__private::{Encoding, Wire, sample_payloads};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -46,13 +46,18 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
         Some(t) => t.clone(),
         None => kafka.topic.resolve(env).map_err(anyhow::Error::msg)?,
     };
-    let schema = apache_avro::Schema::parse_str(&pipeline.schema_text)?;
-    let wire = match pipeline.model.format.avro.wire {
+    let schema = apache_avro::Schema::parse_str(&pipeline.datagen_schema)?;
+    let format = pipeline.model.format.get();
+    let wire = match format.wire {
         etl_gen::model::Wire::Raw => Wire::Raw,
         // Framed with the reader schema's own id, so the pipeline decodes them directly.
         etl_gen::model::Wire::Confluent => {
-            Wire::Confluent { schema_id: pipeline.model.format.avro.schema_ids().first().copied().unwrap_or(1) }
+            Wire::Confluent { schema_id: format.schema_ids().first().copied().unwrap_or(1) }
         }
+    };
+    let encoding = match format.encoding {
+        etl_gen::model::Encoding::Avro => Encoding::Avro,
+        etl_gen::model::Encoding::Json => Encoding::Json,
     };
     create_topic(&args.brokers, &topic, args.partitions)?;
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
@@ -67,7 +72,7 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
     let mut seed = args.seed;
     while produced < args.count {
         let n = (args.count - produced).min(100_000);
-        for (i, payload) in sample_payloads(&schema, wire, seed, n).iter().enumerate() {
+        for (i, payload) in sample_payloads(&schema, encoding, wire, seed, n).iter().enumerate() {
             let key = format!("{}", produced + i);
             let mut record = BaseRecord::to(&topic).key(&key).payload(payload);
             loop {

@@ -25,11 +25,12 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
             quote!(#[allow(dead_code)] #id: #ty)
         })
         .collect();
-    let header = match v.model.format.avro.wire {
+    let header = match v.model.format.get().wire {
         Wire::Confluent => quote!(5),
         Wire::Raw => quote!(0),
     };
     let wire = super::chain::datagen_wire(&v.model);
+    let encoding = super::chain::datagen_encoding(&v.model);
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -47,7 +48,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
 
         fn chain(c: &mut Criterion) {
             let schema = rt::apache_avro::Schema::parse_str(pipeline::SCHEMA).unwrap();
-            let payloads = rt::sample_payloads(&schema, #wire, 7, 10_000);
+            let payloads = rt::sample_payloads(&schema, #encoding, #wire, 7, 10_000);
             let mut group = c.benchmark_group("per record");
             group.throughput(Throughput::Elements(payloads.len() as u64));
             group.bench_function("generated decoder", |b| {

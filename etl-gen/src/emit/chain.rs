@@ -12,8 +12,8 @@ use super::expr::{Scope, condition, value};
 use super::types::{Val, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
 use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
 use crate::ir::{TExpr, TKind};
-use crate::load::Validated;
-use crate::model::{FileFormat, Operator, Sink, Wire};
+use crate::load::{Input, Validated};
+use crate::model::{Encoding, FileFormat, Operator, Sink, Wire};
 use crate::plan::Step;
 
 /// What the emitted `main.rs` needs besides the plan.
@@ -52,10 +52,19 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         format_ident!("f_{}_{}", name.trim_start_matches('_'), counter)
     };
 
-    // Decoding: one local per input field, in schema order.
+    // Decoding: one local per input field the chain reads.
+    let format = v.model.format.get();
     let mut decode_stmts = Vec::new();
     let live = plan.live_inputs();
-    decode_nodes(&plan.decode, &plan.input, &live, &mut decode_stmts, &mut scope, &mut fresh);
+    match &v.input {
+        Input::Avro => {
+            decode_nodes(&plan.decode, &plan.input, &live, &mut decode_stmts, &mut scope, &mut fresh);
+            decode_stmts.push(quote!(rt::avro::end(buf)?;));
+        }
+        Input::Json(fields) => {
+            decode_stmts = super::json::decode(fields, &plan.input, &live, &mut scope, &mut fresh, &mut enums);
+        }
+    }
     // Record metadata only where an expression reads it.
     let mut read = BTreeSet::new();
     for step in &plan.steps {
@@ -91,7 +100,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             let doc = format!("`{}`: {} (ClickHouse `{}`)", c.name, c.ty, c.ty.clickhouse());
             quote!(#[doc = #doc] pub #id: #ty)
         });
-        let doc = format!("The Avro record `{}`.", r.name);
+        let doc = format!("The record `{}`.", r.name);
         quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] pub struct #name<'a> { #(#fields,)* })
     });
 
@@ -111,23 +120,17 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         v,
     )?;
 
-    let enum_tables = enums.iter().enumerate().map(|(i, symbols)| {
-        let id = format_ident!("ENUM_{}", i);
-        let n = Literal::usize_unsuffixed(symbols.len());
-        quote!(static #id: [&str; #n] = [#(#symbols),*];)
-    });
-
     let symbol_consts = symbol_consts(&plan.steps);
-    let uses_registry = v.model.format.avro.registry.is_some() && v.model.format.avro.wire == Wire::Confluent;
+    let uses_registry = format.uses_registry();
     // The decoder alone, for benchmarks: the writer schema is taken to be the reader's.
-    let bench_framing = match v.model.format.avro.wire {
+    let bench_framing = match format.wire {
         Wire::Confluent => quote!(let (_schema_id, mut buf) = rt::avro::confluent(payload)?;),
         Wire::Raw => quote!(let mut buf = payload;),
     };
-    let framing = match v.model.format.avro.wire {
+    let framing = match (format.wire, format.encoding) {
         // With a registry (its URL may resolve to empty at run time: then none), a writer
         // schema that differs from the reader schema is resolved and re-encoded first.
-        Wire::Confluent if uses_registry => quote!(
+        (Wire::Confluent, Encoding::Avro) if uses_registry => quote!(
             let (schema_id, datum) = rt::avro::confluent(payload)?;
             let resolved;
             let mut buf = match &self.registry {
@@ -142,17 +145,29 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             };
         ),
         // Without a registry only the reader schema's own ids can be decoded.
-        Wire::Confluent => quote!(
+        (Wire::Confluent, Encoding::Avro) => quote!(
             let (schema_id, mut buf) = rt::avro::confluent(payload)?;
             rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
         ),
-        Wire::Raw => bench_framing.clone(),
+        (Wire::Confluent, Encoding::Json) => quote!(
+            let (schema_id, buf) = rt::avro::confluent(payload)?;
+            rt::json_read::reader_schema_id(schema_id, SCHEMA_IDS)?;
+        ),
+        (Wire::Raw, Encoding::Avro) => bench_framing.clone(),
+        (Wire::Raw, Encoding::Json) => quote!(let buf = payload;),
+    };
+    let bench_framing = match format.encoding {
+        Encoding::Avro => bench_framing,
+        Encoding::Json => match format.wire {
+            Wire::Confluent => quote!(let (_schema_id, buf) = rt::avro::confluent(payload)?;),
+            Wire::Raw => quote!(let buf = payload;),
+        },
     };
     let chain_struct = if uses_registry {
         quote!(
             #[derive(Default)]
             pub(crate) struct Chain {
-                /// The schema registry, when `format.avro.registry` resolves to a URL.
+                /// The schema registry, when the format's `registry` resolves to a URL.
                 registry: ::std::option::Option<rt::Registry>,
             }
         )
@@ -163,10 +178,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         )
     };
     let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
-    let schema_ids = v.model.format.avro.schema_ids().into_iter().map(Literal::u32_unsuffixed);
-    let schema_ids_const = match v.model.format.avro.wire {
+    let schema_ids = format.schema_ids().into_iter().map(Literal::u32_unsuffixed);
+    let schema_ids_doc =
+        format!("`{}`: the registry ids of the reader schema, decoded directly.", format.path("schema_id"));
+    let schema_ids_const = match format.wire {
         Wire::Confluent => quote!(
-            /// `format.avro.schema_id`: the registry ids of the reader schema, decoded directly.
+            #[doc = #schema_ids_doc]
             const SCHEMA_IDS: &[u32] = &[#(#schema_ids),*];
         ),
         Wire::Raw => TokenStream::new(),
@@ -179,17 +196,24 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     });
     let rows_mod = rows_module(&plan.steps);
     let bench_decode = if inputs.bench {
-        // Every field built, as apache-avro's generic path (its comparison) does.
+        // Every field built, as a generic decoder (its comparison) does.
         let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
         let (mut stmts, mut bench_scope) = (Vec::new(), Scope::new());
-        decode_nodes(&plan.decode, &plan.input, &all, &mut stmts, &mut bench_scope, &mut fresh);
+        match &v.input {
+            Input::Avro => {
+                decode_nodes(&plan.decode, &plan.input, &all, &mut stmts, &mut bench_scope, &mut fresh);
+                stmts.push(quote!(rt::avro::end(buf)?;));
+            }
+            Input::Json(fields) => {
+                stmts = super::json::decode(fields, &plan.input, &all, &mut bench_scope, &mut fresh, &mut enums);
+            }
+        }
         let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
         quote!(
             /// The decoder alone (framing, every field built, the end check), for benchmarks.
             pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
                 #bench_framing
                 #(#stmts)*
-                rt::avro::end(buf)?;
                 #(::std::hint::black_box(&#locals);)*
                 Ok(())
             }
@@ -198,6 +222,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         TokenStream::new()
     };
     let fuzz_wire = datagen_wire(&v.model);
+    let fuzz_encoding = datagen_encoding(&v.model);
     let fuzz_test = quote!(
         #[cfg(test)]
         mod tests {
@@ -207,11 +232,16 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             #[test]
             fn random_payloads_never_panic() {
                 let schema = rt::apache_avro::Schema::parse_str(super::SCHEMA).expect("the schema was validated by gen");
-                rt::fuzz_chain(super::Chain::default, &schema, #fuzz_wire, 4000, 7);
+                rt::fuzz_chain(super::Chain::default, &schema, #fuzz_encoding, #fuzz_wire, 4000, 7);
             }
         }
     );
 
+    let enum_tables = enums.iter().enumerate().map(|(i, symbols)| {
+        let id = format_ident!("ENUM_{}", i);
+        let n = Literal::usize_unsuffixed(symbols.len());
+        quote!(static #id: [&str; #n] = [#(#symbols),*];)
+    });
     let items = quote! {
         use etl_runtime::__private as rt;
 
@@ -240,7 +270,6 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
                 }
                 #framing
                 #(#decode_stmts)*
-                rt::avro::end(buf)?;
                 #(#meta_stmts)*
                 #tail
                 Ok(())
@@ -255,12 +284,21 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
 /// How synthesized records are framed: as the pipeline's wire says, with the reader schema's own
 /// id, so the chain decodes them directly.
 pub(super) fn datagen_wire(m: &crate::model::PipelineFile) -> TokenStream {
-    match m.format.avro.wire {
+    let format = m.format.get();
+    match format.wire {
         Wire::Raw => quote!(rt::Wire::Raw),
         Wire::Confluent => {
-            let id = m.format.avro.schema_ids().first().copied().unwrap_or(1);
+            let id = format.schema_ids().first().copied().unwrap_or(1);
             quote!(rt::Wire::Confluent { schema_id: #id })
         }
+    }
+}
+
+/// How synthesized records are encoded: in the pipeline's format.
+pub(super) fn datagen_encoding(m: &crate::model::PipelineFile) -> TokenStream {
+    match m.format.get().encoding {
+        Encoding::Avro => quote!(rt::Encoding::Avro),
+        Encoding::Json => quote!(rt::Encoding::Json),
     }
 }
 

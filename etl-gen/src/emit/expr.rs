@@ -377,10 +377,19 @@ fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
                 let v = value(&args[last], scope);
                 if ty.is_nullable() || !args[last].ty.is_nullable() { v } else { quote!(#v) }
             };
-            for a in args[..last].iter().rev() {
+            // A literal fallback has no effects and no `?`: `unwrap_or` says it plainly (and is
+            // what clippy asks for).
+            let literal = |e: &TExpr| match &e.kind {
+                TKind::Lit(_) => true,
+                TKind::Convert(inner) => matches!(inner.kind, TKind::Lit(_)),
+                _ => false,
+            };
+            for (i, a) in args[..last].iter().enumerate().rev() {
                 let v = value(a, scope);
                 let wrap = if ty.is_nullable() { quote!(Some(x)) } else { quote!(x) };
-                out = if a.ty.is_nullable() {
+                out = if a.ty.is_nullable() && !ty.is_nullable() && i + 1 == last && literal(&args[last]) {
+                    quote!(#v.unwrap_or(#out))
+                } else if a.ty.is_nullable() {
                     quote!(match #v { Some(x) => #wrap, None => #out })
                 } else {
                     quote!({ let x = #v; #wrap })

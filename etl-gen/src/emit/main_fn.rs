@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
-use super::chain::{MainInputs, datagen_wire};
+use super::chain::{MainInputs, datagen_encoding, datagen_wire};
 use crate::contract::defaults::{RETRY_INITIAL_BACKOFF, RETRY_MAX_ATTEMPTS, RETRY_MAX_BACKOFF};
 use crate::contract::owned_properties::AUTO_OFFSET_RESET;
 use crate::model::{ErrorPolicy, Sink, Source, TombstonePolicy, Wire};
@@ -63,8 +63,10 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
             }
         }
     }
-    if let (Some(registry), Wire::Confluent) = (&m.format.avro.registry, m.format.avro.wire) {
-        out.push(("format.avro.registry".into(), registry.clone(), false));
+    if let Some(format) = m.format.selected()
+        && let (Some(registry), Wire::Confluent) = (format.registry, format.wire)
+    {
+        out.push((format.path("registry"), registry.clone(), false));
     }
     if let (ErrorPolicy::Dlq, Some(topic)) = (&m.errors.policy, &m.errors.dlq_topic) {
         out.push(("errors.dlq_topic".into(), topic.clone(), false));
@@ -96,10 +98,11 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
             let wire = datagen_wire(m);
+            let encoding = datagen_encoding(m);
             quote!(
                 let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
                 let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
-                    rate: #rate, count: #count, seed: #seed, partitions: #partitions, wire: #wire,
+                    rate: #rate, count: #count, seed: #seed, partitions: #partitions, wire: #wire, encoding: #encoding,
                 }) {
                     Ok(source) => source,
                     Err(e) => return rt::startup_error(e),
@@ -201,10 +204,11 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             )
         }
     };
-    let registry_timeout = m.format.avro.registry_timeout.as_millis();
-    let uses_registry = m.format.avro.registry.is_some() && m.format.avro.wire == Wire::Confluent;
+    let format = m.format.get();
+    let registry_timeout = format.registry_timeout.as_millis();
+    let uses_registry = format.uses_registry();
     let chains = if uses_registry {
-        let registry = settings.value("format.avro.registry")?;
+        let registry = settings.value(&format.path("registry"))?;
         quote!(
             let registry = match #registry.trim() {
                 "" if SCHEMA_IDS.is_empty() => {
@@ -303,10 +307,24 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         let parts = parts_tokens(t);
         quote!(rt::Setting { key: #key, parts: #parts })
     });
+    let schema_const = match format.encoding {
+        crate::model::Encoding::Avro => quote!(
+            /// The reader schema, compiled in.
+            #[allow(dead_code)]
+            pub(crate) const SCHEMA: &str = include_str!(#schema_include);
+        ),
+        crate::model::Encoding::Json => {
+            let text = &inputs.pipeline.datagen_schema;
+            quote!(
+                /// The records' shape as an Avro schema, derived from the JSON Schema by gen: what
+                /// datagen and the fuzz test synthesize documents from.
+                #[allow(dead_code)]
+                pub(crate) const SCHEMA: &str = #text;
+            )
+        }
+    };
     Ok(unsuffixed(quote! {
-        /// The reader schema, compiled in.
-        #[allow(dead_code)]
-        pub(crate) const SCHEMA: &str = include_str!(#schema_include);
+        #schema_const
 
         const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
 

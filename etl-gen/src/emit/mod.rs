@@ -9,6 +9,7 @@ mod bench;
 mod chain;
 mod comments;
 mod expr;
+mod json;
 mod main_fn;
 mod types;
 
@@ -138,7 +139,11 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         path: "src/main.rs".into(),
         contents: format!("{preamble}{}", comments::restore(&prettyplease::unparse(&file))).into_bytes(),
     });
-    files.push(GeneratedFile { path: "schema.avsc".into(), contents: v.schema_text.clone().into_bytes() });
+    files.push(GeneratedFile { path: "schema.avsc".into(), contents: v.datagen_schema.clone().into_bytes() });
+    if v.model.format.get().encoding == crate::model::Encoding::Json {
+        // The JSON Schema itself, for the reader of the crate (the decoder is generated from it).
+        files.push(GeneratedFile { path: "schema.json".into(), contents: v.schema_text.clone().into_bytes() });
+    }
     files.push(GeneratedFile { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
 
     let runtime_dep = match &options.runtime {
@@ -162,7 +167,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     if matches!(v.model.sink, crate::model::Sink::Clickhouse(_)) {
         features.push("\"clickhouse\"");
     }
-    if v.model.format.avro.registry.is_some() && v.model.format.avro.wire == crate::model::Wire::Confluent {
+    if v.model.format.get().uses_registry() {
         features.push("\"registry\"");
     }
     if options.fault_injection {
@@ -244,7 +249,13 @@ fn main_rs(inputs: &chain::MainInputs<'_>) -> Result<proc_macro2::TokenStream, S
 fn freshness_check(v: &Validated, options: &GenOptions) -> proc_macro2::TokenStream {
     let src = options.crate_dir.join("src");
     let mut pairs = vec![(v.pipeline_path.clone(), "../pipeline.yaml".to_owned())];
-    pairs.push((v.schema_path.clone(), "../schema.avsc".to_owned()));
+    // The copy of the schema file: schema.avsc for Avro, schema.json for JSON (whose
+    // schema.avsc is derived).
+    let schema_copy = match v.model.format.get().encoding {
+        crate::model::Encoding::Avro => "../schema.avsc",
+        crate::model::Encoding::Json => "../schema.json",
+    };
+    pairs.push((v.schema_path.clone(), schema_copy.to_owned()));
     for file in &v.user_files {
         pairs.push((file.path.clone(), format!("user/user_{}.rs", file.index)));
     }

@@ -1,4 +1,5 @@
-//! E0601–E0603: the Avro reader schema exists, parses and uses only supported types.
+//! E0601–E0603: the reader schema file exists (any format), and an Avro one parses and uses
+//! only supported types.
 
 use crate::diag::{Diagnostic, Rule};
 use crate::schema::{self, RecordType};
@@ -6,8 +7,8 @@ use crate::schema::{self, RecordType};
 /// The schema file is missing or unreadable.
 pub(crate) static MISSING: Rule = Rule {
     code: "E0601",
-    name: "avro-schema-missing",
-    summary: "`format.avro.schema` names a file that cannot be read",
+    name: "schema-missing",
+    summary: "`format.<avro|json>.schema` names a file that cannot be read",
     doc: "The reader schema is compiled into the binary, so it must exist at gen time. The \
 path is relative to the directory of pipeline.yaml.",
 };
@@ -36,9 +37,10 @@ with its path inside the schema (`items[].price`).",
 
 const PATH: &str = "format.avro.schema";
 
-/// The diagnostic for a schema file that cannot be read (the loader reads it).
-pub(crate) fn unreadable(relative: &str, e: &std::io::Error) -> Diagnostic {
-    Diagnostic::error(&MISSING, PATH, format!("cannot read the Avro schema `{relative}`: {e}"))
+/// The diagnostic for a schema file that cannot be read (the loader reads it); `path` is the
+/// key that names it.
+pub(crate) fn unreadable(path: &str, relative: &str, e: &std::io::Error) -> Diagnostic {
+    Diagnostic::error(&MISSING, path, format!("cannot read the schema `{relative}`: {e}"))
         .on_value()
         .note("the path is relative to the directory of pipeline.yaml")
         .help("check the path, or create the schema file")

@@ -15,7 +15,9 @@ pub(crate) mod chunk_size;
 pub(crate) mod cooperative_assignment;
 pub(crate) mod dlq_topic;
 pub(crate) mod exactly_once;
+pub(crate) mod format_choice;
 pub(crate) mod invalid_value;
+pub(crate) mod json_schema;
 pub(crate) mod librdkafka_property;
 pub(crate) mod literal_required;
 pub(crate) mod missing_key;
@@ -53,6 +55,9 @@ pub static CATALOGUE: &[&Rule] = &[
     &avro_schema::INVALID,
     &avro_schema::UNSUPPORTED,
     &schema_id::RULE,
+    &json_schema::INVALID,
+    &json_schema::UNSUPPORTED,
+    &format_choice::RULE,
     &transform::SYNTAX,
     &transform::UNKNOWN_FIELD,
     &transform::TYPE_MISMATCH,

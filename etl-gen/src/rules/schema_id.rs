@@ -2,13 +2,13 @@
 
 use super::Context;
 use crate::diag::{Diagnostic, Rule};
-use crate::model::Wire;
+use crate::model::{Encoding, Wire};
 
 /// The rule.
 pub(crate) static RULE: Rule = Rule {
     code: "E0604",
     name: "schema-id-unknowable",
-    summary: "`wire: confluent` with neither `format.avro.registry` nor `format.avro.schema_id`",
+    summary: "`wire: confluent` with neither a `registry` nor a `schema_id` under `format`",
     doc: "A Confluent-framed message names the id of the schema it was written with. Decoding \
 it with the reader schema is only right when that id is the reader schema's: a message \
 written after a producer evolved its schema (a field inserted, say) would be mis-decoded \
@@ -16,34 +16,45 @@ without any error. So the binary must either know the reader schema's ids \
 (`format.avro.schema_id: 7`, or a list) and treat any other id as a record error, or ask a \
 schema registry (`format.avro.registry`) for every other id and resolve it to the reader \
 schema. A registry given as `${VAR}` passes this check; if the variable is empty at \
-start-up and no `schema_id` is set, the binary exits with code 2.",
+start-up and no `schema_id` is set, the binary exits with code 2. The same holds for \
+`format.json` with `wire: confluent`, which has no registry yet: `schema_id` is required.",
 };
 
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
-    let avro = &cx.model.format.avro;
-    if avro.wire != Wire::Confluent {
+    let Some(format) = cx.model.format.selected() else { return };
+    if format.wire != Wire::Confluent {
         return;
     }
-    let registry = avro.registry.as_ref().is_some_and(|t| !(t.is_literal() && t.as_str().trim().is_empty()));
-    if avro.schema_id.is_none() && !registry {
+    let registry = format.registry.is_some_and(|t| !(t.is_literal() && t.as_str().trim().is_empty()));
+    if format.schema_id.is_none() && !registry {
+        let help = match format.encoding {
+            Encoding::Avro => format!(
+                "add `schema_id: <the reader schema's registry id>` under `{}:` (other ids then become record \
+                 errors), or `registry: ${{SCHEMA_REGISTRY_URL}}` to resolve writer schemas, or `wire: raw` if the \
+                 messages carry no header",
+                format.path("")
+            ),
+            Encoding::Json => format!(
+                "add `schema_id: <the reader schema's registry id>` under `{}:` (other ids then become record \
+                 errors), or `wire: raw` if the messages carry no header",
+                format.path("")
+            ),
+        };
         out.push(
             Diagnostic::error(
                 &RULE,
-                "format.avro",
+                &format.path(""),
                 "Confluent-framed messages carry a schema id, but nothing says which ids are the reader schema's",
             )
-            .help(
-                "add `schema_id: <the reader schema's registry id>` under `format.avro:` (other ids then become \
-                 record errors), or `registry: ${SCHEMA_REGISTRY_URL}` to resolve writer schemas, or `wire: raw` \
-                 if the messages carry no header",
-            ),
+            .help(help),
         );
     }
-    if let Some(ids) = &avro.schema_id
+    if let Some(ids) = format.schema_id
         && ids.ids().is_empty()
     {
+        let path = format.path("schema_id");
         out.push(
-            Diagnostic::error(&RULE, "format.avro.schema_id", "`format.avro.schema_id` is an empty list")
+            Diagnostic::error(&RULE, &path, format!("`{path}` is an empty list"))
                 .on_value()
                 .help("list the reader schema's registry ids, e.g. `schema_id: [7]`"),
         );

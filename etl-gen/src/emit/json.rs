@@ -1,0 +1,232 @@
+//! The decoder of `format.json` pipelines: one pass over the document's keys, in whatever order
+//! they come, dispatching each known key to the read its schema calls for.
+//!
+//! Each input field the chain reads gets a slot (`Option` of its value); the key loop fills
+//! the slots, and afterwards each slot becomes the field's local: a required property that never
+//! came is a record error naming it, an optional one is `None`, an absent array or map is empty.
+//! Keys the schema does not know and fields the chain never reads fall to `skip`, which checks
+//! the document's structure without building anything.
+
+use std::collections::BTreeSet;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
+
+use super::expr::Scope;
+use super::types::{enum_table, field_ident, local_ty, record_ident};
+use crate::ir::{Column, RecordTy};
+use crate::json_schema::{JField, JType};
+
+/// The statements that decode the document in `buf` into one local per live input field
+/// (registered in `scope`), ending with the check that nothing follows the document.
+pub(super) fn decode(
+    fields: &[JField],
+    input: &[Column],
+    live: &BTreeSet<String>,
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    enums: &mut Vec<Vec<String>>,
+) -> Vec<TokenStream> {
+    let mut object = Object::default();
+    object.members(fields, "", "", false, &|column| live.contains(column), fresh, enums);
+    let Object { decls, arms, slots } = object;
+    let mut out = vec![quote!(let mut doc = rt::json_read::Reader::new(buf);)];
+    out.extend(decls);
+    out.push(key_loop(&arms, ""));
+    out.push(quote!(doc.end()?;));
+    for slot in slots {
+        let column = input.iter().find(|c| c.name == slot.column).expect("a slot per input column");
+        let id = fresh(&slot.column);
+        let ty = local_ty(&column.ty);
+        let value = slot.finish();
+        out.push(quote!(let #id: #ty = #value;));
+        scope.insert(slot.column, id);
+    }
+    out
+}
+
+/// The loop over an object's keys, `arms` matched against each, anything else skipped.
+fn key_loop(arms: &[TokenStream], path: &str) -> TokenStream {
+    if arms.is_empty() {
+        // No key is wanted: the object is read past whole.
+        return quote!(doc.skip()?;);
+    }
+    quote!({
+        let mut seq = doc.begin_object(#path)?;
+        while let Some(key) = doc.next_key(&mut seq, #path)? {
+            match &*key {
+                #(#arms)*
+                _ => doc.skip()?,
+            }
+        }
+    })
+}
+
+/// How an absent slot ends.
+enum Absent {
+    /// A record error naming the field.
+    Missing,
+    /// `None` (the slot holds the `Option` a nullable column carries).
+    Null,
+    /// An empty array or map.
+    Empty,
+}
+
+/// One field's slot.
+struct Slot {
+    column: String,
+    id: proc_macro2::Ident,
+    path: String,
+    absent: Absent,
+}
+
+impl Slot {
+    /// The field's value once the document is read.
+    fn finish(&self) -> TokenStream {
+        let (id, path) = (&self.id, &self.path);
+        match self.absent {
+            Absent::Missing => quote!(#id.ok_or_else(|| rt::json_read::missing(#path))?),
+            Absent::Null => quote!(#id.flatten()),
+            Absent::Empty => quote!(#id.unwrap_or_default()),
+        }
+    }
+}
+
+/// The slots and key arms of one object, nested objects flattened into it.
+#[derive(Default)]
+struct Object {
+    decls: Vec<TokenStream>,
+    arms: Vec<TokenStream>,
+    slots: Vec<Slot>,
+}
+
+impl Object {
+    /// Adds `fields` (their columns prefixed with `prefix`, their paths with `path`); `optional`
+    /// says an enclosing object may be absent or null, which makes every field below optional.
+    #[allow(clippy::too_many_arguments)]
+    fn members(
+        &mut self,
+        fields: &[JField],
+        prefix: &str,
+        path: &str,
+        optional: bool,
+        live: &dyn Fn(&str) -> bool,
+        fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+        enums: &mut Vec<Vec<String>>,
+    ) {
+        for f in fields {
+            let column = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
+            let field_path = if path.is_empty() { f.key.clone() } else { format!("{path}.{}", f.key) };
+            let above = optional;
+            let optional = above || !f.required || matches!(f.ty, JType::Nullable(_));
+            // Only a key that is required all the way up may not be absent.
+            let must_come = f.required && !above;
+            let key = Literal::byte_string(f.key.as_bytes());
+            match f.ty.non_null() {
+                JType::Object { fields: children, .. } => {
+                    let mut inner = Object::default();
+                    inner.members(children, &column, &field_path, optional, live, fresh, enums);
+                    if inner.slots.is_empty() {
+                        continue;
+                    }
+                    let body = key_loop(&inner.arms, &field_path);
+                    self.decls.extend(inner.decls);
+                    self.slots.extend(inner.slots);
+                    // A null object leaves its fields absent.
+                    self.arms.push(quote!(#key => if !doc.null() #body,));
+                }
+                t if live(&column) => {
+                    let id = fresh(&format!("slot_{column}"));
+                    let read = value(t, &field_path, fresh, enums);
+                    let (absent, store) = match t {
+                        // ClickHouse has no Nullable(Array): null reads as empty.
+                        JType::Array(_) | JType::Map(_) => (
+                            if must_come { Absent::Missing } else { Absent::Empty },
+                            quote!(#id = Some(if doc.null() { ::std::vec::Vec::new() } else { #read });),
+                        ),
+                        _ if optional => (
+                            if must_come { Absent::Missing } else { Absent::Null },
+                            quote!(#id = Some(if doc.null() { None } else { Some(#read) });),
+                        ),
+                        _ => (Absent::Missing, quote!(#id = Some(#read);)),
+                    };
+                    self.decls.push(quote!(let mut #id = None;));
+                    self.arms.push(quote!(#key => { #store }));
+                    self.slots.push(Slot { column, id, path: field_path, absent });
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// An expression that reads one value of `t` (never absent: a container's element, or a present
+/// key's value).
+fn value(
+    t: &JType,
+    path: &str,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    enums: &mut Vec<Vec<String>>,
+) -> TokenStream {
+    match t {
+        JType::Integer => quote!(doc.i64(#path)?),
+        JType::Number => quote!(doc.f64(#path)?),
+        JType::Boolean => quote!(doc.boolean(#path)?),
+        JType::String => quote!(doc.string(#path)?),
+        JType::DateTime => quote!(doc.timestamp_micros(#path)?),
+        JType::Date => quote!(doc.date(#path)?),
+        JType::Uuid => quote!(doc.uuid(#path)?),
+        JType::Enum { symbols, .. } => {
+            let table = enum_table(symbols, enums);
+            quote!(doc.symbol(#path, &#table)?)
+        }
+        JType::Nullable(inner) => {
+            let inner = value(inner, path, fresh, enums);
+            quote!(if doc.null() { None } else { Some(#inner) })
+        }
+        JType::Array(item) => {
+            let item_path = format!("{path}[]");
+            let item = value(item, &item_path, fresh, enums);
+            quote!({
+                let mut items = ::std::vec::Vec::new();
+                let mut seq = doc.begin_array(#path)?;
+                while doc.next_item(&mut seq, #path)? {
+                    items.push(#item);
+                }
+                items
+            })
+        }
+        JType::Map(v) => {
+            let value_path = format!("{path}{{}}");
+            let v = value(v, &value_path, fresh, enums);
+            quote!({
+                let mut entries = ::std::vec::Vec::new();
+                let mut seq = doc.begin_object(#path)?;
+                while let Some(key) = doc.next_map_key(&mut seq, #path)? {
+                    let value = #v;
+                    entries.push((key, value));
+                }
+                entries
+            })
+        }
+        JType::Object { name, fields } => {
+            // A record inside a container: every field is built (the struct has them all).
+            let mut object = Object::default();
+            object.members(fields, "", path, false, &|_| true, fresh, enums);
+            let Object { decls, arms, slots } = object;
+            let body = key_loop(&arms, path);
+            let rec = RecordTy { name: name.clone(), fields: Vec::new() };
+            let ident = record_ident(&rec);
+            let inits = slots.iter().map(|s| {
+                let member = field_ident(&s.column);
+                let v = s.finish();
+                quote!(#member: #v)
+            });
+            quote!({
+                #(#decls)*
+                #body
+                #ident { #(#inits,)* }
+            })
+        }
+    }
+}

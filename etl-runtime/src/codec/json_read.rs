@@ -1,0 +1,943 @@
+//! Reading JSON documents value by value, for the decoders `gen` writes for `format.json`.
+//!
+//! The generated decoder knows the schema, so it asks for what it expects next (a key, an
+//! integer, a string) and the [`Reader`] checks and returns exactly that. Nothing is built that
+//! the decoder does not ask for: values it does not want are skipped with their structure
+//! checked but without allocation or UTF-8 validation, and strings are borrowed from the
+//! message unless they contain escapes.
+
+use std::borrow::Cow;
+
+use crate::engine::errors::{RecordError, RecordErrorKind};
+
+/// Nesting deeper than this is a record error (serde_json's default limit too): skipping is
+/// recursive, and a hostile message must not exhaust the stack.
+const MAX_DEPTH: u32 = 128;
+
+/// The position of an error that is about the whole document (a missing property).
+const NOWHERE: usize = usize::MAX;
+
+/// Why a document did not decode: what was wrong, in which field, at which byte.
+///
+/// Small and `Copy`, so that the decoder's hot path pays little for its error type; the message
+/// is formatted only when a record fails, by the conversion into [`RecordError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonError {
+    what: &'static str,
+    field: &'static str,
+    at: usize,
+}
+
+impl JsonError {
+    /// What was wrong.
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+
+    /// The field (its path in the schema, `items[].sku`), or `""` for the document itself.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "invalid JSON document: {}", self.what)?;
+        } else {
+            write!(f, "field `{}`: {}", self.field, self.what)?;
+        }
+        if self.at != NOWHERE {
+            write!(f, " (at byte {})", self.at)?;
+        }
+        Ok(())
+    }
+}
+
+impl From<JsonError> for RecordError {
+    #[cold]
+    fn from(e: JsonError) -> Self {
+        RecordError::new(RecordErrorKind::Decode, e.to_string())
+    }
+}
+
+/// The error for a required property the document does not have.
+#[cold]
+pub fn missing(field: &'static str) -> JsonError {
+    JsonError { what: "a required property is missing", field, at: NOWHERE }
+}
+
+/// Checks that a Confluent-framed document was written with the reader schema (`format.json`
+/// has no registry yet: any other id is a record error).
+#[inline]
+pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
+    if reader_ids.contains(&id) { Ok(()) } else { Err(unknown_schema_id(id, reader_ids)) }
+}
+
+#[cold]
+fn unknown_schema_id(id: u32, reader_ids: &[u32]) -> RecordError {
+    RecordError::new(
+        RecordErrorKind::Decode,
+        format!(
+            "schema id {id} is not the reader schema's (format.json.schema_id: {reader_ids:?}); add the id to \
+             format.json.schema_id if that schema's documents are readable with the reader schema"
+        ),
+    )
+}
+
+/// The state of one object or array being read: whether an element was read yet, so that a
+/// separator is required before the next one.
+#[derive(Debug)]
+pub struct Seq {
+    first: bool,
+}
+
+/// A JSON document being read from the front.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `buf`.
+    #[inline]
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    #[cold]
+    fn error(&self, what: &'static str, field: &'static str) -> JsonError {
+        JsonError { what, field, at: self.pos }
+    }
+
+    /// Skips white space and returns the next byte without consuming it.
+    #[inline(always)]
+    fn peek(&mut self) -> Option<u8> {
+        while let Some(&b) = self.buf.get(self.pos) {
+            if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(b);
+            }
+            self.pos += 1;
+        }
+        None
+    }
+
+    /// Consumes `{`: an object starts.
+    #[inline]
+    pub fn begin_object(&mut self, field: &'static str) -> Result<Seq, JsonError> {
+        match self.peek() {
+            Some(b'{') => {
+                self.pos += 1;
+                Ok(Seq { first: true })
+            }
+            Some(b'n') if self.buf[self.pos..].starts_with(b"null") => {
+                Err(self.error("expected an object, found null", field))
+            }
+            _ => Err(self.error("expected an object", field)),
+        }
+    }
+
+    /// The next key of an object, with its `:` consumed; `None` after the closing `}`. The key
+    /// is returned as bytes (escapes resolved): matching it against the schema's names needs no
+    /// UTF-8 check.
+    #[inline]
+    pub fn next_key(&mut self, seq: &mut Seq, field: &'static str) -> Result<Option<Cow<'a, [u8]>>, JsonError> {
+        match self.peek() {
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(None);
+            }
+            Some(b',') if !seq.first => {
+                self.pos += 1;
+                self.peek();
+            }
+            _ if seq.first => {}
+            _ => return Err(self.error("expected `,` or `}` after a member of an object", field)),
+        }
+        seq.first = false;
+        if self.buf.get(self.pos) != Some(&b'"') {
+            return Err(self.error("expected a string key", field));
+        }
+        let key = self.raw_string(field)?;
+        match self.peek() {
+            Some(b':') => {
+                self.pos += 1;
+                Ok(Some(key))
+            }
+            _ => Err(self.error("expected `:` after a key", field)),
+        }
+    }
+
+    /// The next key of an object read as a map (`additionalProperties`): as
+    /// [`Reader::next_key`], as text.
+    #[inline]
+    pub fn next_map_key(&mut self, seq: &mut Seq, field: &'static str) -> Result<Option<Cow<'a, str>>, JsonError> {
+        match self.next_key(seq, field)? {
+            None => Ok(None),
+            Some(Cow::Borrowed(b)) => match std::str::from_utf8(b) {
+                Ok(s) => Ok(Some(Cow::Borrowed(s))),
+                Err(_) => Err(self.error("a key is not valid UTF-8", field)),
+            },
+            Some(Cow::Owned(b)) => match String::from_utf8(b) {
+                Ok(s) => Ok(Some(Cow::Owned(s))),
+                Err(_) => Err(self.error("a key is not valid UTF-8", field)),
+            },
+        }
+    }
+
+    /// Consumes `[`: an array starts.
+    #[inline]
+    pub fn begin_array(&mut self, field: &'static str) -> Result<Seq, JsonError> {
+        match self.peek() {
+            Some(b'[') => {
+                self.pos += 1;
+                Ok(Seq { first: true })
+            }
+            _ => Err(self.error("expected an array", field)),
+        }
+    }
+
+    /// Whether another element of the array follows (its separator consumed); `false` after the
+    /// closing `]`.
+    #[inline]
+    pub fn next_item(&mut self, seq: &mut Seq, field: &'static str) -> Result<bool, JsonError> {
+        match self.peek() {
+            Some(b']') => {
+                self.pos += 1;
+                Ok(false)
+            }
+            Some(b',') if !seq.first => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(_) if seq.first => {
+                seq.first = false;
+                Ok(true)
+            }
+            _ => Err(self.error("expected `,` or `]` after an element of an array", field)),
+        }
+    }
+
+    /// Consumes a `null` if one comes next; `false` (nothing consumed) for any other value.
+    #[inline]
+    pub fn null(&mut self) -> bool {
+        if self.peek() == Some(b'n') && self.buf[self.pos..].starts_with(b"null") {
+            self.pos += 4;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `true` or `false`.
+    #[inline]
+    pub fn boolean(&mut self, field: &'static str) -> Result<bool, JsonError> {
+        match self.peek() {
+            Some(b't') if self.buf[self.pos..].starts_with(b"true") => {
+                self.pos += 4;
+                Ok(true)
+            }
+            Some(b'f') if self.buf[self.pos..].starts_with(b"false") => {
+                self.pos += 5;
+                Ok(false)
+            }
+            _ => Err(self.mismatch("expected a boolean", field)),
+        }
+    }
+
+    /// An integer. A number written with a fraction or an exponent is accepted when its value is
+    /// a whole number that a double holds exactly (JSON Schema counts `1.0` as an integer).
+    #[inline]
+    pub fn i64(&mut self, field: &'static str) -> Result<i64, JsonError> {
+        let start = match self.peek() {
+            Some(b'-' | b'0'..=b'9') => self.pos,
+            _ => return Err(self.mismatch("expected an integer", field)),
+        };
+        let negative = self.buf[start] == b'-';
+        let mut i = start + usize::from(negative);
+        let mut magnitude: u64 = 0;
+        let digits_start = i;
+        while let Some(&b) = self.buf.get(i) {
+            let d = b.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            magnitude = match magnitude.checked_mul(10).and_then(|m| m.checked_add(u64::from(d))) {
+                Some(m) => m,
+                None => {
+                    self.pos = start;
+                    return Err(self.error("integer out of the range of Int64", field));
+                }
+            };
+            i += 1;
+        }
+        let digits = i - digits_start;
+        if digits == 0 || (digits > 1 && self.buf[digits_start] == b'0') {
+            self.pos = start;
+            return Err(self.error("malformed number", field));
+        }
+        if matches!(self.buf.get(i), Some(b'.' | b'e' | b'E')) {
+            self.pos = start;
+            let f = self.f64(field)?;
+            const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+            if f.fract() == 0.0 && f.abs() <= EXACT {
+                return Ok(f as i64);
+            }
+            self.pos = start;
+            return Err(self.error("expected an integer, found a number with a fraction", field));
+        }
+        self.pos = i;
+        if negative {
+            if magnitude <= 1 << 63 {
+                Ok((magnitude as i64).wrapping_neg())
+            } else {
+                self.pos = start;
+                Err(self.error("integer out of the range of Int64", field))
+            }
+        } else {
+            i64::try_from(magnitude).map_err(|_| {
+                self.pos = start;
+                self.error("integer out of the range of Int64", field)
+            })
+        }
+    }
+
+    /// Any number, as a double.
+    #[inline]
+    pub fn f64(&mut self, field: &'static str) -> Result<f64, JsonError> {
+        let start = match self.peek() {
+            Some(b'-' | b'0'..=b'9') => self.pos,
+            _ => return Err(self.mismatch("expected a number", field)),
+        };
+        let Some((end, simple)) = number_extent(self.buf, start) else {
+            return Err(self.error("malformed number", field));
+        };
+        let text = &self.buf[start..end];
+        // Up to 15 digits without a fraction or exponent are exact in a double: no parser.
+        if simple && text.len() <= 15 {
+            let (negative, digits) = match text.split_first() {
+                Some((b'-', rest)) => (true, rest),
+                _ => (false, text),
+            };
+            let v = digits.iter().fold(0u64, |acc, &b| acc * 10 + u64::from(b - b'0')) as f64;
+            self.pos = end;
+            return Ok(if negative { -v } else { v });
+        }
+        // The extent is ASCII by construction.
+        match std::str::from_utf8(text).ok().and_then(|t| t.parse::<f64>().ok()) {
+            Some(v) if v.is_finite() => {
+                self.pos = end;
+                Ok(v)
+            }
+            _ => Err(self.error("number out of the range of Float64", field)),
+        }
+    }
+
+    /// A string, borrowed from the message unless it contains escapes.
+    #[inline]
+    pub fn string(&mut self, field: &'static str) -> Result<Cow<'a, str>, JsonError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.mismatch("expected a string", field));
+        }
+        let start = self.pos;
+        match self.raw_string(field)? {
+            Cow::Borrowed(b) => match std::str::from_utf8(b) {
+                Ok(s) => Ok(Cow::Borrowed(s)),
+                Err(_) => {
+                    self.pos = start;
+                    Err(self.error("a string is not valid UTF-8", field))
+                }
+            },
+            Cow::Owned(b) => match String::from_utf8(b) {
+                Ok(s) => Ok(Cow::Owned(s)),
+                Err(_) => {
+                    self.pos = start;
+                    Err(self.error("a string is not valid UTF-8", field))
+                }
+            },
+        }
+    }
+
+    /// An enum's symbol, as its index in `symbols`.
+    #[inline]
+    pub fn symbol(&mut self, field: &'static str, symbols: &[&str]) -> Result<u32, JsonError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.mismatch("expected a string", field));
+        }
+        let start = self.pos;
+        let text = self.raw_string(field)?;
+        match symbols.iter().position(|s| s.as_bytes() == &*text) {
+            Some(i) => Ok(i as u32),
+            None => {
+                self.pos = start;
+                Err(self.error("not one of the enum's symbols", field))
+            }
+        }
+    }
+
+    /// A `date-time` string (RFC 3339, with an offset or `Z`) as microseconds since the epoch,
+    /// UTC. Fractions beyond microseconds are truncated.
+    #[inline]
+    pub fn timestamp_micros(&mut self, field: &'static str) -> Result<i64, JsonError> {
+        let start = self.pos;
+        let s = self.string(field)?;
+        parse_rfc3339_micros(s.as_bytes()).ok_or_else(|| {
+            self.pos = start;
+            self.error("expected an RFC 3339 date-time such as 2024-05-01T12:00:00Z", field)
+        })
+    }
+
+    /// A `date` string (`YYYY-MM-DD`) as days since 1970-01-01.
+    #[inline]
+    pub fn date(&mut self, field: &'static str) -> Result<i32, JsonError> {
+        let start = self.pos;
+        let s = self.string(field)?;
+        parse_date(s.as_bytes()).and_then(|d| i32::try_from(d).ok()).ok_or_else(|| {
+            self.pos = start;
+            self.error("expected a date such as 2024-05-01", field)
+        })
+    }
+
+    /// A `uuid` string in its canonical form.
+    #[inline]
+    pub fn uuid(&mut self, field: &'static str) -> Result<u128, JsonError> {
+        let start = self.pos;
+        let s = self.string(field)?;
+        super::avro::uuid(&s).map_err(|_| {
+            self.pos = start;
+            self.error("expected a UUID such as 123e4567-e89b-12d3-a456-426614174000", field)
+        })
+    }
+
+    /// Reads past one value of any kind, checking its structure but building nothing.
+    #[inline]
+    pub fn skip(&mut self) -> Result<(), JsonError> {
+        self.skip_value(0)
+    }
+
+    /// Only white space may follow the document.
+    #[inline]
+    pub fn end(&mut self) -> Result<(), JsonError> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(self.error("unexpected data after the document", "")),
+        }
+    }
+
+    /// The error for a value of the wrong kind, naming what was found.
+    #[cold]
+    fn mismatch(&self, expected: &'static str, field: &'static str) -> JsonError {
+        let what = match self.buf.get(self.pos) {
+            None => "the document ends where a value was expected",
+            Some(b'n') => match expected {
+                "expected a string" => "expected a string, found null",
+                "expected an integer" => "expected an integer, found null",
+                "expected a number" => "expected a number, found null",
+                "expected a boolean" => "expected a boolean, found null",
+                _ => expected,
+            },
+            Some(b'"') => match expected {
+                "expected an integer" => "expected an integer, found a string",
+                "expected a number" => "expected a number, found a string",
+                "expected a boolean" => "expected a boolean, found a string",
+                _ => expected,
+            },
+            Some(b'{' | b'[') => match expected {
+                "expected a string" => "expected a string, found an object or array",
+                "expected an integer" => "expected an integer, found an object or array",
+                "expected a number" => "expected a number, found an object or array",
+                "expected a boolean" => "expected a boolean, found an object or array",
+                _ => expected,
+            },
+            _ => expected,
+        };
+        JsonError { what, field, at: self.pos }
+    }
+
+    /// A string's content at `pos` (which holds its opening quote), escapes resolved.
+    #[inline]
+    fn raw_string(&mut self, field: &'static str) -> Result<Cow<'a, [u8]>, JsonError> {
+        let body = self.pos + 1;
+        let rest = &self.buf[body..];
+        match memchr::memchr2(b'"', b'\\', rest) {
+            Some(i) if rest[i] == b'"' => {
+                self.pos = body + i + 1;
+                Ok(Cow::Borrowed(&rest[..i]))
+            }
+            Some(i) => self.escaped_string(body, body + i, field).map(Cow::Owned),
+            None => Err(self.error("unterminated string", field)),
+        }
+    }
+
+    /// The slow path of [`Reader::raw_string`]: `escape` is the first backslash.
+    #[cold]
+    fn escaped_string(&mut self, body: usize, mut escape: usize, field: &'static str) -> Result<Vec<u8>, JsonError> {
+        let mut out = Vec::with_capacity(escape - body + 16);
+        out.extend_from_slice(&self.buf[body..escape]);
+        loop {
+            self.pos = escape;
+            let Some(&kind) = self.buf.get(escape + 1) else {
+                return Err(self.error("unterminated string", field));
+            };
+            let mut next = escape + 2;
+            match kind {
+                b'"' => out.push(b'"'),
+                b'\\' => out.push(b'\\'),
+                b'/' => out.push(b'/'),
+                b'b' => out.push(0x08),
+                b'f' => out.push(0x0C),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b't' => out.push(b'\t'),
+                b'u' => {
+                    let hi = self.hex4(escape + 2, field)?;
+                    next = escape + 6;
+                    let c = if (0xD800..0xDC00).contains(&hi) {
+                        // A high surrogate must be followed by an escaped low one.
+                        if self.buf.get(next..next + 2) != Some(b"\\u") {
+                            return Err(self.error("a lone surrogate in a \\u escape", field));
+                        }
+                        let lo = self.hex4(next + 2, field)?;
+                        if !(0xDC00..0xE000).contains(&lo) {
+                            return Err(self.error("a lone surrogate in a \\u escape", field));
+                        }
+                        next += 6;
+                        char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+                    } else {
+                        char::from_u32(hi)
+                    };
+                    let Some(c) = c else {
+                        return Err(self.error("a lone surrogate in a \\u escape", field));
+                    };
+                    out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                }
+                _ => return Err(self.error("an invalid escape in a string", field)),
+            }
+            let rest = &self.buf[next..];
+            match memchr::memchr2(b'"', b'\\', rest) {
+                Some(i) if rest[i] == b'"' => {
+                    out.extend_from_slice(&rest[..i]);
+                    self.pos = next + i + 1;
+                    return Ok(out);
+                }
+                Some(i) => {
+                    out.extend_from_slice(&rest[..i]);
+                    escape = next + i;
+                }
+                None => {
+                    self.pos = next;
+                    return Err(self.error("unterminated string", field));
+                }
+            }
+        }
+    }
+
+    fn hex4(&self, at: usize, field: &'static str) -> Result<u32, JsonError> {
+        let digits = self.buf.get(at..at + 4).ok_or_else(|| self.error("unterminated string", field))?;
+        digits.iter().try_fold(0u32, |acc, &b| {
+            let d = (b as char).to_digit(16).ok_or_else(|| self.error("an invalid \\u escape", field))?;
+            Ok(acc * 16 + d)
+        })
+    }
+
+    fn skip_value(&mut self, depth: u32) -> Result<(), JsonError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.error("nested more than 128 levels deep", ""));
+        }
+        match self.peek() {
+            Some(b'{') => {
+                let mut seq = self.begin_object("")?;
+                while self.skip_key(&mut seq)? {
+                    self.skip_value(depth + 1)?;
+                }
+                Ok(())
+            }
+            Some(b'[') => {
+                let mut seq = self.begin_array("")?;
+                while self.next_item(&mut seq, "")? {
+                    self.skip_value(depth + 1)?;
+                }
+                Ok(())
+            }
+            Some(b'"') => self.skip_string(),
+            Some(b't') if self.buf[self.pos..].starts_with(b"true") => {
+                self.pos += 4;
+                Ok(())
+            }
+            Some(b'f') if self.buf[self.pos..].starts_with(b"false") => {
+                self.pos += 5;
+                Ok(())
+            }
+            Some(b'n') if self.buf[self.pos..].starts_with(b"null") => {
+                self.pos += 4;
+                Ok(())
+            }
+            Some(b'-' | b'0'..=b'9') => match number_extent(self.buf, self.pos) {
+                Some((end, _)) => {
+                    self.pos = end;
+                    Ok(())
+                }
+                None => Err(self.error("malformed number", "")),
+            },
+            None => Err(self.error("the document ends where a value was expected", "")),
+            Some(_) => Err(self.error("expected a value", "")),
+        }
+    }
+
+    /// [`Reader::next_key`] without building the key.
+    fn skip_key(&mut self, seq: &mut Seq) -> Result<bool, JsonError> {
+        match self.peek() {
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(false);
+            }
+            Some(b',') if !seq.first => {
+                self.pos += 1;
+                self.peek();
+            }
+            _ if seq.first => {}
+            _ => return Err(self.error("expected `,` or `}` after a member of an object", "")),
+        }
+        seq.first = false;
+        if self.buf.get(self.pos) != Some(&b'"') {
+            return Err(self.error("expected a string key", ""));
+        }
+        self.skip_string()?;
+        match self.peek() {
+            Some(b':') => {
+                self.pos += 1;
+                Ok(true)
+            }
+            _ => Err(self.error("expected `:` after a key", "")),
+        }
+    }
+
+    /// Reads past a string: finds its closing quote, stepping over escapes.
+    fn skip_string(&mut self) -> Result<(), JsonError> {
+        let mut i = self.pos + 1;
+        loop {
+            match memchr::memchr2(b'"', b'\\', &self.buf[i..]) {
+                Some(j) if self.buf[i + j] == b'"' => {
+                    self.pos = i + j + 1;
+                    return Ok(());
+                }
+                Some(j) => i += j + 2,
+                None => return Err(self.error("unterminated string", "")),
+            }
+            if i > self.buf.len() {
+                return Err(self.error("unterminated string", ""));
+            }
+        }
+    }
+}
+
+/// The end of the number starting at `start` by JSON's grammar, and whether it is a plain
+/// integer (no fraction, no exponent); `None` when it breaks the grammar.
+#[inline]
+fn number_extent(buf: &[u8], start: usize) -> Option<(usize, bool)> {
+    let digit = |i: usize| buf.get(i).is_some_and(u8::is_ascii_digit);
+    let mut i = start;
+    if buf.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match buf.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => {
+            while digit(i) {
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    let mut simple = true;
+    if buf.get(i) == Some(&b'.') {
+        simple = false;
+        i += 1;
+        if !digit(i) {
+            return None;
+        }
+        while digit(i) {
+            i += 1;
+        }
+    }
+    if matches!(buf.get(i), Some(b'e' | b'E')) {
+        simple = false;
+        i += 1;
+        if matches!(buf.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digit(i) {
+            return None;
+        }
+        while digit(i) {
+            i += 1;
+        }
+    }
+    Some((i, simple))
+}
+
+fn digits(s: &[u8], at: usize, n: usize) -> Option<i64> {
+    let part = s.get(at..at + n)?;
+    part.iter().try_fold(0i64, |acc, &b| b.is_ascii_digit().then(|| acc * 10 + i64::from(b - b'0')))
+}
+
+/// `YYYY-MM-DD` as days since 1970-01-01, the date checked against its month.
+fn parse_date(s: &[u8]) -> Option<i64> {
+    if s.len() != 10 {
+        return None;
+    }
+    date_prefix(s)
+}
+
+fn date_prefix(s: &[u8]) -> Option<i64> {
+    if s.get(4) != Some(&b'-') || s.get(7) != Some(&b'-') {
+        return None;
+    }
+    let (y, m, d) = (digits(s, 0, 4)?, digits(s, 5, 2)?, digits(s, 8, 2)?);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if d < 1 || d > days_in_month {
+        return None;
+    }
+    Some(super::days_from_civil(y, m as u32, d as u32))
+}
+
+/// An RFC 3339 date-time (`T`, `t` or a space between date and time; `Z`, `z` or `±HH:MM`) as
+/// microseconds since the epoch, UTC.
+fn parse_rfc3339_micros(s: &[u8]) -> Option<i64> {
+    let days = date_prefix(s)?;
+    if !matches!(s.get(10), Some(b'T' | b't' | b' ')) || s.get(13) != Some(&b':') || s.get(16) != Some(&b':') {
+        return None;
+    }
+    let (h, mi, sec) = (digits(s, 11, 2)?, digits(s, 14, 2)?, digits(s, 17, 2)?);
+    if h > 23 || mi > 59 || sec > 59 {
+        return None;
+    }
+    let mut i = 19;
+    let mut micros = 0i64;
+    if s.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while s.get(i).is_some_and(u8::is_ascii_digit) {
+            if i - start < 6 {
+                micros = micros * 10 + i64::from(s[i] - b'0');
+            }
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        for _ in (i - start)..6 {
+            micros *= 10;
+        }
+    }
+    let offset_seconds = match s.get(i) {
+        Some(b'Z' | b'z') if s.len() == i + 1 => 0,
+        Some(sign @ (b'+' | b'-')) if s.len() == i + 6 && s[i + 3] == b':' => {
+            let (oh, om) = (digits(s, i + 1, 2)?, digits(s, i + 4, 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let offset = oh * 3600 + om * 60;
+            if *sign == b'+' { offset } else { -offset }
+        }
+        _ => return None,
+    };
+    let seconds = days * 86_400 + h * 3600 + mi * 60 + sec - offset_seconds;
+    seconds.checked_mul(1_000_000)?.checked_add(micros)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(s: &str) -> Reader<'_> {
+        Reader::new(s.as_bytes())
+    }
+
+    #[test]
+    fn reads_an_object_in_any_key_order_and_skips_the_rest() {
+        let doc = r#" { "b" : [1, {"x": "y"}, null, true, -2.5e3] , "a":"x\"y", "c": 42 } "#;
+        let mut r = reader(doc);
+        let mut seq = r.begin_object("").unwrap();
+        let (mut a, mut c) = (None, None);
+        while let Some(key) = r.next_key(&mut seq, "").unwrap() {
+            match &*key {
+                b"a" => a = Some(r.string("a").unwrap()),
+                b"c" => c = Some(r.i64("c").unwrap()),
+                _ => r.skip().unwrap(),
+            }
+        }
+        r.end().unwrap();
+        assert_eq!(a.as_deref(), Some("x\"y"));
+        assert!(matches!(a, Some(Cow::Owned(_))), "an escaped string is unescaped into a copy");
+        assert_eq!(c, Some(42));
+    }
+
+    #[test]
+    fn strings_without_escapes_are_borrowed() {
+        let mut r = reader(r#""plain text""#);
+        assert!(matches!(r.string("s").unwrap(), Cow::Borrowed("plain text")));
+    }
+
+    #[test]
+    fn escapes_and_surrogate_pairs() {
+        let mut r = reader(r#""a\n\t\u00e9\ud83d\ude00\/""#);
+        assert_eq!(r.string("s").unwrap(), "a\n\té😀/");
+        assert!(reader(r#""\ud83d""#).string("s").is_err(), "a lone high surrogate");
+        assert!(reader(r#""\q""#).string("s").is_err());
+        assert!(reader(r#""abc"#).string("s").is_err());
+    }
+
+    #[test]
+    fn integers_at_the_edges_of_int64() {
+        assert_eq!(reader("9223372036854775807").i64("n").unwrap(), i64::MAX);
+        assert_eq!(reader("-9223372036854775808").i64("n").unwrap(), i64::MIN);
+        assert!(reader("9223372036854775808").i64("n").is_err());
+        assert!(reader("-9223372036854775809").i64("n").is_err());
+        assert_eq!(reader("1.0").i64("n").unwrap(), 1);
+        assert_eq!(reader("2e3").i64("n").unwrap(), 2000);
+        let e = reader("1.5").i64("n").unwrap_err();
+        assert_eq!(e.what(), "expected an integer, found a number with a fraction");
+        assert!(reader("01").i64("n").is_err(), "leading zeros");
+        assert!(reader("-").i64("n").is_err());
+    }
+
+    #[test]
+    fn wrong_types_name_the_field_and_what_was_found() {
+        let e = reader(r#""12""#).i64("order_id").unwrap_err();
+        assert_eq!(e.field(), "order_id");
+        assert_eq!(e.what(), "expected an integer, found a string");
+        let e = reader("null").string("customer").unwrap_err();
+        assert_eq!(e.what(), "expected a string, found null");
+        let text = RecordError::from(e).to_string();
+        assert!(text.contains("customer") && text.contains("found null"), "{text}");
+    }
+
+    #[test]
+    fn symbols_and_missing_fields() {
+        assert_eq!(reader(r#""b""#).symbol("e", &["a", "b"]).unwrap(), 1);
+        assert_eq!(reader(r#""c""#).symbol("e", &["a", "b"]).unwrap_err().what(), "not one of the enum's symbols");
+        let e = RecordError::from(missing("customer.id")).to_string();
+        assert!(e.contains("`customer.id`") && e.contains("missing"), "{e}");
+        assert!(reader_schema_id(7, &[7]).is_ok());
+        assert!(reader_schema_id(8, &[7]).unwrap_err().to_string().contains("format.json.schema_id"));
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(reader("-12.5e-1").f64("x").unwrap(), -1.25);
+        assert_eq!(reader("123456789012345").f64("x").unwrap(), 123_456_789_012_345.0);
+        assert_eq!(reader("0.1").f64("x").unwrap(), 0.1);
+        assert!(reader("1.").f64("x").is_err());
+        assert!(reader(".5").f64("x").is_err());
+        assert!(reader("1e400").f64("x").is_err());
+    }
+
+    #[test]
+    fn dates_and_timestamps() {
+        assert_eq!(reader(r#""1970-01-02""#).date("d").unwrap(), 1);
+        assert_eq!(reader(r#""2024-02-29""#).date("d").unwrap(), 19_782);
+        assert!(reader(r#""2023-02-29""#).date("d").is_err());
+        assert_eq!(reader(r#""1970-01-01T00:00:01Z""#).timestamp_micros("t").unwrap(), 1_000_000);
+        assert_eq!(reader(r#""1970-01-01T01:00:00.5+01:00""#).timestamp_micros("t").unwrap(), 500_000);
+        assert_eq!(reader(r#""1969-12-31 23:59:59.9999999z""#).timestamp_micros("t").unwrap(), -1);
+        assert!(reader(r#""1970-01-01T00:00:00""#).timestamp_micros("t").is_err(), "no offset");
+        assert!(reader(r#""1970-01-01T24:00:00Z""#).timestamp_micros("t").is_err());
+    }
+
+    #[test]
+    fn malformed_documents_are_errors() {
+        for doc in [
+            "",
+            "{",
+            "{\"a\" 1}",
+            "{\"a\":1,}",
+            "{,\"a\":1}",
+            "{\"a\":1 \"b\":2}",
+            "[1 2]",
+            "[1,]",
+            "{\"a\":tru}",
+            "{\"a\":1}x",
+            "{a:1}",
+            "nul",
+            "\"unterminated",
+        ] {
+            let mut r = reader(doc);
+            let ok = r.skip().and_then(|()| r.end());
+            assert!(ok.is_err(), "{doc:?} should not be accepted");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let doc = "[".repeat(100_000);
+        assert!(reader(&doc).skip().is_err());
+    }
+
+    proptest::proptest! {
+        // Skipping accepts exactly the documents serde_json accepts (as one value), for any
+        // document serde_json prints and for mutations of it.
+        #[test]
+        fn skip_agrees_with_serde_json(value in arbitrary_json(), cut in 0usize..64, flip in proptest::prelude::any::<u8>()) {
+            let text = serde_json::to_string(&value).unwrap();
+            let mut r = reader(&text);
+            proptest::prop_assert!(r.skip().and_then(|()| r.end()).is_ok(), "{text}");
+            // A damaged copy: cut short, or one byte replaced.
+            let mut bytes = text.clone().into_bytes();
+            if cut % 2 == 0 {
+                bytes.truncate(bytes.len().saturating_sub(cut / 2 + 1));
+            } else {
+                let i = cut % bytes.len();
+                bytes[i] = flip;
+            }
+            let ours = { let mut r = Reader::new(&bytes); r.skip().and_then(|()| r.end()).is_ok() };
+            let theirs = serde_json::from_slice::<serde_json::Value>(&bytes).is_ok();
+            // Skipping does not validate UTF-8 or control characters inside strings, so it may
+            // accept what serde_json refuses, never the other way round.
+            proptest::prop_assert!(ours || !theirs, "{:?}", String::from_utf8_lossy(&bytes));
+        }
+
+        // Strings read back as serde_json reads them, escapes and all.
+        #[test]
+        fn strings_agree_with_serde_json(s in ".*") {
+            let text = serde_json::to_string(&s).unwrap();
+            proptest::prop_assert_eq!(reader(&text).string("s").unwrap(), s);
+        }
+
+        // Numbers read back as serde_json reads them.
+        #[test]
+        fn numbers_agree_with_serde_json(i in proptest::prelude::any::<i64>(), f in proptest::prelude::any::<f64>()) {
+            proptest::prop_assert_eq!(reader(&i.to_string()).i64("n").unwrap(), i);
+            if f.is_finite() {
+                let text = serde_json::to_string(&f).unwrap();
+                proptest::prop_assert_eq!(reader(&text).f64("x").unwrap(), serde_json::from_str::<f64>(&text).unwrap());
+            }
+        }
+    }
+
+    fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|i| serde_json::json!(i)),
+            (-1e6f64..1e6).prop_map(|f| serde_json::json!(f)),
+            ".{0,8}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[a-z\\\\\"]{0,4}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+}
