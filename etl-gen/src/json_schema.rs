@@ -146,7 +146,7 @@ fn columns(fields: &[JField], optional_above: bool) -> Vec<Field> {
                 t if optional => AvroType::Nullable { inner: Box::new(column_type(t)), null_index: 0 },
                 t => column_type(t),
             };
-            Field { name: f.name.clone(), ty }
+            Field { name: f.name.clone(), ty, key: (f.key != f.name).then(|| f.key.clone()) }
         })
         .collect()
 }

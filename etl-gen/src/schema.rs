@@ -92,6 +92,9 @@ pub struct Field {
     pub name: String,
     /// Its type.
     pub ty: AvroType,
+    /// The key documents carry it under, where that is not `name` (a JSON key such as
+    /// `user-agent`, which is no column name).
+    pub key: Option<String>,
 }
 
 /// A type etl-rs does not support, found at `path` inside the schema.
@@ -205,7 +208,7 @@ impl Converter {
                 for f in &r.fields {
                     let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
                     match self.convert(&f.schema, &field_path) {
-                        Some(ty) => fields.push(Field { name: f.name.clone(), ty }),
+                        Some(ty) => fields.push(Field { name: f.name.clone(), ty, key: None }),
                         None => ok = false,
                     }
                 }
@@ -299,8 +302,18 @@ pub(crate) fn avro_schema_json(record: &RecordType) -> String {
         if !defined.insert(r.name.clone()) {
             return serde_json::json!(r.name);
         }
-        let fields: Vec<serde_json::Value> =
-            r.fields.iter().map(|f| serde_json::json!({"name": f.name, "type": ty(&f.ty, defined)})).collect();
+        let fields: Vec<serde_json::Value> = r
+            .fields
+            .iter()
+            .map(|f| {
+                let mut field = serde_json::json!({"name": f.name, "type": ty(&f.ty, defined)});
+                // Datagen writes documents under this key (an attribute Avro itself ignores).
+                if let Some(key) = &f.key {
+                    field["json_key"] = serde_json::json!(key);
+                }
+                field
+            })
+            .collect();
         serde_json::json!({"type": "record", "name": r.name, "fields": fields})
     }
     serde_json::to_string_pretty(&rec(record, &mut std::collections::HashSet::new())).expect("a JSON value prints")

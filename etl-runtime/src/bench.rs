@@ -42,6 +42,17 @@ impl ChainHarness {
         ChainHarness { buffers: (0..shards.max(1)).map(|_| OpenBuffer::default()).collect(), round_robin: 0 }
     }
 
+    /// The encoded rows in the buffers now, shard after shard, and empties them: what a test
+    /// of a generated chain reads back (NDJSON rows for a file sink).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for b in &mut self.buffers {
+            out.append(&mut b.bytes);
+            b.rows = 0;
+        }
+        out
+    }
+
     /// Processes one record; returns the rows it produced.
     #[inline]
     pub fn process<C: Chain>(&mut self, chain: &mut C, record: &Record<'_>) -> Result<u32, RecordError> {

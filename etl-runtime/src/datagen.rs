@@ -217,14 +217,20 @@ pub(crate) fn encode(
     }
     match encoding {
         Encoding::Avro => out.extend_from_slice(&apache_avro::to_avro_datum(schema, value)?),
-        Encoding::Json => json_value(&value, out),
+        Encoding::Json => json_value(Some(schema), &value, out),
     }
     Ok(())
 }
 
-/// `value` as JSON, as `format.json` reads it back.
-fn json_value(value: &Value, out: &mut Vec<u8>) {
+/// `value` as JSON, as `format.json` reads it back. A record field whose schema carries a
+/// `json_key` attribute (a JSON key that is no Avro name, `user-agent`) is written under that key;
+/// `schema` follows the value where it can (`None` below a reference: names as they are).
+fn json_value(schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) {
     use crate::codec::json;
+    let schema = match schema {
+        Some(Schema::Ref { .. }) | None => None,
+        s => s,
+    };
     match value {
         Value::Null => json::null(out),
         Value::Boolean(b) => json::boolean(out, *b),
@@ -236,18 +242,32 @@ fn json_value(value: &Value, out: &mut Vec<u8>) {
         Value::String(s) => json::string(out, s),
         Value::Bytes(b) | Value::Fixed(_, b) => json::bytes(out, b),
         Value::Enum(_, symbol) => json::string(out, symbol),
-        Value::Union(_, inner) => json_value(inner, out),
+        Value::Union(index, inner) => {
+            let branch = match schema {
+                Some(Schema::Union(u)) => u.variants().get(*index as usize),
+                _ => None,
+            };
+            json_value(branch, inner, out)
+        }
         Value::Array(items) => {
+            let item_schema = match schema {
+                Some(Schema::Array(a)) => Some(&*a.items),
+                _ => None,
+            };
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                json_value(item, out);
+                json_value(item_schema, item, out);
             }
             out.push(b']');
         }
         Value::Map(entries) => {
+            let value_schema = match schema {
+                Some(Schema::Map(m)) => Some(&*m.types),
+                _ => None,
+            };
             out.push(b'{');
             for (i, (key, item)) in entries.iter().enumerate() {
                 if i > 0 {
@@ -255,19 +275,28 @@ fn json_value(value: &Value, out: &mut Vec<u8>) {
                 }
                 json::string(out, key);
                 out.push(b':');
-                json_value(item, out);
+                json_value(value_schema, item, out);
             }
             out.push(b'}');
         }
         Value::Record(fields) => {
+            let record = match schema {
+                Some(Schema::Record(r)) => Some(r),
+                _ => None,
+            };
             out.push(b'{');
-            for (i, (key, item)) in fields.iter().enumerate() {
+            for (i, (name, item)) in fields.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
+                let field = record.and_then(|r| r.fields.get(i)).filter(|f| &f.name == name);
+                let key = field
+                    .and_then(|f| f.custom_attributes.get("json_key"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or(name);
                 json::string(out, key);
                 out.push(b':');
-                json_value(item, out);
+                json_value(field.map(|f| &f.schema), item, out);
             }
             out.push(b'}');
         }

@@ -49,7 +49,9 @@ pub(super) fn decode(
 fn key_loop(arms: &[TokenStream], path: &str) -> TokenStream {
     if arms.is_empty() {
         // No key is wanted: the object is read past whole.
-        return quote!(doc.skip()?;);
+        return quote!({
+            doc.skip()?;
+        });
     }
     quote!({
         let mut seq = doc.begin_object(#path)?;
