@@ -43,7 +43,7 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         out.push(
             Diagnostic::error(
                 &RULE,
-                &format.path(""),
+                format.path(""),
                 "Confluent-framed messages carry a schema id, but nothing says which ids are the reader schema's",
             )
             .help(help),
