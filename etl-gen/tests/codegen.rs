@@ -43,6 +43,8 @@ fn generated_code_snapshots() {
         "examples/order_items/pipeline.yaml",
         "etl-gen/tests/pipelines/kitchen_sink/pipeline.yaml",
         "etl-gen/tests/pipelines/items/pipeline.yaml",
+        "examples/json_to_clickhouse/pipeline.yaml",
+        "etl-gen/tests/pipelines/json/pipeline.yaml",
     ] {
         let v = load(rel);
         // Inside the workspace, so the relative paths in the code do not depend on where
@@ -119,6 +121,53 @@ fn text<'a>(row: &'a Value, key: &str) -> &'a str {
     row[key].as_str().unwrap_or_else(|| panic!("`{key}` is a string in {row}"))
 }
 
+/// A JSON pipeline end to end in one binary: datagen writes documents, the generated decoder
+/// reads them, the file sink writes rows. Every row has every column, in the types the mapping
+/// promises (the decoder's own tests, with documents written by hand, are in
+/// etl-macros/tests/json_decoder.rs).
+#[test]
+fn json_documents_become_typed_rows() {
+    let rows = build_and_run("etl-gen/tests/pipelines/json/pipeline.yaml");
+    assert_eq!(rows.len(), 3000, "no record is lost or dropped");
+    let mut ids: Vec<i64> = rows.iter().map(|r| int(r, "id")).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert!(ids.len() > 2900, "distinct records, not one repeated");
+    for row in &rows {
+        let object = row.as_object().unwrap();
+        let columns: Vec<&str> = object.keys().map(String::as_str).collect();
+        assert_eq!(
+            columns,
+            [
+                "id",
+                "name",
+                "score",
+                "ok",
+                "kind",
+                "at",
+                "day",
+                "uid",
+                "user_agent",
+                "tags",
+                "counts",
+                "items",
+                "geo_lat",
+                "geo_lon",
+                "geo_place_city",
+                "extra_note",
+                "grid"
+            ]
+        );
+        assert!(["a", "b", "c"].contains(&text(row, "kind")));
+        assert!(text(row, "at").ends_with('Z') && text(row, "at").len() == 27, "DateTime64(6): {row}");
+        assert_eq!(text(row, "day").len(), 10);
+        assert!(row["geo_lat"].is_f64());
+        for item in row["items"].as_array().unwrap() {
+            assert!(item["sku"].is_string() && (item["qty"].is_i64() || item["qty"].is_null()), "{item}");
+        }
+    }
+}
+
 /// Every operator and function of the expression language, checked against the input
 /// fields each output row also carries.
 #[test]
@@ -189,7 +238,11 @@ fn items_flat_map_and_rust_operator() {
 /// the environment with secrets masked (running them is the end-to-end tests' job).
 #[test]
 fn kafka_examples_compile_and_check_their_environment() {
-    for rel in ["examples/kafka_avro_to_clickhouse/pipeline.yaml", "examples/order_items/pipeline.yaml"] {
+    for rel in [
+        "examples/kafka_avro_to_clickhouse/pipeline.yaml",
+        "examples/order_items/pipeline.yaml",
+        "examples/json_to_clickhouse/pipeline.yaml",
+    ] {
         let (v, binary) = build(rel);
         let check = Command::new(&binary)
             .arg("--check")
@@ -453,6 +506,8 @@ fn generated_chains_never_panic_on_random_payloads() {
         "etl-gen/tests/pipelines/items/pipeline.yaml",
         // Confluent framing with a registry.
         "etl-gen/tests/pipelines/registry/pipeline.yaml",
+        // JSON documents, Confluent-framed, every construct of the JSON Schema subset.
+        "etl-gen/tests/pipelines/json/pipeline.yaml",
     ] {
         let (v, _) = build(rel);
         let crate_dir = root().join("target/etl-test").join(&v.model.pipeline.name);
