@@ -285,6 +285,48 @@ const TYPES: &str = "
 | `decimal(p, s)`, p ≤ 38 | `Decimal(p, s)` |
 | `uuid` | `UUID` |
 
+## JSON to ClickHouse types
+
+`format.json.schema` is a JSON Schema describing one message. `gen` reads the subset below
+(anything else that changes a value's shape is rule E0606, with its path in the schema) and
+writes a decoder for exactly these keys.
+
+| JSON Schema | ClickHouse |
+|---|---|
+| `integer` | `Int64` (`1.0` and `2e3` are read as integers; a fraction is a record error) |
+| `number` | `Float64` |
+| `boolean` | `Bool` |
+| `string` | `String` (other `format`s, `pattern`, `maxLength` are not enforced) |
+| `string` with `format: date-time` | `DateTime64(6, 'UTC')`: RFC 3339 with `Z` or an offset, converted to UTC; digits beyond microseconds are truncated |
+| `string` with `format: date` | `Date32` |
+| `string` with `format: uuid` | `UUID` |
+| string `enum` | `LowCardinality(String)`; another string is a record error |
+| `array` with `items` | `Array(T)`; absent or `null` reads as empty |
+| `object` with `additionalProperties: {schema}` and no `properties` | `Map(String, T)`; absent or `null` reads as empty |
+| `object` with `properties` | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
+| a property not in `required`, or whose `type` includes `\"null\"` (also `oneOf`/`anyOf` of one schema and `{\"type\": \"null\"}`) | `Nullable(T)` |
+| every property below an object that is optional or nullable | `Nullable(T)` (an absent object has absent fields) |
+| `$ref` to `#/$defs/X` or `#/definitions/X` | the referenced schema (no remote or recursive references) |
+
+How documents are read:
+
+- Keys may come in any order; keys the schema does not name, and properties the chain never
+  reads, are skipped without being built (their JSON is still checked). A key that repeats
+  counts once: the last one wins.
+- A key that is not a column name becomes one: every character outside `[A-Za-z0-9_]` becomes
+  `_` (`user-agent` → `user_agent`); two keys that meet as one column are rule E0606.
+- A required property that is absent is a record error naming it (``field `geo.lat`: a required
+  property is missing``); so is a value of the wrong type (``field `id`: expected an integer,
+  found a string``), a document that is not JSON, or anything after the document. A required
+  property below an optional object is required only when the object is present. Properties the
+  chain never reads are not checked for presence or type.
+- Strings are borrowed from the message unless they contain escapes. Whether a string is valid
+  UTF-8 is checked for the properties the chain reads.
+- `wire: raw` (the default for JSON) is one document per message; `wire: confluent` is a magic
+  byte and a 4-byte schema id before the document, and then `schema_id` lists the ids whose
+  documents the reader schema reads: any other id is a record error. A schema registry for
+  JSON is not supported yet.
+
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`
 ([operations.md](operations.md#replicated-tables)).
