@@ -468,16 +468,19 @@ impl Poison {
 /// One partition: `per_gap` good orders, then each poison followed by `per_gap` good ones.
 /// Returns the delivery reports; tags ≥ 1_000_000 are the poisons (1_000_000 + index).
 fn produce_poisoned(topic: &str, poisons: &[Poison], per_gap: i64, max_message_bytes: u64) -> Produced {
+    let payloads: Vec<Option<Vec<u8>>> = poisons.iter().map(|p| p.payload(max_message_bytes)).collect();
+    produce_poisoned_with(Producer::new(topic), topic, &payloads, per_gap)
+}
+
+/// [`produce_poisoned`] with the producer's encoding of the good orders and poison payloads given
+/// (`None`: a tombstone).
+fn produce_poisoned_with(producer: Producer, topic: &str, poisons: &[Option<Vec<u8>>], per_gap: i64) -> Produced {
     create_topic(topic, 1);
-    let producer = Producer::new(topic);
     let mut id = 0;
     for gap in 0..=poisons.len() {
-        for _ in 0..per_gap {
-            producer.send(id as usize, 0, id.to_string().as_bytes(), Some(&order(id, 0)));
-            id += 1;
-        }
-        if let Some(poison) = poisons.get(gap) {
-            let payload = poison.payload(max_message_bytes);
+        producer.send_orders_over(id..id + per_gap, 0, None, 1);
+        id += per_gap;
+        if let Some(payload) = poisons.get(gap) {
             producer.send(1_000_000 + gap, 0, b"poison", payload.as_deref());
         }
     }
@@ -730,7 +733,12 @@ fn tls_to_broker_and_clickhouse() {
 /// Exactly once: every order of `0..n` is in the table once, with the right content
 /// (count = uniqExact(key) = N, and the per-key checksum), and the ledger recorded batches.
 fn assert_exactly_once(n: i64) -> ChStats {
-    let table = Variant::Exactly.table();
+    assert_exactly_once_in(Variant::Exactly, n)
+}
+
+/// [`assert_exactly_once`] for the table of another exactly-once `variant`.
+fn assert_exactly_once_in(variant: Variant, n: i64) -> ChStats {
+    let table = variant.table();
     let stats = assert_all_arrived(table, n);
     assert_eq!(stats.count, n, "exactly once: count = uniqExact(order_id) = N ({stats:?})");
     let spans: i64 = infra()
@@ -753,13 +761,24 @@ fn finish_exactly_once(
     (topic, group): (&str, &str),
     n: i64,
 ) -> ChStats {
+    finish_exactly_once_in(Variant::Exactly, last, producer, (topic, group), n)
+}
+
+/// [`finish_exactly_once`] for another exactly-once `variant`.
+fn finish_exactly_once_in(
+    variant: Variant,
+    last: &mut Process,
+    producer: std::thread::JoinHandle<Produced>,
+    (topic, group): (&str, &str),
+    n: i64,
+) -> ChStats {
     let produced = producer.join().unwrap();
-    await_rows(Variant::Exactly.table(), n, Duration::from_secs(180));
+    await_rows(variant.table(), n, Duration::from_secs(180));
     await_committed(group, topic, &produced.end_offsets, Duration::from_secs(30));
     let metrics = last.metrics().expect("the final run serves /metrics");
     assert!(metrics.sum("etl_exactly_once_spans_recorded_total") > 0.0, "spans are counted");
     last.stop_cleanly();
-    assert_exactly_once(n)
+    assert_exactly_once_in(variant, n)
 }
 
 /// The process ended by SIGKILL (a fault point, or the test's own kill).
@@ -1686,4 +1705,194 @@ fn a_defaulted_column_added_while_running() {
         .sum();
     eprintln!("column added while running: {stats:?}; {defaulted} rows hold the default");
     assert_eq!(defaulted, stats.count, "every row, before and after the ALTER, holds the column's default");
+}
+
+/// Scenario 24: JSON documents (`pipeline-json.yaml`, exactly once, keys in two orders and an
+/// unknown key in half the documents): a million orders stream in, the binary is SIGKILLed once
+/// mid-stream and restarted, and every order lands exactly once with the values its document
+/// carried.
+#[test]
+fn json_one_million_exactly_once_through_a_kill() {
+    let _serial = serial();
+    prepare(Variant::Json);
+    let _t = Timer::start("json: a million exactly once through a kill");
+    const N: i64 = 1_000_000;
+    let (topic, group) = (unique("e2e-json"), unique("e2e-json"));
+    create_topic(&topic, PARTITIONS);
+    let started = Instant::now();
+    let (_, producer) = produce_json_in_background(&topic, 0..N, 0, 50_000);
+    let mut first = spawn(Variant::Json, "json-first", &topic, &group, &[]);
+    first.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    std::thread::sleep(Duration::from_secs_f64(Rng::from_time().between(1.0, 5.0)));
+    first.kill();
+    assert_killed(first.exit.unwrap(), "json-first");
+    eprintln!("json: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
+    let mut last = spawn(Variant::Json, "json-final", &topic, &group, &[]);
+    let stats = finish_exactly_once_in(Variant::Json, &mut last, producer, (&topic, &group), N);
+    eprintln!("json: {stats:?} in {:.1}s after one kill", started.elapsed().as_secs_f64());
+    for p in [&first, &last] {
+        p.assert_no_panic();
+    }
+    // The values, not only the keys: the enum by symbol, the timestamp to the millisecond, the
+    // null coupon.
+    let table = Variant::Json.table();
+    for url in &infra().clickhouse {
+        let wrong = ch_query(
+            url,
+            &format!(
+                "SELECT count() FROM default.{table} WHERE region != ['EMEA', 'AMER', 'APAC'][order_id % 3 + 1] \
+                 OR toUnixTimestamp64Milli(created_at) != 1700000000000 + order_id OR coupon IS NOT NULL"
+            ),
+        );
+        assert_eq!(wrong.trim(), "0", "every row carries its document's values ({url})");
+    }
+}
+
+/// A poison message of the JSON scenarios (their good documents are [`order_json`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JsonPoison {
+    NotJson,
+    Truncated,
+    WrongType,
+    Missing,
+    UnknownSymbol,
+    Oversize,
+    Tombstone,
+}
+
+const JSON_POISONS: [JsonPoison; 7] = [
+    JsonPoison::NotJson,
+    JsonPoison::Truncated,
+    JsonPoison::WrongType,
+    JsonPoison::Missing,
+    JsonPoison::UnknownSymbol,
+    JsonPoison::Oversize,
+    JsonPoison::Tombstone,
+];
+
+impl JsonPoison {
+    fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>> {
+        let doc = |order_id: &str, customer: &str, region: &str| {
+            format!(
+                r#"{{"order_id":{order_id},{customer}"region":"{region}","total_cents":100,"created_at":"2024-01-01T00:00:00Z"}}"#
+            )
+            .into_bytes()
+        };
+        Some(match self {
+            JsonPoison::NotJson => b"order 999999, EMEA, 100 cents".to_vec(),
+            JsonPoison::Truncated => {
+                let good = order_json(999_999, 0);
+                good[..good.len() - 12].to_vec()
+            }
+            JsonPoison::WrongType => doc("\"999999\"", r#""customer_id":1,"#, "EMEA"),
+            JsonPoison::Missing => doc("999999", "", "EMEA"),
+            JsonPoison::UnknownSymbol => doc("999999", r#""customer_id":1,"#, "MARS"),
+            JsonPoison::Oversize => order_json(999_999, max_message_bytes as usize + 100),
+            JsonPoison::Tombstone => return None,
+        })
+    }
+
+    /// `etl.error.kind` of its dead letter, and what its `etl.error` names.
+    fn expected(self) -> (&'static str, &'static str) {
+        match self {
+            JsonPoison::NotJson | JsonPoison::Truncated => ("decode", "invalid JSON document"),
+            JsonPoison::WrongType => ("decode", "field `order_id`: expected an integer, found a string"),
+            JsonPoison::Missing => ("decode", "field `customer_id`: a required property is missing"),
+            JsonPoison::UnknownSymbol => ("decode", "field `region`: not one of the enum's symbols"),
+            JsonPoison::Oversize => ("oversize", "exceeds format.max_message_bytes"),
+            JsonPoison::Tombstone => ("", ""),
+        }
+    }
+}
+
+fn produce_json_poisoned(topic: &str, poisons: &[JsonPoison], per_gap: i64, max_message_bytes: u64) -> Produced {
+    let payloads: Vec<Option<Vec<u8>>> = poisons.iter().map(|p| p.payload(max_message_bytes)).collect();
+    produce_poisoned_with(Producer::json(topic), topic, &payloads, per_gap)
+}
+
+/// Scenario 25, `skip`: every JSON poison (not JSON, truncated, a wrong type, a missing required
+/// property, an unknown enum symbol, oversize, a tombstone) is counted and passed; every good
+/// order arrives once; the offsets are committed past all of them.
+#[test]
+fn json_poison_skip() {
+    let _serial = serial();
+    prepare(Variant::Json);
+    let _t = Timer::start("json poison skip");
+    let config = Config::of(Variant::Json);
+    let (topic, group) = (unique("e2e-json-poison-skip"), unique("e2e-json-poison-skip"));
+    let produced = produce_json_poisoned(&topic, &JSON_POISONS, 200, config.max_message_bytes);
+    let good = 200 * (JSON_POISONS.len() as i64 + 1);
+    let mut p = spawn(Variant::Json, "json-poison-skip", &topic, &group, &[]);
+    let stats = await_rows(Variant::Json.table(), good, Duration::from_secs(60));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let m = p.metrics().expect("metrics");
+    p.stop_cleanly();
+    assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
+    assert_eq!(ch_checksum(Variant::Json.table(), "1"), checksum(0..good));
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), 6.0, "decode and oversize errors counted");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0, "the tombstone counted");
+}
+
+/// Scenario 25, `dlq`: each JSON poison but the tombstone is in the dead-letter topic, raw, with
+/// an error that names the field at fault.
+#[test]
+fn json_poison_dead_letter() {
+    let _serial = serial();
+    prepare(Variant::JsonDlq);
+    let _t = Timer::start("json poison dlq");
+    let config = Config::of(Variant::JsonDlq);
+    let (topic, group, dlq) = (unique("e2e-json-poison-dlq"), unique("e2e-json-poison-dlq"), unique("e2e-json-dlq"));
+    create_topic(&dlq, 1);
+    let produced = produce_json_poisoned(&topic, &JSON_POISONS, 200, config.max_message_bytes);
+    let good = 200 * (JSON_POISONS.len() as i64 + 1);
+    let letters_expected = JSON_POISONS.len() - 1;
+    let mut p = spawn(Variant::JsonDlq, "json-poison-dlq", &topic, &group, &[("DLQ_TOPIC", dlq.as_str())]);
+    let stats = await_rows(Variant::JsonDlq.table(), good, Duration::from_secs(60));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    let m = p.metrics().expect("metrics");
+    p.stop_cleanly();
+    assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), letters_expected as f64);
+    let letters = read_topic(&dlq, 1, letters_expected, Duration::from_secs(30));
+    assert_eq!(letters.len(), letters_expected, "one dead letter per poison except the tombstone: {letters:?}");
+    for (index, poison) in JSON_POISONS.iter().enumerate().filter(|(_, p)| **p != JsonPoison::Tombstone) {
+        let (_, offset) = produced.offsets[&(1_000_000 + index)];
+        let letter = letters
+            .iter()
+            .find(|l| l.headers.get("etl.source.offset") == Some(&offset.to_string()))
+            .unwrap_or_else(|| panic!("no dead letter for {poison:?} at offset {offset}: {letters:?}"));
+        assert_eq!(letter.payload, poison.payload(config.max_message_bytes), "{poison:?}: the raw message");
+        let (kind, names) = poison.expected();
+        assert_eq!(letter.headers.get("etl.error.kind").map(String::as_str), Some(kind), "{poison:?}");
+        let error = letter.headers.get("etl.error").cloned().unwrap_or_default();
+        assert!(error.contains(names), "{poison:?}: etl.error `{error}` names `{names}`");
+        eprintln!("dead letter {poison:?}: {error}");
+    }
+}
+
+/// Scenario 25, `fail` (and errors.tombstones fail): for each of four JSON poisons the process
+/// exits 1, never commits past the poison, and writes nothing that follows it.
+#[test]
+fn json_poison_fail() {
+    let _serial = serial();
+    prepare(Variant::JsonFail);
+    let _t = Timer::start("json poison fail");
+    let config = Config::of(Variant::JsonFail);
+    for poison in [JsonPoison::NotJson, JsonPoison::WrongType, JsonPoison::Missing, JsonPoison::Tombstone] {
+        truncate(Variant::JsonFail.table());
+        let (topic, group) = (unique("e2e-json-poison-fail"), unique("e2e-json-poison-fail"));
+        let produced = produce_json_poisoned(&topic, &[poison], 100, config.max_message_bytes);
+        let (_, bad) = produced.offsets[&1_000_000];
+        let mut p = spawn(Variant::JsonFail, &format!("json-poison-fail-{poison:?}"), &topic, &group, &[]);
+        let status = p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("{poison:?}: still running"));
+        p.assert_no_panic();
+        assert_eq!(status.code(), Some(1), "{poison:?}: a fatal runtime error exits 1:\n{}", p.log_tail());
+        let committed = committed(&group, &topic, 1);
+        assert!(
+            committed.get(&0).is_none_or(|&c| c <= bad),
+            "{poison:?}: committed {committed:?} passes the poison at offset {bad}"
+        );
+        assert_eq!(ch_checksum(Variant::JsonFail.table(), "order_id >= 100"), 0, "{poison:?}: nothing after it");
+        eprintln!("json fail {poison:?}: exit 1, committed {committed:?} (poison at {bad})");
+    }
 }

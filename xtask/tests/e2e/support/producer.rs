@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::PARTITIONS;
 use super::infra::kafka_config;
-use super::records::{order, order_framed};
+use super::records::{order, order_framed, order_json};
 
 /// Delivery reports: (tag, partition, offset) of every delivered message, and the failures.
 #[derive(Default)]
@@ -42,6 +42,8 @@ pub struct Producer {
     topic: String,
     /// Messages handed to the producer so far (an upper bound of what the broker has).
     pub sent: Arc<AtomicU64>,
+    /// How an order is encoded: [`order`] (Avro, Confluent-framed) or [`order_json`].
+    encode: fn(i64, usize) -> Vec<u8>,
 }
 
 impl Producer {
@@ -52,7 +54,12 @@ impl Producer {
             .set("queue.buffering.max.messages", "1000000")
             .create_with_context(Reports::default())
             .expect("producer");
-        Producer { inner, topic: topic.to_owned(), sent: Arc::default() }
+        Producer { inner, topic: topic.to_owned(), sent: Arc::default(), encode: order }
+    }
+
+    /// A producer whose orders are JSON documents ([`order_json`]).
+    pub fn json(topic: &str) -> Self {
+        Producer { encode: order_json, ..Producer::new(topic) }
     }
 
     /// Sends one message; `tag` identifies it in [`Produced::offsets`].
@@ -94,7 +101,7 @@ impl Producer {
                     std::thread::sleep(wait);
                 }
             }
-            let payload = order(id, coupon_len);
+            let payload = (self.encode)(id, coupon_len);
             self.send(id as usize, (id % partitions as i64) as i32, id.to_string().as_bytes(), Some(&payload));
         }
     }
@@ -146,7 +153,25 @@ pub fn produce_in_background(
     coupon_len: usize,
     rate: u64,
 ) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
-    let producer = Producer::new(topic);
+    produce_with(Producer::new(topic), ids, coupon_len, rate)
+}
+
+/// [`produce_in_background`] with JSON documents ([`order_json`]).
+pub fn produce_json_in_background(
+    topic: &str,
+    ids: std::ops::Range<i64>,
+    coupon_len: usize,
+    rate: u64,
+) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
+    produce_with(Producer::json(topic), ids, coupon_len, rate)
+}
+
+fn produce_with(
+    producer: Producer,
+    ids: std::ops::Range<i64>,
+    coupon_len: usize,
+    rate: u64,
+) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
     let sent = producer.sent.clone();
     let thread = std::thread::spawn(move || {
         producer.send_orders(ids, coupon_len, Some(rate));

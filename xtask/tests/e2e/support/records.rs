@@ -1,5 +1,6 @@
-//! The orders the scenarios produce: their Avro datums in the Confluent wire format, built by hand
-//! and deterministic per id, so that ClickHouse's content can be checked per key.
+//! The orders the scenarios produce: their Avro datums in the Confluent wire format, or JSON
+//! documents (schemas/order.schema.json), built by hand and deterministic per id, so that
+//! ClickHouse's content can be checked per key.
 
 /// The Confluent wire header: magic byte 0 and schema id 1 (no registry: the reader schema is
 /// compiled in, the id is not looked up).
@@ -57,6 +58,53 @@ pub fn order(id: i64, coupon_len: usize) -> Vec<u8> {
     payload
 }
 
+/// Order `id` as a JSON document (schemas/order.schema.json), its keys in one of two orders (the
+/// decoder takes any), with a coupon of `coupon_len` characters as [`order_datum`] makes it.
+pub fn order_json(id: i64, coupon_len: usize) -> Vec<u8> {
+    let region = ["EMEA", "AMER", "APAC"][(id % 3) as usize];
+    let coupon = if coupon_len == 0 {
+        "null".to_owned()
+    } else {
+        // The same characters as the Avro datum's coupon: its last `coupon_len` bytes but the
+        // timestamp's varint.
+        let datum = order_datum(id, coupon_len);
+        let mut ts = Vec::new();
+        zigzag(&mut ts, 1_700_000_000_000 + id);
+        let end = datum.len() - ts.len();
+        format!("\"{}\"", String::from_utf8_lossy(&datum[end - coupon_len..end]))
+    };
+    let millis = 1_700_000_000_000 + id;
+    let created_at = format!("\"{}\"", rfc3339_millis(millis));
+    let (customer, total) = (customer_id(id), total_cents(id));
+    let text = if id % 2 == 0 {
+        format!(
+            r#"{{"order_id":{id},"customer_id":{customer},"region":"{region}","total_cents":{total},"coupon":{coupon},"created_at":{created_at}}}"#
+        )
+    } else {
+        format!(
+            r#"{{"created_at":{created_at}, "coupon":{coupon}, "total_cents":{total}, "region":"{region}", "source":"web", "customer_id":{customer}, "order_id":{id}}}"#
+        )
+    };
+    text.into_bytes()
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC (`2023-11-14T22:13:20.000Z`).
+fn rfc3339_millis(ms: i64) -> String {
+    let (days, rest) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, mi, s, milli) = (rest / 3_600_000, rest / 60_000 % 60, rest / 1000 % 60, rest % 1000);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
+}
+
 /// Order `id` in the Confluent wire format, framed with writer schema `schema_id` (which a
 /// pipeline with a registry must look up unless it is the reader's own id, 1).
 pub fn order_framed(id: i64, schema_id: u32) -> Vec<u8> {
@@ -71,8 +119,27 @@ pub fn orders_bytes(ids: std::ops::Range<i64>, coupon_len: usize) -> u64 {
     ids.map(|id| (id.to_string().len() + CONFLUENT_HEADER.len() + order_datum(id, coupon_len).len()) as u64).sum()
 }
 
+/// The bytes [`order_json`] documents of `ids` put in a topic with their keys.
+pub fn orders_json_bytes(ids: std::ops::Range<i64>, coupon_len: usize) -> u64 {
+    ids.map(|id| (id.to_string().len() + order_json(id, coupon_len).len()) as u64).sum()
+}
+
 /// The per-key checksum of a set of distinct order ids, as `ChStats::checksum` computes it in
 /// ClickHouse from the stored columns.
 pub fn checksum(ids: impl IntoIterator<Item = i64>) -> i64 {
     ids.into_iter().map(|id| id * 3 + customer_id(id) * 7 + total_cents(id)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_orders_carry_the_avro_orders_values() {
+        let doc = String::from_utf8(super::order_json(7, 12)).unwrap();
+        assert!(doc.contains(r#""order_id":7}"#), "{doc}");
+        assert!(doc.contains(&format!(r#""customer_id":{},"#, super::customer_id(7))), "{doc}");
+        assert!(doc.contains(r#""region":"AMER""#), "{doc}");
+        let coupon = doc.split(r#""coupon":""#).nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+        assert_eq!(coupon.len(), 12, "{doc}");
+        assert_eq!(super::rfc3339_millis(1_700_000_000_007), "2023-11-14T22:13:20.007Z");
+    }
 }

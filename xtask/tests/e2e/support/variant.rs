@@ -31,6 +31,12 @@ pub enum Variant {
     Replicas,
     /// `pipeline-registry.yaml`: `pipeline.yaml` with a 10 minute `registry_timeout`.
     Registry,
+    /// `pipeline-json.yaml`: `pipeline-eo.yaml` reading JSON documents (exactly once, skip).
+    Json,
+    /// `pipeline-json-dlq.yaml`: `pipeline-json.yaml` with errors.policy dlq.
+    JsonDlq,
+    /// `pipeline-json-fail.yaml`: `pipeline-json.yaml` with errors.policy and tombstones fail.
+    JsonFail,
 }
 
 impl Variant {
@@ -44,6 +50,9 @@ impl Variant {
             Variant::Bounded => "pipeline-bounded.yaml",
             Variant::Replicas => "pipeline-replicas.yaml",
             Variant::Registry => "pipeline-registry.yaml",
+            Variant::Json => "pipeline-json.yaml",
+            Variant::JsonDlq => "pipeline-json-dlq.yaml",
+            Variant::JsonFail => "pipeline-json-fail.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -58,6 +67,9 @@ impl Variant {
             Variant::Bounded => "e2e_orders_bounded",
             Variant::Replicas => "e2e_orders_replicas",
             Variant::Registry => "e2e_orders_registry",
+            Variant::Json => "e2e_orders_json",
+            Variant::JsonDlq => "e2e_orders_json_dlq",
+            Variant::JsonFail => "e2e_orders_json_fail",
         }
     }
 
@@ -65,10 +77,15 @@ impl Variant {
         self as usize
     }
 
+    /// Whether the pipeline reads JSON documents (`order_json`) rather than Avro datums.
+    pub fn is_json(self) -> bool {
+        matches!(self, Variant::Json | Variant::JsonDlq | Variant::JsonFail)
+    }
+
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 8] = [const { OnceLock::new() }; 8];
+        static BINARIES: [OnceLock<PathBuf>; 11] = [const { OnceLock::new() }; 11];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
