@@ -146,9 +146,53 @@ fn columns(fields: &[JField], optional_above: bool) -> Vec<Field> {
                 t if optional => AvroType::Nullable { inner: Box::new(column_type(t)), null_index: 0 },
                 t => column_type(t),
             };
-            Field { name: f.name.clone(), ty, key: (f.key != f.name).then(|| f.key.clone()) }
+            Field { name: f.name.clone(), ty }
         })
         .collect()
+}
+
+/// An Avro schema (JSON text) of the documents themselves, for datagen, `produce` and the fuzz
+/// test: objects stay nested (a nullable or optional one is a union with null), a property keeps
+/// its own presence (`["null", T]` when it is optional or nullable), and a key that is no Avro name
+/// carries it in a `json_key` attribute, under which datagen writes it. So synthesized documents
+/// are valid for the JSON Schema, absent values written as `null`.
+pub(crate) fn datagen_schema(fields: &[JField]) -> String {
+    use serde_json::{Value, json};
+    fn ty(t: &JType) -> Value {
+        match t {
+            JType::Integer => json!("long"),
+            JType::Number => json!("double"),
+            JType::Boolean => json!("boolean"),
+            JType::String => json!("string"),
+            JType::DateTime => json!({"type": "long", "logicalType": "timestamp-micros"}),
+            JType::Date => json!({"type": "int", "logicalType": "date"}),
+            JType::Uuid => json!({"type": "string", "logicalType": "uuid"}),
+            JType::Enum { name, symbols } => json!({"type": "enum", "name": name, "symbols": symbols}),
+            JType::Array(t) => json!({"type": "array", "items": ty(t)}),
+            JType::Map(t) => json!({"type": "map", "values": ty(t)}),
+            JType::Object { name, fields } => record(name, fields),
+            JType::Nullable(t) => json!(["null", ty(t)]),
+        }
+    }
+    fn record(name: &str, fields: &[JField]) -> Value {
+        let fields: Vec<Value> = fields
+            .iter()
+            .map(|f| {
+                let t = match &f.ty {
+                    JType::Nullable(_) => ty(&f.ty),
+                    t if !f.required => json!(["null", ty(t)]),
+                    t => ty(t),
+                };
+                let mut field = json!({"name": f.name, "type": t});
+                if f.key != f.name {
+                    field["json_key"] = json!(f.key);
+                }
+                field
+            })
+            .collect();
+        json!({"type": "record", "name": name, "fields": fields})
+    }
+    serde_json::to_string_pretty(&record("Message", fields)).expect("a JSON value prints")
 }
 
 /// The column type of a value inside a container (where presence is not a question).

@@ -149,7 +149,7 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                         }),
                         Encoding::Json => json_schema::convert(relative, &text).map(|fields| {
                             let record = crate::json_schema::record("Message", &fields);
-                            let datagen = crate::schema::avro_schema_json(&record);
+                            let datagen = crate::json_schema::datagen_schema(&fields);
                             (text, record, Input::Json(fields), datagen)
                         }),
                     },

@@ -92,9 +92,6 @@ pub struct Field {
     pub name: String,
     /// Its type.
     pub ty: AvroType,
-    /// The key documents carry it under, where that is not `name` (a JSON key such as
-    /// `user-agent`, which is no column name).
-    pub key: Option<String>,
 }
 
 /// A type etl-rs does not support, found at `path` inside the schema.
@@ -208,7 +205,7 @@ impl Converter {
                 for f in &r.fields {
                     let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
                     match self.convert(&f.schema, &field_path) {
-                        Some(ty) => fields.push(Field { name: f.name.clone(), ty, key: None }),
+                        Some(ty) => fields.push(Field { name: f.name.clone(), ty }),
                         None => ok = false,
                     }
                 }
@@ -261,62 +258,6 @@ impl Converter {
             }
         })
     }
-}
-
-/// An Avro schema (JSON text) whose values have exactly the shape of `record`: how a format
-/// other than Avro gets synthesized values (datagen, `produce`, the fuzz test), which are then
-/// encoded in that format.
-pub(crate) fn avro_schema_json(record: &RecordType) -> String {
-    fn ty(t: &AvroType, defined: &mut std::collections::HashSet<String>) -> serde_json::Value {
-        use serde_json::json;
-        match t {
-            AvroType::Boolean => json!("boolean"),
-            AvroType::Int => json!("int"),
-            AvroType::Long => json!("long"),
-            AvroType::Float => json!("float"),
-            AvroType::Double => json!("double"),
-            AvroType::Bytes => json!("bytes"),
-            AvroType::String => json!("string"),
-            AvroType::Enum { name, symbols } => {
-                if defined.insert(name.clone()) {
-                    json!({"type": "enum", "name": name, "symbols": symbols})
-                } else {
-                    json!(name)
-                }
-            }
-            AvroType::Array(i) => json!({"type": "array", "items": ty(i, defined)}),
-            AvroType::Map(v) => json!({"type": "map", "values": ty(v, defined)}),
-            AvroType::Nullable { inner, null_index: 0 } => json!(["null", ty(inner, defined)]),
-            AvroType::Nullable { inner, .. } => json!([ty(inner, defined), "null"]),
-            AvroType::Record(r) => rec(r, defined),
-            AvroType::TimestampMillis => json!({"type": "long", "logicalType": "timestamp-millis"}),
-            AvroType::TimestampMicros => json!({"type": "long", "logicalType": "timestamp-micros"}),
-            AvroType::Date => json!({"type": "int", "logicalType": "date"}),
-            AvroType::Decimal { precision, scale, .. } => {
-                json!({"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale})
-            }
-            AvroType::Uuid => json!({"type": "string", "logicalType": "uuid"}),
-        }
-    }
-    fn rec(r: &RecordType, defined: &mut std::collections::HashSet<String>) -> serde_json::Value {
-        if !defined.insert(r.name.clone()) {
-            return serde_json::json!(r.name);
-        }
-        let fields: Vec<serde_json::Value> = r
-            .fields
-            .iter()
-            .map(|f| {
-                let mut field = serde_json::json!({"name": f.name, "type": ty(&f.ty, defined)});
-                // Datagen writes documents under this key (an attribute Avro itself ignores).
-                if let Some(key) = &f.key {
-                    field["json_key"] = serde_json::json!(key);
-                }
-                field
-            })
-            .collect();
-        serde_json::json!({"type": "record", "name": r.name, "fields": fields})
-    }
-    serde_json::to_string_pretty(&rec(record, &mut std::collections::HashSet::new())).expect("a JSON value prints")
 }
 
 /// How a schema is named in messages.

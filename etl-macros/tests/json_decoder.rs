@@ -144,13 +144,27 @@ fn malformed_documents_and_frames_are_errors() {
     }
 }
 
-/// Flattens nested objects of the schema into `parent_child` keys, as the row does.
+/// Flattens nested objects of the schema into `parent_child` keys, as the row does (a null
+/// object: its fields null; a null array or map: empty).
 fn flatten(prefix: &str, value: &Value, out: &mut serde_json::Map<String, Value>) {
     for (k, v) in value.as_object().unwrap() {
         let column = format!("{prefix}{}", k.replace('-', "_"));
         match (k.as_str(), v) {
             ("geo" | "extra", Value::Object(_)) => flatten(&format!("{column}_"), v, out),
             ("place", Value::Object(_)) if prefix == "geo_" => flatten(&format!("{column}_"), v, out),
+            ("extra", Value::Null) => {
+                out.insert("extra_note".into(), Value::Null);
+            }
+            ("place", Value::Null) if prefix == "geo_" => {
+                out.insert("geo_place_city".into(), Value::Null);
+            }
+            // An absent or null array or map is empty.
+            ("tags" | "grid", Value::Null) => {
+                out.insert(column, json!([]));
+            }
+            ("counts", Value::Null) => {
+                out.insert(column, json!({}));
+            }
             _ => {
                 out.insert(column, v.clone());
             }
