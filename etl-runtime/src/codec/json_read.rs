@@ -314,15 +314,12 @@ impl<'a> Reader<'a> {
             return Err(self.error("malformed number", field));
         };
         let text = &self.buf[start..end];
-        // Up to 15 digits without a fraction or exponent are exact in a double: no parser.
-        if simple && text.len() <= 15 {
-            let (negative, digits) = match text.split_first() {
-                Some((b'-', rest)) => (true, rest),
-                _ => (false, text),
-            };
-            let v = digits.iter().fold(0u64, |acc, &b| acc * 10 + u64::from(b - b'0')) as f64;
+        // Clinger's fast path: a mantissa of at most 2^53 and a power of ten of at most 22 are both
+        // exact in a double, so one multiplication or division rounds correctly. Most numbers in
+        // messages take it; the rest go to std's parser (also correctly rounded).
+        if let Some(v) = fast_float(text, simple) {
             self.pos = end;
-            return Ok(if negative { -v } else { v });
+            return Ok(v);
         }
         // The extent is ASCII by construction.
         match std::str::from_utf8(text).ok().and_then(|t| t.parse::<f64>().ok()) {
@@ -381,8 +378,9 @@ impl<'a> Reader<'a> {
     #[inline]
     pub fn timestamp_micros(&mut self, field: &'static str) -> Result<i64, JsonError> {
         let start = self.pos;
-        let s = self.string(field)?;
-        parse_rfc3339_micros(s.as_bytes()).ok_or_else(|| {
+        // The text is checked character by character: no UTF-8 validation needed.
+        let s = self.text_bytes(field)?;
+        parse_rfc3339_micros(&s).ok_or_else(|| {
             self.pos = start;
             self.error("expected an RFC 3339 date-time such as 2024-05-01T12:00:00Z", field)
         })
@@ -392,8 +390,8 @@ impl<'a> Reader<'a> {
     #[inline]
     pub fn date(&mut self, field: &'static str) -> Result<i32, JsonError> {
         let start = self.pos;
-        let s = self.string(field)?;
-        parse_date(s.as_bytes()).and_then(|d| i32::try_from(d).ok()).ok_or_else(|| {
+        let s = self.text_bytes(field)?;
+        parse_date(&s).and_then(|d| i32::try_from(d).ok()).ok_or_else(|| {
             self.pos = start;
             self.error("expected a date such as 2024-05-01", field)
         })
@@ -403,11 +401,21 @@ impl<'a> Reader<'a> {
     #[inline]
     pub fn uuid(&mut self, field: &'static str) -> Result<u128, JsonError> {
         let start = self.pos;
-        let s = self.string(field)?;
-        super::avro::uuid(&s).map_err(|_| {
+        let s = self.text_bytes(field)?;
+        parse_uuid(&s).ok_or_else(|| {
             self.pos = start;
             self.error("expected a UUID such as 123e4567-e89b-12d3-a456-426614174000", field)
         })
+    }
+
+    /// A string's bytes (escapes resolved, UTF-8 not checked), for values whose parsers accept
+    /// only ASCII anyway.
+    #[inline]
+    fn text_bytes(&mut self, field: &'static str) -> Result<Cow<'a, [u8]>, JsonError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.mismatch("expected a string", field));
+        }
+        self.raw_string(field)
     }
 
     /// Reads past one value of any kind, checking its structure but building nothing.
@@ -459,13 +467,12 @@ impl<'a> Reader<'a> {
     #[inline]
     fn raw_string(&mut self, field: &'static str) -> Result<Cow<'a, [u8]>, JsonError> {
         let body = self.pos + 1;
-        let rest = &self.buf[body..];
-        match memchr::memchr2(b'"', b'\\', rest) {
-            Some(i) if rest[i] == b'"' => {
-                self.pos = body + i + 1;
-                Ok(Cow::Borrowed(&rest[..i]))
+        match special(self.buf, body) {
+            Some(i) if self.buf[i] == b'"' => {
+                self.pos = i + 1;
+                Ok(Cow::Borrowed(&self.buf[body..i]))
             }
-            Some(i) => self.escaped_string(body, body + i, field).map(Cow::Owned),
+            Some(i) => self.escaped_string(body, i, field).map(Cow::Owned),
             None => Err(self.error("unterminated string", field)),
         }
     }
@@ -514,16 +521,15 @@ impl<'a> Reader<'a> {
                 }
                 _ => return Err(self.error("an invalid escape in a string", field)),
             }
-            let rest = &self.buf[next..];
-            match memchr::memchr2(b'"', b'\\', rest) {
-                Some(i) if rest[i] == b'"' => {
-                    out.extend_from_slice(&rest[..i]);
-                    self.pos = next + i + 1;
+            match special(self.buf, next) {
+                Some(i) if self.buf[i] == b'"' => {
+                    out.extend_from_slice(&self.buf[next..i]);
+                    self.pos = i + 1;
                     return Ok(out);
                 }
                 Some(i) => {
-                    out.extend_from_slice(&rest[..i]);
-                    escape = next + i;
+                    out.extend_from_slice(&self.buf[next..i]);
+                    escape = i;
                 }
                 None => {
                     self.pos = next;
@@ -617,12 +623,12 @@ impl<'a> Reader<'a> {
     fn skip_string(&mut self) -> Result<(), JsonError> {
         let mut i = self.pos + 1;
         loop {
-            match memchr::memchr2(b'"', b'\\', &self.buf[i..]) {
-                Some(j) if self.buf[i + j] == b'"' => {
-                    self.pos = i + j + 1;
+            match special(self.buf, i) {
+                Some(j) if self.buf[j] == b'"' => {
+                    self.pos = j + 1;
                     return Ok(());
                 }
-                Some(j) => i += j + 2,
+                Some(j) => i = j + 2,
                 None => return Err(self.error("unterminated string", "")),
             }
             if i > self.buf.len() {
@@ -630,6 +636,95 @@ impl<'a> Reader<'a> {
             }
         }
     }
+}
+
+/// A number's value by Clinger's fast path, when it applies (see [`Reader::f64`]).
+#[inline]
+fn fast_float(text: &[u8], simple: bool) -> Option<f64> {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
+        1e20, 1e21, 1e22,
+    ];
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (mut mantissa, mut digits, mut exponent) = (0u64, 0u32, 0i32);
+    let mut i = 0;
+    while let Some(&b) = text.get(i).filter(|b| b.is_ascii_digit()) {
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+        digits += u32::from(mantissa != 0);
+        i += 1;
+    }
+    if !simple {
+        if text.get(i) == Some(&b'.') {
+            i += 1;
+            while let Some(&b) = text.get(i).filter(|b| b.is_ascii_digit()) {
+                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+                digits += u32::from(mantissa != 0);
+                exponent -= 1;
+                i += 1;
+            }
+        }
+        if matches!(text.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            let sign = match text.get(i) {
+                Some(b'-') => {
+                    i += 1;
+                    -1
+                }
+                Some(b'+') => {
+                    i += 1;
+                    1
+                }
+                _ => 1,
+            };
+            let mut e = 0i32;
+            while let Some(&b) = text.get(i).filter(|b| b.is_ascii_digit()) {
+                e = e.saturating_mul(10).saturating_add(i32::from(b - b'0'));
+                i += 1;
+            }
+            exponent = exponent.saturating_add(sign * e);
+        }
+    }
+    // More than 19 significant digits may have wrapped; 2^53 is the exact limit.
+    if digits > 19 || mantissa > 1 << 53 {
+        return None;
+    }
+    let m = mantissa as f64;
+    let v = match exponent {
+        0 => m,
+        1..=22 => m * POW10[exponent as usize],
+        -22..=-1 => m / POW10[(-exponent) as usize],
+        _ => return None,
+    };
+    Some(if negative { -v } else { v })
+}
+
+/// The index of the first `"` or `\\` at or after `from`, if any.
+///
+/// Strings in messages are mostly short, where memchr's vector set-up costs more than it saves:
+/// eight bytes at a time in a `u64` (a byte equals `c` where `x ^ c*0x01..01` has a zero byte,
+/// and the lowest zero byte that test finds is exact) then memchr for what is left of a long one.
+#[inline(always)]
+fn special(buf: &[u8], from: usize) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const QUOTE: u64 = LO * b'"' as u64;
+    const BACKSLASH: u64 = LO * b'\\' as u64;
+    let mut i = from;
+    // Four words cover 32 bytes, the length of most keys and values.
+    for _ in 0..4 {
+        let Some(chunk) = buf.get(i..i + 8) else { break };
+        let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let (q, b) = (w ^ QUOTE, w ^ BACKSLASH);
+        let found = (q.wrapping_sub(LO) & !q | b.wrapping_sub(LO) & !b) & HI;
+        if found != 0 {
+            return Some(i + (found.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    memchr::memchr2(b'"', b'\\', buf.get(i..)?).map(|j| i + j)
 }
 
 /// The end of the number starting at `start` by JSON's grammar, and whether it is a plain
@@ -675,6 +770,14 @@ fn number_extent(buf: &[u8], start: usize) -> Option<(usize, bool)> {
         }
     }
     Some((i, simple))
+}
+
+/// A UUID in its canonical `8-4-4-4-12` hex form.
+fn parse_uuid(s: &[u8]) -> Option<u128> {
+    if s.len() != 36 || [8, 13, 18, 23].iter().any(|&i| s[i] != b'-') {
+        return None;
+    }
+    s.iter().filter(|&&b| b != b'-').try_fold(0u128, |acc, &b| Some(acc << 4 | u128::from((b as char).to_digit(16)?)))
 }
 
 fn digits(s: &[u8], at: usize, n: usize) -> Option<i64> {
@@ -905,6 +1008,14 @@ mod tests {
             proptest::prop_assert!(ours || !theirs, "{:?}", String::from_utf8_lossy(&bytes));
         }
 
+        // The word-at-a-time scan finds the first quote or backslash wherever it is.
+        #[test]
+        fn special_finds_the_first_quote_or_backslash(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80), from in 0usize..80) {
+            let from = from.min(bytes.len());
+            let expected = bytes[from..].iter().position(|&b| b == b'"' || b == b'\\').map(|j| from + j);
+            proptest::prop_assert_eq!(special(&bytes, from), expected);
+        }
+
         // Strings read back as serde_json reads them, escapes and all.
         #[test]
         fn strings_agree_with_serde_json(s in ".*") {
@@ -921,6 +1032,11 @@ mod tests {
             proptest::prop_assert_eq!(reader(&text).f64("x").unwrap(), text.parse::<f64>().unwrap());
             let short = (i % 1_000_000_000_000).to_string();
             proptest::prop_assert_eq!(reader(&short).f64("x").unwrap(), short.parse::<f64>().unwrap());
+            // Decimals of every length and exponent, through the fast path where it applies.
+            let scaled = format!("{}e{}", i % 100_000_000_000, (i % 60) - 30);
+            proptest::prop_assert_eq!(reader(&scaled).f64("x").unwrap(), scaled.parse::<f64>().unwrap());
+            let fraction = format!("{}.{:06}", i % 1_000_000_000, (i % 1_000_000).abs());
+            proptest::prop_assert_eq!(reader(&fraction).f64("x").unwrap(), fraction.parse::<f64>().unwrap());
             if f.is_finite() {
                 let text = serde_json::to_string(&f).unwrap();
                 // Exactly the double that was printed (serde_json's own parser is not always
