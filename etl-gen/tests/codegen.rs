@@ -155,6 +155,7 @@ fn json_documents_become_typed_rows() {
                 "geo_lon",
                 "geo_place_city",
                 "extra_note",
+                "extra_say__hi_",
                 "grid"
             ]
         );

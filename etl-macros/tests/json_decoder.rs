@@ -48,7 +48,7 @@ fn absent_optional_values_are_null_and_absent_containers_empty() {
     assert_eq!(row["kind"], "b");
     assert_eq!(row["at"], "2024-05-01T10:00:00.250000Z", "the offset is applied: UTC, microseconds");
     assert_eq!(row["day"], "2024-05-01");
-    for nullable in ["score", "ok", "uid", "user_agent", "geo_lon", "geo_place_city", "extra_note"] {
+    for nullable in ["score", "ok", "uid", "user_agent", "geo_lon", "geo_place_city", "extra_note", "extra_say__hi_"] {
         assert_eq!(row[nullable], Value::Null, "{nullable}");
     }
     assert_eq!(row["tags"], json!([]));
@@ -75,6 +75,11 @@ fn keys_in_any_order_with_unknown_keys_and_escapes() {
     assert_eq!(row["counts"], json!({"x": 1, "y/z": -2}));
     assert_eq!(row["grid"], json!([[1, null], []]));
     assert_eq!(row["extra_note"], Value::Null, "a null object leaves its fields null");
+    // A key JSON must escape is matched by its unescaped text.
+    let mut d = minimal();
+    d["extra"] = json!({"say \"hi\"": 5, "note": "n"});
+    let escaped = decode(&doc(&d)).unwrap();
+    assert_eq!((&escaped["extra_say__hi_"], &escaped["extra_note"]), (&json!(5), &json!("n")));
     assert_eq!(row["ok"], false);
     assert_eq!(row["uid"], "123e4567-e89b-12d3-a456-426614174000");
     assert_eq!(row["tags"], json!(["a", "😀"]));
@@ -148,12 +153,14 @@ fn malformed_documents_and_frames_are_errors() {
 /// object: its fields null; a null array or map: empty).
 fn flatten(prefix: &str, value: &Value, out: &mut serde_json::Map<String, Value>) {
     for (k, v) in value.as_object().unwrap() {
-        let column = format!("{prefix}{}", k.replace('-', "_"));
+        let column: String =
+            format!("{prefix}{k}").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         match (k.as_str(), v) {
             ("geo" | "extra", Value::Object(_)) => flatten(&format!("{column}_"), v, out),
             ("place", Value::Object(_)) if prefix == "geo_" => flatten(&format!("{column}_"), v, out),
             ("extra", Value::Null) => {
                 out.insert("extra_note".into(), Value::Null);
+                out.insert("extra_say__hi_".into(), Value::Null);
             }
             ("place", Value::Null) if prefix == "geo_" => {
                 out.insert("geo_place_city".into(), Value::Null);

@@ -45,23 +45,50 @@ pub(super) fn decode(
     out
 }
 
-/// The loop over an object's keys, `arms` matched against each, anything else skipped.
-fn key_loop(arms: &[TokenStream], path: &str) -> TokenStream {
+/// The loop over an object's keys, each known key's action run for its value, anything else
+/// skipped.
+fn key_loop(arms: &[(String, TokenStream)], path: &str) -> TokenStream {
     if arms.is_empty() {
         // No key is wanted: the object is read past whole.
         return quote!({
             doc.skip()?;
         });
     }
-    quote!({
-        let mut seq = doc.begin_object(#path)?;
-        while let Some(key) = doc.next_key(&mut seq, #path)? {
-            match &*key {
-                #(#arms)*
-                _ => doc.skip()?,
+    // Keys JSON writes without escapes (nearly all) are matched by index, the next one guessed
+    // from the last (see `Reader::next_known_key`); others by their unescaped bytes.
+    let plain = arms.iter().all(|(k, _)| !k.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20));
+    if plain {
+        let keys = arms.iter().map(|(k, _)| Literal::byte_string(k.as_bytes()));
+        let cases = arms.iter().enumerate().map(|(i, (_, action))| {
+            let i = Literal::usize_unsuffixed(i);
+            quote!(#i => #action,)
+        });
+        quote!({
+            const KEYS: &[&[u8]] = &[#(#keys),*];
+            let mut seq = doc.begin_object(#path)?;
+            let mut hint = 0;
+            while let Some(key) = doc.next_known_key(&mut seq, #path, KEYS, &mut hint)? {
+                match key {
+                    #(#cases)*
+                    _ => doc.skip()?,
+                }
             }
-        }
-    })
+        })
+    } else {
+        let cases = arms.iter().map(|(k, action)| {
+            let k = Literal::byte_string(k.as_bytes());
+            quote!(#k => #action,)
+        });
+        quote!({
+            let mut seq = doc.begin_object(#path)?;
+            while let Some(key) = doc.next_key(&mut seq, #path)? {
+                match &*key {
+                    #(#cases)*
+                    _ => doc.skip()?,
+                }
+            }
+        })
+    }
 }
 
 /// How an absent slot ends.
@@ -98,7 +125,8 @@ impl Slot {
 #[derive(Default)]
 struct Object {
     decls: Vec<TokenStream>,
-    arms: Vec<TokenStream>,
+    /// `(key, what to do with its value)`, in schema order.
+    arms: Vec<(String, TokenStream)>,
     slots: Vec<Slot>,
 }
 
@@ -123,7 +151,6 @@ impl Object {
             let optional = above || !f.required || matches!(f.ty, JType::Nullable(_));
             // Only a key that is required all the way up may not be absent.
             let must_come = f.required && !above;
-            let key = Literal::byte_string(f.key.as_bytes());
             match f.ty.non_null() {
                 JType::Object { fields: children, .. } => {
                     let mut inner = Object::default();
@@ -135,7 +162,7 @@ impl Object {
                     self.decls.extend(inner.decls);
                     self.slots.extend(inner.slots);
                     // A null object leaves its fields absent.
-                    self.arms.push(quote!(#key => if !doc.null() #body,));
+                    self.arms.push((f.key.clone(), quote!(if !doc.null() #body)));
                 }
                 t if live(&column) => {
                     let id = fresh(&format!("slot_{column}"));
@@ -153,7 +180,7 @@ impl Object {
                         _ => (Absent::Missing, quote!(#id = Some(#read);)),
                     };
                     self.decls.push(quote!(let mut #id = None;));
-                    self.arms.push(quote!(#key => { #store }));
+                    self.arms.push((f.key.clone(), quote!({ #store })));
                     self.slots.push(Slot { column, id, path: field_path, absent });
                 }
                 _ => {}
