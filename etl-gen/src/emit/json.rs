@@ -58,13 +58,16 @@ fn key_loop(arms: &[(String, TokenStream)], path: &str) -> TokenStream {
     // from the last (see `Reader::next_known_key`); others by their unescaped bytes.
     let plain = arms.iter().all(|(k, _)| !k.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20));
     if plain {
-        let keys = arms.iter().map(|(k, _)| Literal::byte_string(k.as_bytes()));
+        let keys = arms.iter().map(|(k, _)| {
+            let k = Literal::byte_string(k.as_bytes());
+            quote!(rt::json_read::Key::new(#k))
+        });
         let cases = arms.iter().enumerate().map(|(i, (_, action))| {
             let i = Literal::usize_unsuffixed(i);
             quote!(#i => #action,)
         });
         quote!({
-            const KEYS: &[&[u8]] = &[#(#keys),*];
+            const KEYS: &[rt::json_read::Key] = &[#(#keys),*];
             let mut seq = doc.begin_object(#path)?;
             let mut hint = 0;
             while let Some(key) = doc.next_known_key(&mut seq, #path, KEYS, &mut hint)? {

@@ -85,6 +85,51 @@ fn unknown_schema_id(id: u32, reader_ids: &[u32]) -> RecordError {
     )
 }
 
+/// A key the decoder knows, with its first sixteen bytes and the closing quote packed into two
+/// words at compile time, so that checking a guessed key is two loads and two comparisons (a
+/// slice comparison of unknown length calls `memcmp`).
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    bytes: &'static [u8],
+    /// `bytes` and the closing `"`, little-endian, zero-padded, when they fit in 16 bytes.
+    words: [u64; 2],
+    /// Which bits of `words` to compare.
+    masks: [u64; 2],
+}
+
+impl Key {
+    /// A key (without quotes; no `"`, `\\` or control characters: see [`Reader::next_known_key`]).
+    pub const fn new(bytes: &'static [u8]) -> Key {
+        let mut words = [0u64; 2];
+        let mut masks = [0u64; 2];
+        let n = bytes.len();
+        if n < 16 {
+            let mut i = 0;
+            while i <= n {
+                let b = if i < n { bytes[i] } else { b'"' };
+                words[i / 8] |= (b as u64) << (8 * (i % 8));
+                masks[i / 8] |= 0xff << (8 * (i % 8));
+                i += 1;
+            }
+        }
+        Key { bytes, words, masks }
+    }
+
+    /// Whether `buf[at..]` starts with the key and its closing quote.
+    #[inline(always)]
+    fn is_at(&self, buf: &[u8], at: usize) -> bool {
+        if self.masks[0] != 0
+            && let Some(chunk) = buf.get(at..at + 16)
+        {
+            let lo = u64::from_le_bytes(chunk[..8].try_into().expect("eight bytes"));
+            let hi = u64::from_le_bytes(chunk[8..].try_into().expect("eight bytes"));
+            return (lo & self.masks[0]) == self.words[0] && (hi & self.masks[1]) == self.words[1];
+        }
+        let n = self.bytes.len();
+        buf.get(at..at + n) == Some(self.bytes) && buf.get(at + n) == Some(&b'"')
+    }
+}
+
 /// The state of one object or array being read: whether an element was read yet, so that a
 /// separator is required before the next one.
 #[derive(Debug)]
@@ -96,6 +141,9 @@ pub struct Seq {
 #[derive(Debug)]
 pub struct Reader<'a> {
     buf: &'a [u8],
+    /// The whole document as text when it is valid UTF-8 (checked once, which is cheaper than
+    /// checking each string the decoder reads); `None` sends every string through its own check.
+    text: Option<&'a str>,
     pos: usize,
 }
 
@@ -103,7 +151,7 @@ impl<'a> Reader<'a> {
     /// A reader at the start of `buf`.
     #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
+        Reader { buf, text: std::str::from_utf8(buf).ok(), pos: 0 }
     }
 
     #[cold]
@@ -182,7 +230,7 @@ impl<'a> Reader<'a> {
         &mut self,
         seq: &mut Seq,
         field: &'static str,
-        keys: &[&[u8]],
+        keys: &[Key],
         hint: &mut usize,
     ) -> Result<Option<usize>, JsonError> {
         match self.peek() {
@@ -203,16 +251,13 @@ impl<'a> Reader<'a> {
         }
         let start = self.pos + 1;
         let index = match keys.get(*hint) {
-            Some(guess)
-                if self.buf.get(start..start + guess.len()) == Some(guess)
-                    && self.buf.get(start + guess.len()) == Some(&b'"') =>
-            {
-                self.pos = start + guess.len() + 1;
+            Some(guess) if guess.is_at(self.buf, start) => {
+                self.pos = start + guess.bytes.len() + 1;
                 *hint
             }
             _ => {
                 let key = self.raw_string(field)?;
-                keys.iter().position(|k| **k == *key).unwrap_or(keys.len())
+                keys.iter().position(|k| k.bytes == &*key).unwrap_or(keys.len())
             }
         };
         if index < keys.len() {
@@ -231,15 +276,29 @@ impl<'a> Reader<'a> {
     /// [`Reader::next_key`], as text.
     #[inline]
     pub fn next_map_key(&mut self, seq: &mut Seq, field: &'static str) -> Result<Option<Cow<'a, str>>, JsonError> {
+        let start = self.pos;
         match self.next_key(seq, field)? {
             None => Ok(None),
-            Some(Cow::Borrowed(b)) => match std::str::from_utf8(b) {
-                Ok(s) => Ok(Some(Cow::Borrowed(s))),
-                Err(_) => Err(self.error("a key is not valid UTF-8", field)),
-            },
+            Some(Cow::Borrowed(b)) => {
+                // A slice of the document's text where it is known to be UTF-8 (see `string`).
+                let offset = b.as_ptr() as usize - self.buf.as_ptr() as usize;
+                if let Some(s) = self.text.and_then(|t| t.get(offset..offset + b.len())) {
+                    return Ok(Some(Cow::Borrowed(s)));
+                }
+                match std::str::from_utf8(b) {
+                    Ok(s) => Ok(Some(Cow::Borrowed(s))),
+                    Err(_) => {
+                        self.pos = start;
+                        Err(self.error("a key is not valid UTF-8", field))
+                    }
+                }
+            }
             Some(Cow::Owned(b)) => match String::from_utf8(b) {
                 Ok(s) => Ok(Some(Cow::Owned(s))),
-                Err(_) => Err(self.error("a key is not valid UTF-8", field)),
+                Err(_) => {
+                    self.pos = start;
+                    Err(self.error("a key is not valid UTF-8", field))
+                }
             },
         }
     }
@@ -396,6 +455,15 @@ impl<'a> Reader<'a> {
             return Err(self.mismatch("expected a string", field));
         }
         let start = self.pos;
+        let body = start + 1;
+        // The common case, no escapes, in a document that is valid UTF-8: a slice of its text.
+        if let (Some(text), Some(end)) = (self.text, special(self.buf, body))
+            && self.buf[end] == b'"'
+            && let Some(s) = text.get(body..end)
+        {
+            self.pos = end + 1;
+            return Ok(Cow::Borrowed(s));
+        }
         match self.raw_string(field)? {
             Cow::Borrowed(b) => match std::str::from_utf8(b) {
                 Ok(s) => Ok(Cow::Borrowed(s)),
@@ -944,7 +1012,7 @@ mod tests {
 
     #[test]
     fn known_keys_are_found_in_any_order_guessed_or_not() {
-        const KEYS: [&[u8]; 3] = [b"a", b"bb", b"c"];
+        const KEYS: [Key; 3] = [Key::new(b"a"), Key::new(b"bb"), Key::new(b"c")];
         // In order, out of order, escaped, unknown, and a key that only starts like a known one.
         let doc = r#"{"a":1,"bb":2,"c":3,"c":4,"a":5,"bb":6,"zz":7,"bbb":8}"#;
         let mut r = reader(doc);
@@ -959,6 +1027,51 @@ mod tests {
         let mut r = reader(r#"{"a" 1}"#);
         let mut seq = r.begin_object("").unwrap();
         assert!(r.next_known_key(&mut seq, "", &KEYS, &mut 0).is_err());
+    }
+
+    proptest::proptest! {
+        // The packed comparison agrees with comparing the bytes, for keys of every length.
+        #[test]
+        fn packed_keys_compare_as_bytes(key in "[a-z_]{1,20}", text in "[a-z_\"]{0,24}", pad in 0usize..20) {
+            let key: &'static [u8] = Box::leak(key.into_bytes().into_boxed_slice());
+            let mut buf = text.into_bytes();
+            buf.extend(std::iter::repeat_n(b' ', pad));
+            let k = Key::new(key);
+            let n = key.len();
+            let expected = buf.get(..n) == Some(key) && buf.get(n) == Some(&b'"');
+            proptest::prop_assert_eq!(k.is_at(&buf, 0), expected);
+            let mut with_key = key.to_vec();
+            with_key.push(b'"');
+            with_key.extend(&buf);
+            proptest::prop_assert!(k.is_at(&with_key, 0));
+        }
+    }
+
+    #[test]
+    fn utf8_is_checked_where_strings_are_read() {
+        // Valid UTF-8 throughout: strings are slices of the checked text.
+        let mut r = Reader::new("{\"k\":\"grüße\"}".as_bytes());
+        let mut seq = r.begin_object("").unwrap();
+        assert_eq!(r.next_map_key(&mut seq, "").unwrap().as_deref(), Some("k"));
+        assert!(matches!(r.string("s").unwrap(), Cow::Borrowed("grüße")));
+        // Invalid UTF-8 in a value the decoder skips is no error; in one it reads, it is.
+        let doc = b"{\"skip\":\"\xff\",\"read\":\"ok\",\"bad\":\"\xfe\"}";
+        let mut r = Reader::new(doc);
+        let mut seq = r.begin_object("").unwrap();
+        let mut errors = Vec::new();
+        while let Some(key) = r.next_key(&mut seq, "").unwrap() {
+            match &*key {
+                b"skip" => r.skip().unwrap(),
+                _ => match r.string("v") {
+                    Ok(s) => assert_eq!(s, "ok"),
+                    Err(e) => {
+                        errors.push(e.what());
+                        r.skip().unwrap();
+                    }
+                },
+            }
+        }
+        assert_eq!(errors, ["a string is not valid UTF-8"]);
     }
 
     #[test]
