@@ -32,10 +32,12 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         ]),
     )?;
     // Generated code passes clippy too: the flagship (Kafka, a registry, a transform, two
-    // shards) and the kitchen sink (every type and operator), in the shared target directory.
+    // shards), the kitchen sink (every type and operator) and the JSON kitchen sink (every
+    // construct of the JSON Schema subset), in the shared target directory.
     for (pipeline, name) in [
         ("examples/kafka_avro_to_clickhouse/pipeline.yaml", "clippy-flagship"),
         ("etl-gen/tests/pipelines/kitchen_sink/pipeline.yaml", "clippy-kitchen-sink"),
+        ("etl-gen/tests/pipelines/json/pipeline.yaml", "clippy-json-kitchen-sink"),
     ] {
         let crate_dir = root.join("target/etl-clippy").join(name);
         step(

@@ -209,8 +209,13 @@ fn value(
         JType::Date => quote!(doc.date(#path)?),
         JType::Uuid => quote!(doc.uuid(#path)?),
         JType::Enum { symbols, .. } => {
-            let table = enum_table(symbols, enums);
-            quote!(doc.symbol(#path, &#table)?)
+            // Registered for the encoders, which write symbols from the same table.
+            enum_table(symbols, enums);
+            let cases = symbols.iter().enumerate().map(|(i, s)| {
+                let (s, i) = (Literal::byte_string(s.as_bytes()), Literal::u32_unsuffixed(i as u32));
+                quote!(#s => Some(#i),)
+            });
+            quote!(doc.symbol_by(#path, |text| match text { #(#cases)* _ => None })?)
         }
         JType::Nullable(inner) => {
             let inner = value(inner, path, fresh, enums);

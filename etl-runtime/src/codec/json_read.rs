@@ -141,9 +141,10 @@ pub struct Seq {
 #[derive(Debug)]
 pub struct Reader<'a> {
     buf: &'a [u8],
-    /// The whole document as text when it is valid UTF-8 (checked once, which is cheaper than
-    /// checking each string the decoder reads); `None` sends every string through its own check.
-    text: Option<&'a str>,
+    /// The whole document as text when it is valid UTF-8, checked once when the decoder first
+    /// reads a string (cheaper than checking each string, and not paid by documents whose read
+    /// fields hold no text); `Some(None)`: not UTF-8 as a whole, each string is checked alone.
+    text: Option<Option<&'a str>>,
     pos: usize,
 }
 
@@ -151,7 +152,13 @@ impl<'a> Reader<'a> {
     /// A reader at the start of `buf`.
     #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, text: std::str::from_utf8(buf).ok(), pos: 0 }
+        Reader { buf, text: None, pos: 0 }
+    }
+
+    /// The document as text, if it is valid UTF-8 (checked on the first call).
+    #[inline]
+    fn text(&mut self) -> Option<&'a str> {
+        *self.text.get_or_insert_with(|| std::str::from_utf8(self.buf).ok())
     }
 
     #[cold]
@@ -282,7 +289,7 @@ impl<'a> Reader<'a> {
             Some(Cow::Borrowed(b)) => {
                 // A slice of the document's text where it is known to be UTF-8 (see `string`).
                 let offset = b.as_ptr() as usize - self.buf.as_ptr() as usize;
-                if let Some(s) = self.text.and_then(|t| t.get(offset..offset + b.len())) {
+                if let Some(s) = self.text().and_then(|t| t.get(offset..offset + b.len())) {
                     return Ok(Some(Cow::Borrowed(s)));
                 }
                 match std::str::from_utf8(b) {
@@ -457,7 +464,7 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let body = start + 1;
         // The common case, no escapes, in a document that is valid UTF-8: a slice of its text.
-        if let (Some(text), Some(end)) = (self.text, special(self.buf, body))
+        if let (Some(text), Some(end)) = (self.text(), special(self.buf, body))
             && self.buf[end] == b'"'
             && let Some(s) = text.get(body..end)
         {
@@ -482,21 +489,23 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// An enum's symbol, as its index in `symbols`.
+    /// An enum's symbol, as the index `find` gives its bytes (the generator writes `find` as a
+    /// `match` over the symbols, which compiles to a few word comparisons).
     #[inline]
-    pub fn symbol(&mut self, field: &'static str, symbols: &[&str]) -> Result<u32, JsonError> {
+    pub fn symbol_by(
+        &mut self,
+        field: &'static str,
+        find: impl FnOnce(&[u8]) -> Option<u32>,
+    ) -> Result<u32, JsonError> {
         if self.peek() != Some(b'"') {
             return Err(self.mismatch("expected a string", field));
         }
         let start = self.pos;
         let text = self.raw_string(field)?;
-        match symbols.iter().position(|s| s.as_bytes() == &*text) {
-            Some(i) => Ok(i as u32),
-            None => {
-                self.pos = start;
-                Err(self.error("not one of the enum's symbols", field))
-            }
-        }
+        find(&text).ok_or_else(|| {
+            self.pos = start;
+            self.error("not one of the enum's symbols", field)
+        })
     }
 
     /// A `date-time` string (RFC 3339, with an offset or `Z`) as microseconds since the epoch,
@@ -1116,8 +1125,15 @@ mod tests {
 
     #[test]
     fn symbols_and_missing_fields() {
-        assert_eq!(reader(r#""b""#).symbol("e", &["a", "b"]).unwrap(), 1);
-        assert_eq!(reader(r#""c""#).symbol("e", &["a", "b"]).unwrap_err().what(), "not one of the enum's symbols");
+        let find = |b: &[u8]| match b {
+            b"a" => Some(0),
+            b"b" => Some(1),
+            _ => None,
+        };
+        assert_eq!(reader(r#""\u0062""#).symbol_by("e", find).unwrap(), 1);
+        assert_eq!(reader(r#""b""#).symbol_by("e", find).unwrap(), 1);
+        assert_eq!(reader(r#""c""#).symbol_by("e", find).unwrap_err().what(), "not one of the enum's symbols");
+        assert!(reader("1").symbol_by("e", find).is_err());
         let e = RecordError::from(missing("customer.id")).to_string();
         assert!(e.contains("`customer.id`") && e.contains("missing"), "{e}");
         assert!(reader_schema_id(7, &[7]).is_ok());
