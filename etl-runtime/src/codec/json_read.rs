@@ -85,13 +85,13 @@ fn unknown_schema_id(id: u32, reader_ids: &[u32]) -> RecordError {
     )
 }
 
-/// A key the decoder knows, with its first sixteen bytes and the closing quote packed into two
-/// words at compile time, so that checking a guessed key is two loads and two comparisons (a
-/// slice comparison of unknown length calls `memcmp`).
+/// A key the decoder knows, packed at compile time as the bytes a compact document writes for it
+/// (`"key":`, when that fits in sixteen bytes) into two words, so that checking a guessed key is
+/// two loads and two comparisons (a slice comparison of unknown length calls `memcmp`).
 #[derive(Debug, Clone, Copy)]
 pub struct Key {
     bytes: &'static [u8],
-    /// `bytes` and the closing `"`, little-endian, zero-padded, when they fit in 16 bytes.
+    /// `"`, `bytes`, `"` and `:`, little-endian, zero-padded; all zero when they do not fit.
     words: [u64; 2],
     /// Which bits of `words` to compare.
     masks: [u64; 2],
@@ -103,10 +103,16 @@ impl Key {
         let mut words = [0u64; 2];
         let mut masks = [0u64; 2];
         let n = bytes.len();
-        if n < 16 {
+        if n + 3 <= 16 {
             let mut i = 0;
-            while i <= n {
-                let b = if i < n { bytes[i] } else { b'"' };
+            while i < n + 3 {
+                let b = if i == 0 || i == n + 1 {
+                    b'"'
+                } else if i == n + 2 {
+                    b':'
+                } else {
+                    bytes[i - 1]
+                };
                 words[i / 8] |= (b as u64) << (8 * (i % 8));
                 masks[i / 8] |= 0xff << (8 * (i % 8));
                 i += 1;
@@ -115,18 +121,17 @@ impl Key {
         Key { bytes, words, masks }
     }
 
-    /// Whether `buf[at..]` starts with the key and its closing quote.
+    /// Whether `buf[at..]` is `"key":` exactly (no white space), by the packed words.
     #[inline(always)]
-    fn is_at(&self, buf: &[u8], at: usize) -> bool {
-        if self.masks[0] != 0
-            && let Some(chunk) = buf.get(at..at + 16)
-        {
-            let lo = u64::from_le_bytes(chunk[..8].try_into().expect("eight bytes"));
-            let hi = u64::from_le_bytes(chunk[8..].try_into().expect("eight bytes"));
-            return (lo & self.masks[0]) == self.words[0] && (hi & self.masks[1]) == self.words[1];
+    fn compact_at(&self, buf: &[u8], at: usize) -> bool {
+        match buf.get(at..at + 16) {
+            Some(chunk) if self.masks[0] != 0 => {
+                let lo = u64::from_le_bytes(chunk[..8].try_into().expect("eight bytes"));
+                let hi = u64::from_le_bytes(chunk[8..].try_into().expect("eight bytes"));
+                (lo & self.masks[0]) == self.words[0] && (hi & self.masks[1]) == self.words[1]
+            }
+            _ => false,
         }
-        let n = self.bytes.len();
-        buf.get(at..at + n) == Some(self.bytes) && buf.get(at + n) == Some(&b'"')
     }
 }
 
@@ -227,12 +232,12 @@ impl<'a> Reader<'a> {
     /// The next key of an object whose keys the decoder knows: its index in `keys`, `keys.len()`
     /// for a key not among them; `None` after the closing `}` (the `:` after a key is consumed).
     ///
-    /// Producers mostly write an object's keys in the same order every time, so the key after
-    /// `keys[i]` is first guessed to be `keys[i + 1]` (`hint` carries the guess from one call to
-    /// the next): a right guess costs one comparison of known length instead of a scan and a
-    /// search. `keys` must hold no `"`, `\\` or control characters (the generator keeps objects
-    /// with such keys on [`Reader::next_key`]).
-    #[inline]
+    /// Producers mostly write an object's keys in the same order every time, and without white
+    /// space, so the key after `keys[i]` is first guessed to be `keys[i + 1]` (`hint` carries the
+    /// guess from one call to the next), written compactly: a right guess costs two word
+    /// comparisons instead of a scan and a search. `keys` must hold no `"`, `\\` or control
+    /// characters (the generator keeps objects with such keys on [`Reader::next_key`]).
+    #[inline(always)]
     pub fn next_known_key(
         &mut self,
         seq: &mut Seq,
@@ -240,43 +245,34 @@ impl<'a> Reader<'a> {
         keys: &[Key],
         hint: &mut usize,
     ) -> Result<Option<usize>, JsonError> {
-        match self.peek() {
-            Some(b'}') => {
-                self.pos += 1;
-                return Ok(None);
+        if let Some(guess) = keys.get(*hint) {
+            let at = self.pos + usize::from(!seq.first);
+            if (seq.first || self.buf.get(self.pos) == Some(&b',')) && guess.compact_at(self.buf, at) {
+                seq.first = false;
+                self.pos = at + guess.bytes.len() + 3;
+                let index = *hint;
+                *hint += 1;
+                return Ok(Some(index));
             }
-            Some(b',') if !seq.first => {
-                self.pos += 1;
-                self.peek();
-            }
-            _ if seq.first => {}
-            _ => return Err(self.error("expected `,` or `}` after a member of an object", field)),
         }
-        seq.first = false;
-        if self.buf.get(self.pos) != Some(&b'"') {
-            return Err(self.error("expected a string key", field));
-        }
-        let start = self.pos + 1;
-        let index = match keys.get(*hint) {
-            Some(guess) if guess.is_at(self.buf, start) => {
-                self.pos = start + guess.bytes.len() + 1;
-                *hint
-            }
-            _ => {
-                let key = self.raw_string(field)?;
-                keys.iter().position(|k| k.bytes == &*key).unwrap_or(keys.len())
-            }
-        };
+        self.next_known_key_scanned(seq, field, keys, hint)
+    }
+
+    /// [`Reader::next_known_key`] when the guess was wrong (or the document not compact).
+    #[inline(never)]
+    fn next_known_key_scanned(
+        &mut self,
+        seq: &mut Seq,
+        field: &'static str,
+        keys: &[Key],
+        hint: &mut usize,
+    ) -> Result<Option<usize>, JsonError> {
+        let Some(key) = self.next_key(seq, field)? else { return Ok(None) };
+        let index = keys.iter().position(|k| k.bytes == &*key).unwrap_or(keys.len());
         if index < keys.len() {
             *hint = index + 1;
         }
-        match self.peek() {
-            Some(b':') => {
-                self.pos += 1;
-                Ok(Some(index))
-            }
-            _ => Err(self.error("expected `:` after a key", field)),
-        }
+        Ok(Some(index))
     }
 
     /// The next key of an object read as a map (`additionalProperties`): as
@@ -1039,20 +1035,21 @@ mod tests {
     }
 
     proptest::proptest! {
-        // The packed comparison agrees with comparing the bytes, for keys of every length.
+        // The packed comparison says yes exactly to `"key":` (when it fits in 16 bytes and 16
+        // bytes are there to load), for keys of every length.
         #[test]
-        fn packed_keys_compare_as_bytes(key in "[a-z_]{1,20}", text in "[a-z_\"]{0,24}", pad in 0usize..20) {
+        fn packed_keys_compare_as_bytes(key in "[a-z_]{1,16}", text in "[a-z_\":]{0,24}", pad in 0usize..20) {
             let key: &'static [u8] = Box::leak(key.into_bytes().into_boxed_slice());
             let mut buf = text.into_bytes();
             buf.extend(std::iter::repeat_n(b' ', pad));
             let k = Key::new(key);
-            let n = key.len();
-            let expected = buf.get(..n) == Some(key) && buf.get(n) == Some(&b'"');
-            proptest::prop_assert_eq!(k.is_at(&buf, 0), expected);
-            let mut with_key = key.to_vec();
-            with_key.push(b'"');
+            let pattern = [&b"\""[..], key, b"\":"].concat();
+            let fits = pattern.len() <= 16 && buf.len() >= 16;
+            proptest::prop_assert_eq!(k.compact_at(&buf, 0), fits && buf.starts_with(&pattern));
+            let mut with_key = pattern.clone();
             with_key.extend(&buf);
-            proptest::prop_assert!(k.is_at(&with_key, 0));
+            with_key.extend([b' '; 16]);
+            proptest::prop_assert_eq!(k.compact_at(&with_key, 0), pattern.len() <= 16);
         }
     }
 
