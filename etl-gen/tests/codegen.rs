@@ -143,6 +143,7 @@ fn json_documents_become_typed_rows() {
                 "name",
                 "score",
                 "ok",
+                "userId",
                 "kind",
                 "at",
                 "day",

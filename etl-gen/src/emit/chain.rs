@@ -49,7 +49,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     let mut counter = 0usize;
     let mut fresh = |name: &str| {
         counter += 1;
-        format_ident!("f_{}_{}", name.trim_start_matches('_'), counter)
+        format_ident!("f_{}_{}", local_name(name), counter)
     };
 
     // Decoding: one local per input field the chain reads.
@@ -101,7 +101,8 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             quote!(#[doc = #doc] pub #id: #ty)
         });
         let doc = format!("The record `{}`.", r.name);
-        quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] pub struct #name<'a> { #(#fields,)* })
+        // Field names are the schema's (`userId` stays `userId`).
+        quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] #[allow(non_snake_case)] pub struct #name<'a> { #(#fields,)* })
     });
 
     // The operators, innermost last: flat_map opens a loop that the rest runs inside.
@@ -281,6 +282,13 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     Ok(ChainItems { items, tests: fuzz_test })
 }
 
+/// A field name as part of a local's name: snake case (lowercase, no doubled or edge
+/// underscores), whatever the schema calls the field (`userId`, `say "hi"` → `say__hi_`).
+fn local_name(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    lower.split('_').filter(|part| !part.is_empty()).collect::<Vec<_>>().join("_")
+}
+
 /// How synthesized records are framed: as the pipeline's wire says, with the reader schema's own
 /// id, so the chain decodes them directly.
 pub(super) fn datagen_wire(m: &crate::model::PipelineFile) -> TokenStream {
@@ -341,7 +349,7 @@ fn rows_module(steps: &[Step]) -> TokenStream {
                     quote!(#[doc = #doc] pub #id: #ty)
                 });
                 let doc = format!("The row `transform[{index}]` (`{function}`) receives.");
-                Some(quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] pub struct #name<'a> { #(#fields,)* }))
+                Some(quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] #[allow(non_snake_case)] pub struct #name<'a> { #(#fields,)* }))
             }
             _ => None,
         })
