@@ -260,17 +260,12 @@ pub fn uuid(text: &str) -> Result<u128, DecodeError> {
 /// reader schema had written it (a producer that evolved its schema would be mis-decoded).
 #[inline]
 pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
-    if reader_ids.contains(&id) { Ok(()) } else { Err(unknown_schema_id(id, reader_ids)) }
-}
-
-#[cold]
-fn unknown_schema_id(id: u32, reader_ids: &[u32]) -> RecordError {
-    RecordError::new(
-        RecordErrorKind::Decode,
-        format!(
-            "schema id {id} is not the reader schema's (format.avro.schema_id: {reader_ids:?}); without a registry \
-             its writer schema is unknown; set format.avro.registry to decode messages written with other schemas"
-        ),
+    super::reader_schema_id(
+        id,
+        reader_ids,
+        "format.avro.schema_id",
+        "without a registry its writer schema is unknown; set format.avro.registry to decode messages written \
+         with other schemas",
     )
 }
 

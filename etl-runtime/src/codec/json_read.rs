@@ -71,17 +71,11 @@ pub fn missing(field: &'static str) -> JsonError {
 /// has no registry yet: any other id is a record error).
 #[inline]
 pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
-    if reader_ids.contains(&id) { Ok(()) } else { Err(unknown_schema_id(id, reader_ids)) }
-}
-
-#[cold]
-fn unknown_schema_id(id: u32, reader_ids: &[u32]) -> RecordError {
-    RecordError::new(
-        RecordErrorKind::Decode,
-        format!(
-            "schema id {id} is not the reader schema's (format.json.schema_id: {reader_ids:?}); add the id to \
-             format.json.schema_id if that schema's documents are readable with the reader schema"
-        ),
+    super::reader_schema_id(
+        id,
+        reader_ids,
+        "format.json.schema_id",
+        "add the id to format.json.schema_id if that schema's documents are readable with the reader schema",
     )
 }
 
@@ -493,60 +487,46 @@ impl<'a> Reader<'a> {
         field: &'static str,
         find: impl FnOnce(&[u8]) -> Option<u32>,
     ) -> Result<u32, JsonError> {
-        if self.peek() != Some(b'"') {
-            return Err(self.mismatch("expected a string", field));
-        }
-        let start = self.pos;
-        let text = self.raw_string(field)?;
-        find(&text).ok_or_else(|| {
-            self.pos = start;
-            self.error("not one of the enum's symbols", field)
-        })
+        self.parsed(field, find, "not one of the enum's symbols")
     }
 
     /// A `date-time` string (RFC 3339, with an offset or `Z`) as microseconds since the epoch,
     /// UTC. Fractions beyond microseconds are truncated.
     #[inline]
     pub fn timestamp_micros(&mut self, field: &'static str) -> Result<i64, JsonError> {
-        let start = self.pos;
-        // The text is checked character by character: no UTF-8 validation needed.
-        let s = self.text_bytes(field)?;
-        parse_rfc3339_micros(&s).ok_or_else(|| {
-            self.pos = start;
-            self.error("expected an RFC 3339 date-time such as 2024-05-01T12:00:00Z", field)
-        })
+        self.parsed(field, parse_rfc3339_micros, "expected an RFC 3339 date-time such as 2024-05-01T12:00:00Z")
     }
 
     /// A `date` string (`YYYY-MM-DD`) as days since 1970-01-01.
     #[inline]
     pub fn date(&mut self, field: &'static str) -> Result<i32, JsonError> {
-        let start = self.pos;
-        let s = self.text_bytes(field)?;
-        parse_date(&s).and_then(|d| i32::try_from(d).ok()).ok_or_else(|| {
-            self.pos = start;
-            self.error("expected a date such as 2024-05-01", field)
-        })
+        self.parsed(field, |s| parse_date(s).and_then(|d| i32::try_from(d).ok()), "expected a date such as 2024-05-01")
     }
 
     /// A `uuid` string in its canonical form.
     #[inline]
     pub fn uuid(&mut self, field: &'static str) -> Result<u128, JsonError> {
-        let start = self.pos;
-        let s = self.text_bytes(field)?;
-        parse_uuid(&s).ok_or_else(|| {
-            self.pos = start;
-            self.error("expected a UUID such as 123e4567-e89b-12d3-a456-426614174000", field)
-        })
+        self.parsed(field, parse_uuid, "expected a UUID such as 123e4567-e89b-12d3-a456-426614174000")
     }
 
-    /// A string's bytes (escapes resolved, UTF-8 not checked), for values whose parsers accept
-    /// only ASCII anyway.
+    /// A string whose text `parse` turns into a value (escapes resolved; no UTF-8 check, since
+    /// these parsers accept ASCII only); `expected` is the error when it does not.
     #[inline]
-    fn text_bytes(&mut self, field: &'static str) -> Result<Cow<'a, [u8]>, JsonError> {
+    fn parsed<T>(
+        &mut self,
+        field: &'static str,
+        parse: impl FnOnce(&[u8]) -> Option<T>,
+        expected: &'static str,
+    ) -> Result<T, JsonError> {
         if self.peek() != Some(b'"') {
             return Err(self.mismatch("expected a string", field));
         }
-        self.raw_string(field)
+        let start = self.pos;
+        let text = self.raw_string(field)?;
+        parse(&text).ok_or_else(|| {
+            self.pos = start;
+            self.error(expected, field)
+        })
     }
 
     /// Reads past one value of any kind, checking its structure but building nothing.

@@ -8,6 +8,8 @@ pub mod json_read;
 pub mod ops;
 pub mod rowbinary;
 
+use crate::engine::errors::{RecordError, RecordErrorKind};
+
 /// The shard hash: `xxHash64` with seed 0, as ClickHouse's `xxHash64()` computes it, over
 /// the value's little-endian bytes (integers) or its bytes (strings). A Distributed table
 /// with sharding key `xxHash64(key)` and equal shard weights routes rows the same way.
@@ -67,6 +69,22 @@ pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
+}
+
+/// Checks a Confluent frame's schema id against the reader schema's ids (`key` names them in the
+/// error, `fix` says what to do): any other id is a record error, never decoded as if the reader
+/// schema had written it.
+#[inline]
+fn reader_schema_id(id: u32, reader_ids: &[u32], key: &'static str, fix: &'static str) -> Result<(), RecordError> {
+    if reader_ids.contains(&id) { Ok(()) } else { Err(unknown_schema_id(id, reader_ids, key, fix)) }
+}
+
+#[cold]
+fn unknown_schema_id(id: u32, reader_ids: &[u32], key: &str, fix: &str) -> RecordError {
+    RecordError::new(
+        RecordErrorKind::Decode,
+        format!("schema id {id} is not the reader schema's ({key}: {reader_ids:?}); {fix}"),
+    )
 }
 
 /// Text values of the expression language as bytes, whatever carries them.
