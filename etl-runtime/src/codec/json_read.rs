@@ -197,21 +197,8 @@ impl<'a> Reader<'a> {
     /// UTF-8 check.
     #[inline]
     pub fn next_key(&mut self, seq: &mut Seq, field: &'static str) -> Result<Option<Cow<'a, [u8]>>, JsonError> {
-        match self.peek() {
-            Some(b'}') => {
-                self.pos += 1;
-                return Ok(None);
-            }
-            Some(b',') if !seq.first => {
-                self.pos += 1;
-                self.peek();
-            }
-            _ if seq.first => {}
-            _ => return Err(self.error("expected `,` or `}` after a member of an object", field)),
-        }
-        seq.first = false;
-        if self.buf.get(self.pos) != Some(&b'"') {
-            return Err(self.error("expected a string key", field));
+        if !self.member(seq, field)? {
+            return Ok(None);
         }
         let key = self.raw_string(field)?;
         match self.peek() {
@@ -702,8 +689,10 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// [`Reader::next_key`] without building the key.
-    fn skip_key(&mut self, seq: &mut Seq) -> Result<bool, JsonError> {
+    /// Steps to the next member of an object: `true` at its key's opening quote, `false` past the
+    /// closing `}`.
+    #[inline]
+    fn member(&mut self, seq: &mut Seq, field: &'static str) -> Result<bool, JsonError> {
         match self.peek() {
             Some(b'}') => {
                 self.pos += 1;
@@ -714,11 +703,19 @@ impl<'a> Reader<'a> {
                 self.peek();
             }
             _ if seq.first => {}
-            _ => return Err(self.error("expected `,` or `}` after a member of an object", "")),
+            _ => return Err(self.error("expected `,` or `}` after a member of an object", field)),
         }
         seq.first = false;
         if self.buf.get(self.pos) != Some(&b'"') {
-            return Err(self.error("expected a string key", ""));
+            return Err(self.error("expected a string key", field));
+        }
+        Ok(true)
+    }
+
+    /// [`Reader::next_key`] without building the key.
+    fn skip_key(&mut self, seq: &mut Seq) -> Result<bool, JsonError> {
+        if !self.member(seq, "")? {
+            return Ok(false);
         }
         self.skip_string()?;
         match self.peek() {
