@@ -357,21 +357,22 @@ impl<'a> Reader<'a> {
         };
         let negative = self.buf[start] == b'-';
         let mut i = start + usize::from(negative);
-        let mut magnitude: u64 = 0;
         let digits_start = i;
+        // Nineteen digits always fit in a u64, so the loop needs no overflow check (which would
+        // make each digit a multiplication and a branch); a longer run is out of range anyway,
+        // as JSON has no leading zeros.
+        let mut magnitude: u64 = 0;
         while let Some(&b) = self.buf.get(i) {
             let d = b.wrapping_sub(b'0');
             if d > 9 {
                 break;
             }
-            magnitude = match magnitude.checked_mul(10).and_then(|m| m.checked_add(u64::from(d))) {
-                Some(m) => m,
-                None => {
-                    self.pos = start;
-                    return Err(self.error("integer out of the range of Int64", field));
-                }
-            };
+            magnitude = magnitude.wrapping_mul(10).wrapping_add(u64::from(d));
             i += 1;
+        }
+        if i - digits_start > 19 {
+            self.pos = start;
+            return Err(self.error("integer out of the range of Int64", field));
         }
         let digits = i - digits_start;
         if digits == 0 || (digits > 1 && self.buf[digits_start] == b'0') {
