@@ -180,15 +180,19 @@ impl<'a> Reader<'a> {
     /// Consumes `{`: an object starts.
     #[inline]
     pub fn begin_object(&mut self, field: &'static str) -> Result<Seq, JsonError> {
+        self.open(b'{', "expected an object", field)
+    }
+
+    /// Consumes `open` (`{` or `[`), or fails with `expected` (saying so when the value is null).
+    #[inline]
+    fn open(&mut self, open: u8, expected: &'static str, field: &'static str) -> Result<Seq, JsonError> {
         match self.peek() {
-            Some(b'{') => {
+            Some(b) if b == open => {
                 self.pos += 1;
                 Ok(Seq { first: true })
             }
-            Some(b'n') if self.buf[self.pos..].starts_with(b"null") => {
-                Err(self.error("expected an object, found null", field))
-            }
-            _ => Err(self.error("expected an object", field)),
+            Some(b'n') if self.buf[self.pos..].starts_with(b"null") => Err(self.mismatch(expected, field)),
+            _ => Err(self.error(expected, field)),
         }
     }
 
@@ -290,13 +294,7 @@ impl<'a> Reader<'a> {
     /// Consumes `[`: an array starts.
     #[inline]
     pub fn begin_array(&mut self, field: &'static str) -> Result<Seq, JsonError> {
-        match self.peek() {
-            Some(b'[') => {
-                self.pos += 1;
-                Ok(Seq { first: true })
-            }
-            _ => Err(self.error("expected an array", field)),
-        }
+        self.open(b'[', "expected an array", field)
     }
 
     /// Whether another element of the array follows (its separator consumed); `false` after the
@@ -542,6 +540,8 @@ impl<'a> Reader<'a> {
                 "expected an integer" => "expected an integer, found null",
                 "expected a number" => "expected a number, found null",
                 "expected a boolean" => "expected a boolean, found null",
+                "expected an object" => "expected an object, found null",
+                "expected an array" => "expected an array, found null",
                 _ => expected,
             },
             Some(b'"') => match expected {
@@ -1092,6 +1092,9 @@ mod tests {
         let e = reader(r#""12""#).i64("order_id").unwrap_err();
         assert_eq!(e.field(), "order_id");
         assert_eq!(e.what(), "expected an integer, found a string");
+        assert_eq!(reader("null").begin_array("tags").unwrap_err().what(), "expected an array, found null");
+        assert_eq!(reader("null").begin_object("geo").unwrap_err().what(), "expected an object, found null");
+        assert_eq!(reader("[").begin_object("geo").unwrap_err().what(), "expected an object");
         let e = reader("null").string("customer").unwrap_err();
         assert_eq!(e.what(), "expected a string, found null");
         let text = RecordError::from(e).to_string();
