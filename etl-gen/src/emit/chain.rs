@@ -54,17 +54,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
 
     // Decoding: one local per input field the chain reads.
     let format = v.model.format.get();
-    let mut decode_stmts = Vec::new();
-    let live = plan.live_inputs();
-    match &v.input {
-        Input::Avro => {
-            decode_nodes(&plan.decode, &plan.input, &live, &mut decode_stmts, &mut scope, &mut fresh);
-            decode_stmts.push(quote!(rt::avro::end(buf)?;));
-        }
-        Input::Json(fields) => {
-            decode_stmts = super::json::decode(fields, &plan.input, &live, &mut scope, &mut fresh, &mut enums);
-        }
-    }
+    let decode_stmts = decode_input(v, &plan.live_inputs(), &mut scope, &mut fresh, &mut enums);
     // Record metadata only where an expression reads it.
     let mut read = BTreeSet::new();
     for step in &plan.steps {
@@ -199,16 +189,8 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     let bench_decode = if inputs.bench {
         // Every field built, as a generic decoder (its comparison) does.
         let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
-        let (mut stmts, mut bench_scope) = (Vec::new(), Scope::new());
-        match &v.input {
-            Input::Avro => {
-                decode_nodes(&plan.decode, &plan.input, &all, &mut stmts, &mut bench_scope, &mut fresh);
-                stmts.push(quote!(rt::avro::end(buf)?;));
-            }
-            Input::Json(fields) => {
-                stmts = super::json::decode(fields, &plan.input, &all, &mut bench_scope, &mut fresh, &mut enums);
-            }
-        }
+        let mut bench_scope = Scope::new();
+        let stmts = decode_input(v, &all, &mut bench_scope, &mut fresh, &mut enums);
         let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
         quote!(
             /// The decoder alone (framing, every field built, the end check), for benchmarks.
@@ -307,6 +289,27 @@ pub(super) fn datagen_encoding(m: &crate::model::PipelineFile) -> TokenStream {
     match m.format.get().encoding {
         Encoding::Avro => quote!(rt::Encoding::Avro),
         Encoding::Json => quote!(rt::Encoding::Json),
+    }
+}
+
+/// The decoder of the pipeline's format: one local per field in `live` (registered in `scope`),
+/// ending with the check that the whole payload was read.
+fn decode_input(
+    v: &Validated,
+    live: &BTreeSet<String>,
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    enums: &mut Vec<Vec<String>>,
+) -> Vec<TokenStream> {
+    let plan = &v.plan;
+    match &v.input {
+        Input::Avro => {
+            let mut stmts = Vec::new();
+            decode_nodes(&plan.decode, &plan.input, live, &mut stmts, scope, fresh);
+            stmts.push(quote!(rt::avro::end(buf)?;));
+            stmts
+        }
+        Input::Json(fields) => super::json::decode(fields, &plan.input, live, scope, fresh, enums),
     }
 }
 
