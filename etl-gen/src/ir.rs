@@ -57,6 +57,12 @@ pub(crate) enum Ty {
     },
     /// `uuid` / `UUID`; values are `u128`.
     Uuid,
+    /// Protobuf `uint32` / `UInt32`
+    UInt32,
+    /// Protobuf `uint64` / `UInt64`
+    UInt64,
+    /// `google.protobuf.Timestamp` / `DateTime64(9, 'UTC')`
+    TimestampNanos,
 }
 
 /// A record type nested inside an array or map.
@@ -82,8 +88,8 @@ impl Ty {
     pub(crate) fn min_rowbinary_bytes(&self) -> u64 {
         match self {
             Ty::Bool => 1,
-            Ty::Int32 | Ty::Float32 | Ty::Date => 4,
-            Ty::Int64 | Ty::Float64 | Ty::TimestampMillis | Ty::TimestampMicros => 8,
+            Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date => 4,
+            Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => 8,
             Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(_) | Ty::Nullable(_) => 1,
             Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
             Ty::Decimal { precision, .. } => match precision {
@@ -102,6 +108,8 @@ impl Ty {
             Ty::Bool => "Bool".into(),
             Ty::Int32 => "Int32".into(),
             Ty::Int64 => "Int64".into(),
+            Ty::UInt32 => "UInt32".into(),
+            Ty::UInt64 => "UInt64".into(),
             Ty::Float32 => "Float32".into(),
             Ty::Float64 => "Float64".into(),
             Ty::String | Ty::Bytes => "String".into(),
@@ -120,6 +128,7 @@ impl Ty {
             }
             Ty::TimestampMillis => "DateTime64(3, 'UTC')".into(),
             Ty::TimestampMicros => "DateTime64(6, 'UTC')".into(),
+            Ty::TimestampNanos => "DateTime64(9, 'UTC')".into(),
             Ty::Date => "Date32".into(),
             Ty::Decimal { precision, scale } => format!("Decimal({precision}, {scale})"),
             Ty::Uuid => "UUID".into(),
@@ -145,18 +154,30 @@ impl Ty {
             self.non_null(),
             Ty::Int32
                 | Ty::Int64
+                | Ty::UInt32
                 | Ty::Float32
                 | Ty::Float64
                 | Ty::Decimal { .. }
                 | Ty::TimestampMillis
                 | Ty::TimestampMicros
+                | Ty::TimestampNanos
                 | Ty::Date
         )
     }
 
     /// Whether it is an integer in expressions (timestamps and dates count as their ticks).
+    /// `UInt64` is not: no signed type holds all of it, so expressions do not read it.
     pub(crate) fn is_integer(&self) -> bool {
-        matches!(self.non_null(), Ty::Int32 | Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::Date)
+        matches!(
+            self.non_null(),
+            Ty::Int32
+                | Ty::Int64
+                | Ty::UInt32
+                | Ty::TimestampMillis
+                | Ty::TimestampMicros
+                | Ty::TimestampNanos
+                | Ty::Date
+        )
     }
 
     /// Whether it is text in expressions.
@@ -184,6 +205,9 @@ impl fmt::Display for Ty {
                 Ty::Bytes => "bytes",
                 Ty::TimestampMillis => "timestamp-millis",
                 Ty::TimestampMicros => "timestamp-micros",
+                Ty::TimestampNanos => "timestamp-nanos",
+                Ty::UInt32 => "uint32",
+                Ty::UInt64 => "uint64",
                 Ty::Date => "date",
                 Ty::Uuid => "uuid",
                 _ => unreachable!("handled above"),
@@ -254,6 +278,9 @@ pub(crate) fn ty_of(avro: &AvroType) -> Ty {
         AvroType::Date => Ty::Date,
         AvroType::Decimal { precision, scale, .. } => Ty::Decimal { precision: *precision, scale: *scale },
         AvroType::Uuid => Ty::Uuid,
+        AvroType::UInt32 => Ty::UInt32,
+        AvroType::UInt64 => Ty::UInt64,
+        AvroType::TimestampNanos => Ty::TimestampNanos,
     }
 }
 

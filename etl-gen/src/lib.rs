@@ -26,6 +26,7 @@ pub mod memory;
 mod migrate;
 pub mod model;
 mod plan;
+mod proto_schema;
 pub mod rules;
 mod schema;
 mod source_map;

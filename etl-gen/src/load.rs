@@ -23,7 +23,7 @@ use crate::model::{Encoding, Operator, PipelineFile, TEMPLATED_KEYS};
 use crate::plan::{Plan, RustSource, Step};
 use crate::rules::{
     self, Context, Options, avro_schema, format_choice, invalid_value, json_schema, literal_required, missing_key,
-    unknown_key, yaml_syntax,
+    proto_schema, unknown_key, yaml_syntax,
 };
 use crate::schema::RecordType;
 use crate::source_map::{SourceMap, join, parent};
@@ -68,6 +68,8 @@ pub(crate) enum Input {
     Avro,
     /// JSON: the top-level properties.
     Json(Vec<crate::json_schema::JField>),
+    /// Protobuf: the message's fields and its message-index path.
+    Protobuf(crate::proto_schema::Message),
 }
 
 /// A user Rust file a `rust` operator names, as read.
@@ -152,6 +154,14 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                             let datagen = crate::json_schema::datagen_schema(&fields);
                             (text, record, Input::Json(fields), datagen)
                         }),
+                        Encoding::Protobuf => {
+                            let message = model.format.protobuf.as_ref().map_or("", |p| p.message.as_str());
+                            proto_schema::convert(relative, &schema_file, message).map(|message| {
+                                let record = crate::proto_schema::record("Message", &message.fields);
+                                let datagen = crate::proto_schema::datagen_schema(&message);
+                                (text, record, Input::Protobuf(message), datagen)
+                            })
+                        }
                     },
                 };
                 match loaded {

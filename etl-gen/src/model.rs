@@ -223,13 +223,17 @@ impl ScalarValue {
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Format {
-    /// Avro payloads. Exactly one of `avro` and `json`.
+    /// Avro payloads. Exactly one of `avro`, `json` and `protobuf`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub avro: Option<AvroFormat>,
     /// JSON payloads, described by a JSON Schema (the supported subset is in the type mapping
-    /// below). Exactly one of `avro` and `json`.
+    /// below). Exactly one of `avro`, `json` and `protobuf`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<JsonFormat>,
+    /// Protobuf payloads: one message type of a `.proto` file. Exactly one of `avro`, `json`
+    /// and `protobuf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protobuf: Option<ProtobufFormat>,
     /// Larger messages are record errors (handled by `errors.policy`).
     #[serde(default = "defaults::max_message_bytes")]
     pub max_message_bytes: ByteSize,
@@ -242,6 +246,8 @@ pub enum Encoding {
     Avro,
     /// `format.json`
     Json,
+    /// `format.protobuf`
+    Protobuf,
 }
 
 impl Encoding {
@@ -250,6 +256,7 @@ impl Encoding {
         match self {
             Encoding::Avro => "avro",
             Encoding::Json => "json",
+            Encoding::Protobuf => "protobuf",
         }
     }
 }
@@ -298,8 +305,8 @@ impl Format {
     /// The one format the file names; `None` when it names none or more than one (a
     /// diagnostic, reported by the loader, so nothing after validation sees `None`).
     pub fn selected(&self) -> Option<Selected<'_>> {
-        match (&self.avro, &self.json) {
-            (Some(a), None) => Some(Selected {
+        match (&self.avro, &self.json, &self.protobuf) {
+            (Some(a), None, None) => Some(Selected {
                 encoding: Encoding::Avro,
                 schema: &a.schema,
                 wire: a.wire,
@@ -307,12 +314,20 @@ impl Format {
                 schema_id: a.schema_id.as_ref(),
                 registry_timeout: a.registry_timeout,
             }),
-            (None, Some(j)) => Some(Selected {
+            (None, Some(j), None) => Some(Selected {
                 encoding: Encoding::Json,
                 schema: &j.schema,
                 wire: j.wire,
                 registry: None,
                 schema_id: j.schema_id.as_ref(),
+                registry_timeout: defaults::registry_timeout(),
+            }),
+            (None, None, Some(p)) => Some(Selected {
+                encoding: Encoding::Protobuf,
+                schema: &p.schema,
+                wire: p.wire,
+                registry: None,
+                schema_id: p.schema_id.as_ref(),
                 registry_timeout: defaults::registry_timeout(),
             }),
             _ => None,
@@ -363,11 +378,32 @@ pub struct JsonFormat {
     pub schema: String,
     /// `raw`: each message is one JSON document; `confluent`: a magic byte and a 4-byte schema
     /// id before the document.
-    #[serde(default = "defaults::json_wire")]
+    #[serde(default = "defaults::raw_wire")]
     pub wire: Wire,
     /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: with
     /// `wire: confluent` it is required, and a message framed with any other id is a record
     /// error. (A schema registry for JSON is not supported yet.)
+    #[serde(default)]
+    pub schema_id: Option<SchemaIds>,
+}
+
+/// `format.protobuf:`
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProtobufFormat {
+    /// The `.proto` file (relative to pipeline.yaml). Its imports are resolved relative to its
+    /// directory; Google's well-known types (`google/protobuf/timestamp.proto`, ...) are built
+    /// in. Parsed by `gen`: no `protoc` is needed, and nothing of it is read at run time.
+    pub schema: String,
+    /// The fully qualified name of the message each Kafka message holds: `web.Click`.
+    pub message: String,
+    /// `raw`: each message is the bare Protobuf bytes; `confluent`: a magic byte, a 4-byte
+    /// schema id and the message-index path (zig-zag varints) before them.
+    #[serde(default = "defaults::raw_wire")]
+    pub wire: Wire,
+    /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: with
+    /// `wire: confluent` it is required, and a message framed with any other id is a record
+    /// error. (A schema registry for Protobuf is not supported yet.)
     #[serde(default)]
     pub schema_id: Option<SchemaIds>,
 }
@@ -776,8 +812,8 @@ mod defaults {
     pub(super) fn registry_timeout() -> Duration {
         duration(shared::REGISTRY_TIMEOUT)
     }
-    /// Most JSON topics carry bare documents; Avro's default stays `confluent`.
-    pub(super) fn json_wire() -> super::Wire {
+    /// Most JSON and Protobuf topics carry bare payloads; Avro's default stays `confluent`.
+    pub(super) fn raw_wire() -> super::Wire {
         super::Wire::Raw
     }
     pub(super) fn database() -> String {

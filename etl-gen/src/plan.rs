@@ -181,6 +181,9 @@ fn hashable(ty: &Ty) -> bool {
             | Ty::Date
             | Ty::TimestampMillis
             | Ty::TimestampMicros
+            | Ty::TimestampNanos
+            | Ty::UInt32
+            | Ty::UInt64
             | Ty::Bool
     )
 }

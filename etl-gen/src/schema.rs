@@ -59,6 +59,12 @@ pub enum AvroType {
     },
     /// `string` with logicalType `uuid`
     Uuid,
+    /// Protobuf `uint32`/`fixed32` (Avro has no unsigned types)
+    UInt32,
+    /// Protobuf `uint64`/`fixed64`
+    UInt64,
+    /// `google.protobuf.Timestamp`, as nanoseconds since the epoch
+    TimestampNanos,
 }
 
 impl AvroType {

@@ -2,8 +2,6 @@
 //! harness that runs a chain on one record at a time without a pipeline around it, and the fuzz
 //! loop generated crates test themselves with.
 
-use std::collections::HashMap;
-
 use apache_avro::Schema;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -16,12 +14,12 @@ use crate::engine::lane::Record;
 /// `n` payloads of random records of `schema`, encoded as `encoding` and framed as `wire`
 /// says; the same seed gives the same payloads.
 pub fn sample_payloads(schema: &Schema, encoding: Encoding, wire: Wire, seed: u64, n: usize) -> Vec<Vec<u8>> {
-    let names = HashMap::new();
+    let names = crate::datagen::names_of(schema).expect("a parsed schema resolves its names");
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n)
         .map(|_| {
             let mut payload = Vec::new();
-            encode(schema, random_value(schema, &names, &mut rng, 0), encoding, wire, &mut payload)
+            encode(schema, &names, random_value(schema, &names, &mut rng, 0), encoding, wire, &mut payload)
                 .expect("datagen values fit their schema");
             payload
         })

@@ -113,7 +113,7 @@ pub mod __private {
     pub use crate::bench::{ChainHarness, fuzz_chain, sample_payloads};
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
-    pub use crate::codec::{avro, json, json_read, ops, rowbinary, shard_hash, text_bytes};
+    pub use crate::codec::{avro, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,
     };

@@ -58,6 +58,7 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
     let encoding = match format.encoding {
         etl_gen::model::Encoding::Avro => Encoding::Avro,
         etl_gen::model::Encoding::Json => Encoding::Json,
+        etl_gen::model::Encoding::Protobuf => Encoding::Protobuf,
     };
     create_topic(&args.brokers, &topic, args.partitions)?;
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()

@@ -11,6 +11,7 @@ use crate::ir::Ty;
 use crate::json_schema::{JField, JType};
 use crate::load::{Input, Validated};
 use crate::model::Wire;
+use crate::proto_schema::{PField, PType, Scalar};
 
 /// The benchmark file, formatted.
 pub(super) fn emit(v: &Validated) -> Result<String, String> {
@@ -20,7 +21,8 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
     };
     let wire = super::chain::datagen_wire(&v.model);
     let encoding = super::chain::datagen_encoding(&v.model);
-    let (generic_items, generic_name, generic_body) = match &v.input {
+    // Each generic decoder: its items, its set-up, its name and the body run per payload `p`.
+    let generics: Vec<(TokenStream, TokenStream, &str, TokenStream)> = match &v.input {
         Input::Avro => {
             // The generic path deserializes into a serde struct of owned values, as an
             // application using apache-avro's `from_value` would; types without a plain serde
@@ -35,7 +37,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                     quote!(#[allow(dead_code)] #id: #ty)
                 })
                 .collect();
-            (
+            vec![(
                 quote!(
                     /// The record as an application of apache-avro's generic path would read it.
                     #[derive(serde::Deserialize)]
@@ -43,6 +45,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                         #(#generic_fields,)*
                     }
                 ),
+                TokenStream::new(),
                 "apache-avro generic (from_avro_datum + from_value)",
                 quote!(
                     let mut datum = &p[#header..];
@@ -50,21 +53,68 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                     let record: Generic = rt::apache_avro::from_value(&value).unwrap();
                     std::hint::black_box(record);
                 ),
-            )
+            )]
         }
         Input::Json(fields) => {
             let mut structs = Vec::new();
             let top = serde_struct("Generic", fields, &mut structs);
-            (
+            vec![(
                 quote!(#(#structs)*),
+                TokenStream::new(),
                 "serde_json::from_slice into a derived struct (borrowed strings)",
                 quote!(
                     let record: #top<'_> = serde_json::from_slice(&p[#header..]).unwrap();
                     std::hint::black_box(record);
                 ),
-            )
+            )]
+        }
+        Input::Protobuf(message) => {
+            // The Confluent frame also carries the message-index path.
+            let header = match v.model.format.get().wire {
+                Wire::Confluent => 5 + index_bytes(&message.indexes),
+                Wire::Raw => 0,
+            };
+            let mut structs = Vec::new();
+            let top = prost_struct(&message.name, &message.fields, &mut structs);
+            let name = &message.name;
+            vec![
+                (
+                    quote!(#(#structs)*),
+                    TokenStream::new(),
+                    "prost (derived structs, owned)",
+                    quote!(
+                        let record = <#top as prost::Message>::decode(&p[#header..]).unwrap();
+                        std::hint::black_box(record);
+                    ),
+                ),
+                (
+                    TokenStream::new(),
+                    quote!(
+                        let pool = prost_reflect::DescriptorPool::decode(&include_bytes!("schema.fds")[..]).unwrap();
+                        let descriptor = pool.get_message_by_name(#name).unwrap();
+                    ),
+                    "prost-reflect DynamicMessage",
+                    quote!(
+                        let record = prost_reflect::DynamicMessage::decode(descriptor.clone(), &p[#header..]).unwrap();
+                        std::hint::black_box(record);
+                    ),
+                ),
+            ]
         }
     };
+    let generic_items = generics.iter().map(|g| &g.0);
+    let generic_setups = generics.iter().map(|g| &g.1);
+    let generic_benches = generics.iter().map(|(_, _, name, body)| {
+        quote!(
+            group.bench_function(#name, |b| {
+                b.iter(|| {
+                    for p in &payloads {
+                        #body
+                    }
+                })
+            });
+        )
+    });
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -74,7 +124,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
         #[path = "../src/main.rs"]
         mod pipeline;
 
-        #generic_items
+        #(#generic_items)*
 
         fn chain(c: &mut Criterion) {
             let schema = rt::apache_avro::Schema::parse_str(pipeline::SCHEMA).unwrap();
@@ -88,13 +138,8 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                     }
                 })
             });
-            group.bench_function(#generic_name, |b| {
-                b.iter(|| {
-                    for p in &payloads {
-                        #generic_body
-                    }
-                })
-            });
+            #(#generic_setups)*
+            #(#generic_benches)*
             let mut chain = pipeline::Chain::default();
             let mut harness = rt::ChainHarness::new(#shards);
             group.bench_function("generated chain (decode, operators, encode)", |b| {
@@ -181,12 +226,154 @@ fn serde_ty(t: &JType, hint: &str, out: &mut Vec<TokenStream>) -> (TokenStream, 
     }
 }
 
+/// The bytes Confluent's message-index path takes: one for `[0]`, else a varint count and a
+/// varint per index (zig-zag, small numbers: one byte each below 64).
+fn index_bytes(indexes: &[i32]) -> usize {
+    let zigzag_len = |v: i64| {
+        let mut n = ((v << 1) ^ (v >> 63)) as u64;
+        let mut len = 1;
+        while n >= 0x80 {
+            n >>= 7;
+            len += 1;
+        }
+        len
+    };
+    if indexes == [0] {
+        1
+    } else {
+        zigzag_len(indexes.len() as i64) + indexes.iter().map(|i| zigzag_len(i64::from(*i))).sum::<usize>()
+    }
+}
+
+/// The struct prost's code generator would write for the message (`#[derive(prost::Message)]`
+/// with owned strings and bytes, `Option` for messages and presence, a `Oneof` enum per oneof);
+/// pushes it and the types it uses to `out` and returns its name. Enums are read as their `i32`
+/// numbers, which is what prost's `enumeration` fields hold.
+fn prost_struct(full_name: &str, fields: &[PField], out: &mut Vec<TokenStream>) -> proc_macro2::Ident {
+    let ident = format_ident!("Prost{}", crate::proto_schema::record_name(full_name));
+    if out.iter().any(|t| t.to_string().contains(&format!("struct {ident} "))) {
+        return ident;
+    }
+    let mut members = Vec::new();
+    let mut oneofs: Vec<(usize, Vec<&PField>)> = Vec::new();
+    for f in fields {
+        if let Some(o) = f.oneof {
+            match oneofs.iter_mut().find(|(i, _)| *i == o) {
+                Some((_, members)) => members.push(f),
+                None => oneofs.push((o, vec![f])),
+            }
+            continue;
+        }
+        let id = format_ident!("{}", f.name);
+        let tag = f.number.to_string();
+        let member = match &f.ty {
+            PType::Map { key, value } => {
+                let (value_kind, value_ty) = prost_kind(value, out);
+                let map = format!("{}, {value_kind}", key.name());
+                let key_ty = prost_scalar_ty(*key);
+                quote!(#[prost(map = #map, tag = #tag)] #id: std::collections::HashMap<#key_ty, #value_ty>)
+            }
+            t => {
+                let (kind, ty) = prost_kind(t, out);
+                let kind = format_ident!("{}", kind);
+                let message = matches!(t, PType::Message { .. } | PType::Timestamp | PType::Wrapper(_));
+                if f.repeated {
+                    quote!(#[prost(#kind, repeated, tag = #tag)] #id: Vec<#ty>)
+                } else if message {
+                    quote!(#[prost(#kind, optional, tag = #tag)] #id: Option<#ty>)
+                } else if f.presence {
+                    quote!(#[prost(#kind, optional, tag = #tag)] #id: Option<#ty>)
+                } else {
+                    quote!(#[prost(#kind, tag = #tag)] #id: #ty)
+                }
+            }
+        };
+        members.push(quote!(#[allow(dead_code)] #member));
+    }
+    for (i, fields) in &oneofs {
+        let enum_ident = format_ident!("{ident}Oneof{i}");
+        let member = format_ident!("oneof_{i}");
+        let tags = fields.iter().map(|f| f.number.to_string()).collect::<Vec<_>>().join(", ");
+        let enum_name = enum_ident.to_string();
+        let variants: Vec<TokenStream> = fields
+            .iter()
+            .map(|f| {
+                let (kind, ty) = prost_kind(&f.ty, out);
+                let kind = format_ident!("{}", kind);
+                let tag = f.number.to_string();
+                let variant = format_ident!("V{}", f.number);
+                quote!(#[prost(#kind, tag = #tag)] #variant(#ty))
+            })
+            .collect();
+        out.push(quote!(
+            #[derive(Clone, PartialEq, prost::Oneof)]
+            #[allow(dead_code)]
+            enum #enum_ident { #(#variants,)* }
+        ));
+        members
+            .push(quote!(#[allow(dead_code)] #[prost(oneof = #enum_name, tags = #tags)] #member: Option<#enum_ident>));
+    }
+    out.push(quote!(
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct #ident { #(#members,)* }
+    ));
+    ident
+}
+
+/// The prost field kind and Rust type of one value.
+fn prost_kind(t: &PType, out: &mut Vec<TokenStream>) -> (String, TokenStream) {
+    match t {
+        PType::Scalar(s) => (s.name().to_owned(), prost_scalar_ty(*s)),
+        PType::Enum { .. } => ("int32".into(), quote!(i32)),
+        PType::Timestamp => {
+            let ident = format_ident!("ProstTimestamp");
+            if !out.iter().any(|t| t.to_string().contains("struct ProstTimestamp ")) {
+                out.push(quote!(
+                    #[derive(Clone, PartialEq, prost::Message)]
+                    struct ProstTimestamp {
+                        #[allow(dead_code)]
+                        #[prost(int64, tag = "1")]
+                        seconds: i64,
+                        #[allow(dead_code)]
+                        #[prost(int32, tag = "2")]
+                        nanos: i32,
+                    }
+                ));
+            }
+            ("message".into(), quote!(#ident))
+        }
+        // prost implements `Message` for the scalars as their wrapper types.
+        PType::Wrapper(s) => ("message".into(), prost_scalar_ty(*s)),
+        PType::Message { name, fields } => {
+            let ident = prost_struct(name, fields, out);
+            ("message".into(), quote!(#ident))
+        }
+        PType::Map { .. } => unreachable!("a map is a field, never a value"),
+    }
+}
+
+fn prost_scalar_ty(s: Scalar) -> TokenStream {
+    match s {
+        Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => quote!(i32),
+        Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => quote!(i64),
+        Scalar::Uint32 | Scalar::Fixed32 => quote!(u32),
+        Scalar::Uint64 | Scalar::Fixed64 => quote!(u64),
+        Scalar::Bool => quote!(bool),
+        Scalar::Float => quote!(f32),
+        Scalar::Double => quote!(f64),
+        Scalar::String => quote!(String),
+        Scalar::Bytes => quote!(Vec<u8>),
+    }
+}
+
 /// An owned serde type for the generic path.
 fn owned_ty(ty: &Ty) -> TokenStream {
     match ty {
         Ty::Bool => quote!(bool),
         Ty::Int32 | Ty::Date => quote!(i32),
-        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => quote!(i64),
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => quote!(i64),
+        Ty::UInt32 => quote!(u32),
+        Ty::UInt64 => quote!(u64),
         Ty::Float32 => quote!(f32),
         Ty::Float64 => quote!(f64),
         Ty::String | Ty::Enum { .. } => quote!(String),

@@ -144,12 +144,16 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             let (schema_id, buf) = rt::avro::confluent(payload)?;
             rt::json_read::reader_schema_id(schema_id, SCHEMA_IDS)?;
         ),
+        (Wire::Confluent, Encoding::Protobuf) => quote!(
+            let (schema_id, buf) = rt::avro::confluent(payload)?;
+            rt::proto_read::reader_schema_id(schema_id, SCHEMA_IDS)?;
+        ),
         (Wire::Raw, Encoding::Avro) => bench_framing.clone(),
-        (Wire::Raw, Encoding::Json) => quote!(let buf = payload;),
+        (Wire::Raw, Encoding::Json | Encoding::Protobuf) => quote!(let buf = payload;),
     };
     let bench_framing = match format.encoding {
         Encoding::Avro => bench_framing,
-        Encoding::Json => match format.wire {
+        Encoding::Json | Encoding::Protobuf => match format.wire {
             Wire::Confluent => quote!(let (_schema_id, buf) = rt::avro::confluent(payload)?;),
             Wire::Raw => quote!(let buf = payload;),
         },
@@ -289,6 +293,7 @@ pub(super) fn datagen_encoding(m: &crate::model::PipelineFile) -> TokenStream {
     match m.format.get().encoding {
         Encoding::Avro => quote!(rt::Encoding::Avro),
         Encoding::Json => quote!(rt::Encoding::Json),
+        Encoding::Protobuf => quote!(rt::Encoding::Protobuf),
     }
 }
 
@@ -310,6 +315,10 @@ fn decode_input(
             stmts
         }
         Input::Json(fields) => super::json::decode(fields, &plan.input, live, scope, fresh, enums),
+        Input::Protobuf(message) => {
+            let indexes = (v.model.format.get().wire == Wire::Confluent).then_some(&message.indexes[..]);
+            super::protobuf::decode(&message.fields, indexes, &plan.input, live, scope, fresh, enums)
+        }
     }
 }
 

@@ -313,11 +313,11 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             #[allow(dead_code)]
             pub(crate) const SCHEMA: &str = include_str!(#schema_include);
         ),
-        crate::model::Encoding::Json => {
+        crate::model::Encoding::Json | crate::model::Encoding::Protobuf => {
             let text = &inputs.pipeline.datagen_schema;
             quote!(
-                /// The records' shape as an Avro schema, derived from the JSON Schema by gen: what
-                /// datagen and the fuzz test synthesize documents from.
+                /// The records' shape as an Avro schema, derived from the format's schema by gen:
+                /// what datagen and the fuzz test synthesize payloads from.
                 #[allow(dead_code)]
                 pub(crate) const SCHEMA: &str = #text;
             )

@@ -11,6 +11,7 @@ mod comments;
 mod expr;
 mod json;
 mod main_fn;
+mod protobuf;
 mod types;
 
 use std::path::{Path, PathBuf};
@@ -140,9 +141,16 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         contents: format!("{preamble}{}", comments::restore(&prettyplease::unparse(&file))).into_bytes(),
     });
     files.push(GeneratedFile { path: "schema.avsc".into(), contents: v.datagen_schema.clone().into_bytes() });
-    if v.model.format.get().encoding == crate::model::Encoding::Json {
-        // The JSON Schema itself, for the reader of the crate (the decoder is generated from it).
-        files.push(GeneratedFile { path: "schema.json".into(), contents: v.schema_text.clone().into_bytes() });
+    match v.model.format.get().encoding {
+        // The format's schema itself, for the reader of the crate (the decoder is generated from
+        // it; schema.avsc is derived).
+        crate::model::Encoding::Json => {
+            files.push(GeneratedFile { path: "schema.json".into(), contents: v.schema_text.clone().into_bytes() });
+        }
+        crate::model::Encoding::Protobuf => {
+            files.push(GeneratedFile { path: "schema.proto".into(), contents: v.schema_text.clone().into_bytes() });
+        }
+        crate::model::Encoding::Avro => {}
     }
     files.push(GeneratedFile { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
 
@@ -181,11 +189,21 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     };
     files.push(GeneratedFile {
         path: "Cargo.toml".into(),
-        contents: render("Cargo.toml.j2", context! { bench => options.bench, ..base.clone() })?,
+        contents: render(
+            "Cargo.toml.j2",
+            context! {
+                bench => options.bench,
+                protobuf => v.model.format.get().encoding == crate::model::Encoding::Protobuf,
+                ..base.clone()
+            },
+        )?,
     });
     if options.bench {
         let bench = bench::emit(v).map_err(Error::Value)?;
         files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
+        if let crate::load::Input::Protobuf(message) = &v.input {
+            files.push(GeneratedFile { path: "benches/schema.fds".into(), contents: message.descriptor_set.clone() });
+        }
     }
     files.push(GeneratedFile {
         path: ".cargo/config.toml".into(),
@@ -254,6 +272,7 @@ fn freshness_check(v: &Validated, options: &GenOptions) -> proc_macro2::TokenStr
     let schema_copy = match v.model.format.get().encoding {
         crate::model::Encoding::Avro => "../schema.avsc",
         crate::model::Encoding::Json => "../schema.json",
+        crate::model::Encoding::Protobuf => "../schema.proto",
     };
     pairs.push((v.schema_path.clone(), schema_copy.to_owned()));
     for file in &v.user_files {

@@ -21,7 +21,9 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
     match ty {
         Ty::Bool => quote!(bool),
         Ty::Int32 | Ty::Date => quote!(i32),
-        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => quote!(i64),
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => quote!(i64),
+        Ty::UInt32 => quote!(u32),
+        Ty::UInt64 => quote!(u64),
         Ty::Float32 => quote!(f32),
         Ty::Float64 => quote!(f64),
         Ty::String => quote!(::std::borrow::Cow<#lt, str>),
@@ -96,6 +98,9 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
         AvroType::String => quote!(::std::borrow::Cow::Borrowed(rt::avro::string(&mut buf)?)),
         AvroType::Bytes => quote!(::std::borrow::Cow::Borrowed(rt::avro::bytes(&mut buf)?)),
         AvroType::Uuid => quote!(rt::avro::uuid(rt::avro::string(&mut buf)?)?),
+        AvroType::UInt32 | AvroType::UInt64 | AvroType::TimestampNanos => {
+            unreachable!("Protobuf's types never come from an Avro schema")
+        }
         AvroType::Enum { symbols, .. } => {
             let n = Literal::u32_unsuffixed(symbols.len() as u32);
             quote!(rt::avro::enum_index(&mut buf, #n)?)
@@ -175,6 +180,9 @@ pub(super) fn skip(avro: &AvroType) -> TokenStream {
         AvroType::Boolean => quote!(rt::avro::boolean(&mut buf)?;),
         AvroType::Int | AvroType::Date => quote!(rt::avro::int(&mut buf)?;),
         AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros => quote!(rt::avro::long(&mut buf)?;),
+        AvroType::UInt32 | AvroType::UInt64 | AvroType::TimestampNanos => {
+            unreachable!("Protobuf's types never come from an Avro schema")
+        }
         AvroType::Float => quote!(rt::avro::fixed(&mut buf, 4)?;),
         AvroType::Double => quote!(rt::avro::fixed(&mut buf, 8)?;),
         AvroType::String | AvroType::Bytes | AvroType::Uuid | AvroType::Decimal { fixed_size: None, .. } => {
@@ -297,9 +305,17 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
             let c = v.copied();
             quote!(rt::rowbinary::i32(buf, #c);)
         }
-        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => {
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => {
             let c = v.copied();
             quote!(rt::rowbinary::i64(buf, #c);)
+        }
+        Ty::UInt32 => {
+            let c = v.copied();
+            quote!(rt::rowbinary::u32(buf, #c);)
+        }
+        Ty::UInt64 => {
+            let c = v.copied();
+            quote!(rt::rowbinary::u64(buf, #c);)
         }
         Ty::Float32 => {
             let c = v.copied();
@@ -378,6 +394,8 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
         Ty::Bool => quote!(rt::json::boolean(buf, #c);),
         Ty::Int32 => quote!(rt::json::int(buf, i64::from(#c));),
         Ty::Int64 => quote!(rt::json::int(buf, #c);),
+        Ty::UInt32 => quote!(rt::json::uint(buf, u64::from(#c));),
+        Ty::UInt64 => quote!(rt::json::uint(buf, #c);),
         Ty::Float32 => quote!(rt::json::float(buf, f64::from(#c));),
         Ty::Float64 => quote!(rt::json::float(buf, #c);),
         Ty::String => {
@@ -394,6 +412,7 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
         }
         Ty::TimestampMillis => quote!(rt::json::timestamp(buf, #c, 3);),
         Ty::TimestampMicros => quote!(rt::json::timestamp(buf, #c, 6);),
+        Ty::TimestampNanos => quote!(rt::json::timestamp(buf, #c, 9);),
         Ty::Date => quote!(rt::json::date(buf, #c);),
         Ty::Decimal { scale, .. } => {
             let s = Literal::u32_unsuffixed(*scale);
@@ -467,7 +486,9 @@ pub(super) fn rust_ty_doc(ty: &Ty) -> String {
     match ty {
         Ty::Bool => "bool".into(),
         Ty::Int32 | Ty::Date => "i32".into(),
-        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros => "i64".into(),
+        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => "i64".into(),
+        Ty::UInt32 => "u32".into(),
+        Ty::UInt64 => "u64".into(),
         Ty::Float32 => "f32".into(),
         Ty::Float64 => "f64".into(),
         Ty::String => "Cow<'a, str>".into(),

@@ -23,6 +23,7 @@ pub(crate) mod literal_required;
 pub(crate) mod missing_key;
 pub(crate) mod owned_property;
 pub(crate) mod pipeline_name;
+pub(crate) mod proto_schema;
 pub(crate) mod replica_url;
 pub(crate) mod schema_id;
 pub mod sizing;
@@ -58,6 +59,8 @@ pub static CATALOGUE: &[&Rule] = &[
     &json_schema::INVALID,
     &json_schema::UNSUPPORTED,
     &format_choice::RULE,
+    &proto_schema::INVALID,
+    &proto_schema::UNSUPPORTED,
     &transform::SYNTAX,
     &transform::UNKNOWN_FIELD,
     &transform::TYPE_MISMATCH,

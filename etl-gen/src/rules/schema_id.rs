@@ -34,7 +34,7 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
                  messages carry no header",
                 format.path("")
             ),
-            Encoding::Json => format!(
+            Encoding::Json | Encoding::Protobuf => format!(
                 "add `schema_id: <the reader schema's registry id>` under `{}:` (other ids then become record \
                  errors), or `wire: raw` if the messages carry no header",
                 format.path("")

@@ -44,6 +44,12 @@ pub fn int(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
+/// An unsigned integer (`UInt32`, `UInt64`).
+#[inline]
+pub fn uint(buf: &mut Vec<u8>, v: u64) {
+    buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
 /// A float; NaN and infinities have no JSON form and are written as null.
 #[inline]
 pub fn float(buf: &mut Vec<u8>, v: f64) {

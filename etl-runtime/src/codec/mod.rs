@@ -6,6 +6,7 @@ pub mod avro;
 pub mod json;
 pub mod json_read;
 pub mod ops;
+pub mod proto_read;
 pub mod rowbinary;
 
 use crate::engine::errors::{RecordError, RecordErrorKind};

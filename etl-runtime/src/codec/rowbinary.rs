@@ -35,6 +35,18 @@ pub fn i64(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
+/// `UInt32`.
+#[inline]
+pub fn u32(buf: &mut Vec<u8>, v: u32) {
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+/// `UInt64`.
+#[inline]
+pub fn u64(buf: &mut Vec<u8>, v: u64) {
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
 /// `Float32`.
 #[inline]
 pub fn f32(buf: &mut Vec<u8>, v: f32) {

@@ -2,6 +2,8 @@
 //! formats one of the same shape) and encoded in the pipeline's format, for runs without a Kafka
 //! broker.
 
+mod protobuf;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -34,7 +36,7 @@ pub struct DatagenConfig {
     pub encoding: Encoding,
 }
 
-/// How a synthesized value is encoded (`format.avro` or `format.json`).
+/// How a synthesized value is encoded (`format.avro`, `format.json` or `format.protobuf`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Encoding {
     /// Avro's binary encoding.
@@ -43,6 +45,9 @@ pub enum Encoding {
     /// One JSON document: records as objects, enums as their symbols, timestamps as RFC 3339
     /// strings, dates as `YYYY-MM-DD`, UUIDs in their canonical form.
     Json,
+    /// Protobuf: the schema's fields carry `proto` attributes (numbers and wire types) and its
+    /// record `proto_indexes` (see `etl-gen`'s `proto_schema::datagen_schema`).
+    Protobuf,
 }
 
 /// How a datagen payload is framed (`format.avro.wire`).
@@ -83,11 +88,7 @@ pub struct DatagenError(String);
 impl DatagenSource {
     /// A datagen source for `schema`.
     pub fn new(schema: Schema, config: DatagenConfig) -> Result<Self, DatagenError> {
-        let names = {
-            let resolved =
-                apache_avro::schema::ResolvedSchema::try_from(&schema).map_err(|e| DatagenError(e.to_string()))?;
-            resolved.get_names().iter().map(|(name, schema)| (name.clone(), (*schema).clone())).collect()
-        };
+        let names = names_of(&schema).map_err(|e| DatagenError(e.to_string()))?;
         if config.partitions == 0 {
             return Err(DatagenError("partitions must be at least 1".into()));
         }
@@ -166,7 +167,7 @@ impl Lane for DatagenLane {
         }
         let value = random_value(&self.schema, &self.names, &mut self.rng, 0);
         self.buffer.clear();
-        if let Err(error) = encode(&self.schema, value, self.encoding, self.wire, &mut self.buffer) {
+        if let Err(error) = encode(&self.schema, &self.names, value, self.encoding, self.wire, &mut self.buffer) {
             return Some(Err(SourceError::fatal(format!("datagen could not encode a datum: {error}"))));
         }
         let offset = self.next_offset;
@@ -203,9 +204,17 @@ impl Lane for DatagenLane {
     }
 }
 
-/// Appends `value` (of `schema`), framed as `wire` says and encoded as `encoding` says, to `out`.
+/// The named types of `schema`, by name: what references resolve to.
+pub(crate) fn names_of(schema: &Schema) -> Result<HashMap<Name, Schema>, apache_avro::Error> {
+    let resolved = apache_avro::schema::ResolvedSchema::try_from(schema)?;
+    Ok(resolved.get_names().iter().map(|(name, schema)| (name.clone(), (*schema).clone())).collect())
+}
+
+/// Appends `value` (of `schema`, whose named types are `names`), framed as `wire` says and
+/// encoded as `encoding` says, to `out`.
 pub(crate) fn encode(
     schema: &Schema,
+    names: &HashMap<Name, Schema>,
     value: Value,
     encoding: Encoding,
     wire: Wire,
@@ -214,10 +223,14 @@ pub(crate) fn encode(
     if let Wire::Confluent { schema_id } = wire {
         out.push(0);
         out.extend_from_slice(&schema_id.to_be_bytes());
+        if encoding == Encoding::Protobuf {
+            protobuf::message_indexes(schema, out);
+        }
     }
     match encoding {
         Encoding::Avro => out.extend_from_slice(&apache_avro::to_avro_datum(schema, value)?),
         Encoding::Json => json_value(Some(schema), &value, out),
+        Encoding::Protobuf => protobuf::message(schema, names, &value, out),
     }
     Ok(())
 }

@@ -1,0 +1,544 @@
+//! Reading Protobuf messages field by field, for the decoders `gen` writes for
+//! `format.protobuf`.
+//!
+//! The generated decoder loops over a message's tags and dispatches on the field number; for a
+//! number it knows it asks the [`Reader`] for the value its schema declares, and the reader
+//! checks the wire type before reading. Unknown numbers, and fields the chain never reads, are
+//! skipped by their wire type without looking inside. Strings and bytes are borrowed from the
+//! message.
+
+use std::borrow::Cow;
+
+use crate::engine::errors::{RecordError, RecordErrorKind};
+
+/// Wire type 0: a varint.
+pub const VARINT: u8 = 0;
+/// Wire type 1: eight bytes.
+pub const I64: u8 = 1;
+/// Wire type 2: a length, then that many bytes.
+pub const LEN: u8 = 2;
+/// Wire type 5: four bytes.
+pub const I32: u8 = 5;
+
+/// Why a message did not decode: what was wrong, in which field, at which byte.
+///
+/// Small and `Copy`, so that the decoder's hot path pays little for its error type; the message
+/// is formatted only when a record fails, by the conversion into [`RecordError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtoError {
+    what: &'static str,
+    field: &'static str,
+    at: usize,
+}
+
+impl ProtoError {
+    /// What was wrong.
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+
+    /// The field (its path in the schema, `items[].sku`), or `""` for the message itself.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+impl std::fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "invalid Protobuf message: {} (at byte {})", self.what, self.at)
+        } else {
+            write!(f, "field `{}`: {} (at byte {})", self.field, self.what, self.at)
+        }
+    }
+}
+
+impl From<ProtoError> for RecordError {
+    #[cold]
+    fn from(e: ProtoError) -> Self {
+        RecordError::new(RecordErrorKind::Decode, e.to_string())
+    }
+}
+
+/// Checks that a Confluent-framed message was written with the reader schema (`format.protobuf`
+/// has no registry yet: any other id is a record error).
+#[inline]
+pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
+    super::reader_schema_id(
+        id,
+        reader_ids,
+        "format.protobuf.schema_id",
+        "add the id to format.protobuf.schema_id if that schema's messages are readable with the reader schema",
+    )
+}
+
+/// A cursor over one message (or a nested message's bytes).
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    /// Where `buf` starts in the whole payload, for error positions.
+    base: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of the message `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0, base: 0 }
+    }
+
+    #[cold]
+    fn error(&self, what: &'static str, field: &'static str) -> ProtoError {
+        ProtoError { what, field, at: self.base + self.pos }
+    }
+
+    /// Whether the whole message has been read.
+    #[inline]
+    pub fn at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    #[inline]
+    fn varint(&mut self, field: &'static str) -> Result<u64, ProtoError> {
+        // One byte is the common case (small numbers, tags, short lengths).
+        if let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.varint_slow(field)
+    }
+
+    fn varint_slow(&mut self, field: &'static str) -> Result<u64, ProtoError> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(self.error("the message ends inside a varint", field));
+            };
+            self.pos += 1;
+            if i == 9 && b > 1 {
+                return Err(self.error("a varint longer than 64 bits", field));
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Ok(value);
+            }
+        }
+        Err(self.error("a varint longer than ten bytes", field))
+    }
+
+    #[inline]
+    fn fixed<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], ProtoError> {
+        match self.buf.get(self.pos..self.pos + N) {
+            Some(b) => {
+                self.pos += N;
+                Ok(b.try_into().expect("N bytes"))
+            }
+            None => Err(self.error("the message ends inside a fixed-size value", field)),
+        }
+    }
+
+    #[inline]
+    fn delimited(&mut self, field: &'static str) -> Result<&'a [u8], ProtoError> {
+        let len = self.varint(field)?;
+        let end = usize::try_from(len).ok().and_then(|len| self.pos.checked_add(len));
+        match end.and_then(|end| self.buf.get(self.pos..end).map(|b| (b, end))) {
+            Some((bytes, end)) => {
+                self.pos = end;
+                Ok(bytes)
+            }
+            None => Err(self.error("a length beyond the end of the message", field)),
+        }
+    }
+
+    #[inline]
+    fn expect(&self, wire: u8, expected: u8, field: &'static str) -> Result<(), ProtoError> {
+        if wire == expected { Ok(()) } else { Err(self.wrong_wire(field)) }
+    }
+
+    #[cold]
+    fn wrong_wire(&self, field: &'static str) -> ProtoError {
+        self.error("the wire type does not match the field's type in the schema", field)
+    }
+
+    /// The next field's number and wire type; `None` at the end of the message.
+    #[inline]
+    pub fn tag(&mut self) -> Result<Option<(u32, u8)>, ProtoError> {
+        if self.at_end() {
+            return Ok(None);
+        }
+        let tag = self.varint("")?;
+        let number = tag >> 3;
+        if number == 0 || number > u64::from(u32::MAX >> 3) {
+            return Err(self.error("a field number outside 1..2^29", ""));
+        }
+        Ok(Some((number as u32, (tag & 7) as u8)))
+    }
+
+    /// Reads past one value of wire type `wire` (a field the decoder does not want).
+    pub fn skip(&mut self, wire: u8) -> Result<(), ProtoError> {
+        match wire {
+            VARINT => self.varint("").map(drop),
+            I64 => self.fixed::<8>("").map(drop),
+            LEN => self.delimited("").map(drop),
+            I32 => self.fixed::<4>("").map(drop),
+            3 | 4 => Err(self.error("a proto2 group, which etl-rs does not read", "")),
+            _ => Err(self.error("an invalid wire type", "")),
+        }
+    }
+
+    /// `int32`: a varint holding the value sign-extended to 64 bits, truncated as protoc does.
+    #[inline]
+    pub fn int32(&mut self, wire: u8, field: &'static str) -> Result<i32, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        Ok(self.varint(field)? as i32)
+    }
+
+    /// `int64`.
+    #[inline]
+    pub fn int64(&mut self, wire: u8, field: &'static str) -> Result<i64, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        Ok(self.varint(field)? as i64)
+    }
+
+    /// `uint32` (truncated to 32 bits, as protoc does).
+    #[inline]
+    pub fn uint32(&mut self, wire: u8, field: &'static str) -> Result<u32, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        Ok(self.varint(field)? as u32)
+    }
+
+    /// `uint64`.
+    #[inline]
+    pub fn uint64(&mut self, wire: u8, field: &'static str) -> Result<u64, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        self.varint(field)
+    }
+
+    /// `sint32`: zig-zag.
+    #[inline]
+    pub fn sint32(&mut self, wire: u8, field: &'static str) -> Result<i32, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        let n = self.varint(field)? as u32;
+        Ok((n >> 1) as i32 ^ -((n & 1) as i32))
+    }
+
+    /// `sint64`: zig-zag.
+    #[inline]
+    pub fn sint64(&mut self, wire: u8, field: &'static str) -> Result<i64, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        let n = self.varint(field)?;
+        Ok((n >> 1) as i64 ^ -((n & 1) as i64))
+    }
+
+    /// `bool`: any non-zero varint is true.
+    #[inline]
+    pub fn bool(&mut self, wire: u8, field: &'static str) -> Result<bool, ProtoError> {
+        self.expect(wire, VARINT, field)?;
+        Ok(self.varint(field)? != 0)
+    }
+
+    /// `fixed32`.
+    #[inline]
+    pub fn fixed32(&mut self, wire: u8, field: &'static str) -> Result<u32, ProtoError> {
+        self.expect(wire, I32, field)?;
+        Ok(u32::from_le_bytes(self.fixed(field)?))
+    }
+
+    /// `fixed64`.
+    #[inline]
+    pub fn fixed64(&mut self, wire: u8, field: &'static str) -> Result<u64, ProtoError> {
+        self.expect(wire, I64, field)?;
+        Ok(u64::from_le_bytes(self.fixed(field)?))
+    }
+
+    /// `sfixed32`.
+    #[inline]
+    pub fn sfixed32(&mut self, wire: u8, field: &'static str) -> Result<i32, ProtoError> {
+        self.expect(wire, I32, field)?;
+        Ok(i32::from_le_bytes(self.fixed(field)?))
+    }
+
+    /// `sfixed64`.
+    #[inline]
+    pub fn sfixed64(&mut self, wire: u8, field: &'static str) -> Result<i64, ProtoError> {
+        self.expect(wire, I64, field)?;
+        Ok(i64::from_le_bytes(self.fixed(field)?))
+    }
+
+    /// `float`.
+    #[inline]
+    pub fn float(&mut self, wire: u8, field: &'static str) -> Result<f32, ProtoError> {
+        self.expect(wire, I32, field)?;
+        Ok(f32::from_le_bytes(self.fixed(field)?))
+    }
+
+    /// `double`.
+    #[inline]
+    pub fn double(&mut self, wire: u8, field: &'static str) -> Result<f64, ProtoError> {
+        self.expect(wire, I64, field)?;
+        Ok(f64::from_le_bytes(self.fixed(field)?))
+    }
+
+    /// `string`, borrowed; it must be UTF-8 (proto3 requires it of writers).
+    #[inline]
+    pub fn string(&mut self, wire: u8, field: &'static str) -> Result<Cow<'a, str>, ProtoError> {
+        self.expect(wire, LEN, field)?;
+        let bytes = self.delimited(field)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(Cow::Borrowed(s)),
+            Err(_) => Err(self.error("a string that is not UTF-8", field)),
+        }
+    }
+
+    /// `bytes`, borrowed.
+    #[inline]
+    pub fn bytes(&mut self, wire: u8, field: &'static str) -> Result<Cow<'a, [u8]>, ProtoError> {
+        self.expect(wire, LEN, field)?;
+        Ok(Cow::Borrowed(self.delimited(field)?))
+    }
+
+    /// A nested message: a reader of its bytes.
+    #[inline]
+    pub fn message(&mut self, wire: u8, field: &'static str) -> Result<Reader<'a>, ProtoError> {
+        self.expect(wire, LEN, field)?;
+        let bytes = self.delimited(field)?;
+        Ok(Reader { buf: bytes, pos: 0, base: self.base + self.pos - bytes.len() })
+    }
+
+    /// An enum: its number, mapped to a symbol index by `symbol` (the generated match). A
+    /// number the schema does not define is a record error.
+    #[inline]
+    pub fn enumeration(
+        &mut self,
+        wire: u8,
+        field: &'static str,
+        symbol: fn(i32) -> Option<u32>,
+    ) -> Result<u32, ProtoError> {
+        let n = self.int32(wire, field)?;
+        symbol(n).ok_or_else(|| self.error("an enum number the schema does not define", field))
+    }
+
+    /// `google.protobuf.Timestamp`, as nanoseconds since the epoch.
+    pub fn timestamp_nanos(&mut self, wire: u8, field: &'static str) -> Result<i64, ProtoError> {
+        let mut m = self.message(wire, field)?;
+        let (mut seconds, mut nanos) = (0i64, 0i32);
+        while let Some((number, wire)) = m.tag()? {
+            match number {
+                1 => seconds = m.int64(wire, field)?,
+                2 => nanos = m.int32(wire, field)?,
+                _ => m.skip(wire)?,
+            }
+        }
+        if !(0..1_000_000_000).contains(&nanos) {
+            return Err(self.error("a Timestamp whose nanos are outside 0..10^9", field));
+        }
+        seconds
+            .checked_mul(1_000_000_000)
+            .and_then(|s| s.checked_add(i64::from(nanos)))
+            .ok_or_else(|| self.error("a Timestamp outside DateTime64(9)'s range (1677..2262)", field))
+    }
+
+    /// A wrapper (`google.protobuf.Int64Value`, ...): its field 1, read by `read`; absent
+    /// reads as the default, as for any proto3 field.
+    pub fn wrapper<T: Default>(
+        &mut self,
+        wire: u8,
+        field: &'static str,
+        read: impl Fn(&mut Reader<'a>, u8, &'static str) -> Result<T, ProtoError>,
+    ) -> Result<T, ProtoError> {
+        let mut m = self.message(wire, field)?;
+        let mut value = T::default();
+        while let Some((number, wire)) = m.tag()? {
+            match number {
+                1 => value = read(&mut m, wire, field)?,
+                _ => m.skip(wire)?,
+            }
+        }
+        Ok(value)
+    }
+
+    /// One occurrence of a repeated scalar field: packed (wire type 2, many values) or not (the
+    /// element's own wire type `element`, one value). Writers may use either; both are accepted.
+    #[inline]
+    pub fn repeated<T>(
+        &mut self,
+        wire: u8,
+        element: u8,
+        field: &'static str,
+        out: &mut Vec<T>,
+        read: impl Fn(&mut Reader<'a>, u8, &'static str) -> Result<T, ProtoError>,
+    ) -> Result<(), ProtoError> {
+        if wire == LEN && element != LEN {
+            let mut packed = self.message(wire, field)?;
+            while !packed.at_end() {
+                out.push(read(&mut packed, element, field)?);
+            }
+            Ok(())
+        } else {
+            out.push(read(self, wire, field)?);
+            Ok(())
+        }
+    }
+
+    /// Confluent's message-index path (after the magic byte and schema id): a zig-zag count,
+    /// then that many zig-zag indexes; a single 0 byte stands for `[0]`. It must name the
+    /// configured message, `expected`.
+    pub fn message_indexes(&mut self, expected: &[i32]) -> Result<(), ProtoError> {
+        let zigzag = |n: u64| ((n >> 1) as i64 ^ -((n & 1) as i64)) as i32;
+        let count = zigzag(self.varint("")?);
+        let matches = if count == 0 {
+            expected == [0]
+        } else {
+            let mut ok = usize::try_from(count).ok() == Some(expected.len());
+            for i in 0..count.max(0) as usize {
+                let index = zigzag(self.varint("")?);
+                ok &= expected.get(i) == Some(&index);
+            }
+            ok
+        };
+        if matches {
+            Ok(())
+        } else {
+            Err(self.error(
+                "the Confluent message-index path names another message of the schema than format.protobuf.message",
+                "",
+            ))
+        }
+    }
+}
+
+/// The map key's text: a string as it is, a number in decimal, a bool as `true`/`false`.
+pub trait KeyText<'a> {
+    /// The text.
+    fn key_text(self) -> Cow<'a, str>;
+}
+
+impl<'a> KeyText<'a> for Cow<'a, str> {
+    fn key_text(self) -> Cow<'a, str> {
+        self
+    }
+}
+
+impl<'a> KeyText<'a> for bool {
+    fn key_text(self) -> Cow<'a, str> {
+        Cow::Borrowed(if self { "true" } else { "false" })
+    }
+}
+
+macro_rules! integer_keys {
+    ($($t:ty),*) => {$(
+        impl<'a> KeyText<'a> for $t {
+            fn key_text(self) -> Cow<'a, str> {
+                Cow::Owned(itoa::Buffer::new().format(self).to_owned())
+            }
+        }
+    )*};
+}
+integer_keys!(i32, i64, u32, u64);
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    proptest! {
+        // Every value survives the writer's encoding (as protobuf defines it) and the reader.
+        #[test]
+        fn scalars_read_what_was_written(a in any::<i32>(), b in any::<i64>(), c in any::<u64>(), d in any::<i64>(), e in any::<f64>()) {
+            let mut buf = Vec::new();
+            varint(1 << 3, &mut buf);
+            varint(a as i64 as u64, &mut buf);
+            varint(2 << 3, &mut buf);
+            varint(((b << 1) ^ (b >> 63)) as u64, &mut buf);
+            varint(3 << 3, &mut buf);
+            varint(c, &mut buf);
+            varint((4 << 3) | 1, &mut buf);
+            buf.extend_from_slice(&d.to_le_bytes());
+            varint((5 << 3) | 1, &mut buf);
+            buf.extend_from_slice(&e.to_le_bytes());
+            let mut r = Reader::new(&buf);
+            let (n, w) = r.tag().unwrap().unwrap();
+            prop_assert_eq!((n, r.int32(w, "a").unwrap()), (1, a));
+            let (n, w) = r.tag().unwrap().unwrap();
+            prop_assert_eq!((n, r.sint64(w, "b").unwrap()), (2, b));
+            let (n, w) = r.tag().unwrap().unwrap();
+            prop_assert_eq!((n, r.uint64(w, "c").unwrap()), (3, c));
+            let (n, w) = r.tag().unwrap().unwrap();
+            prop_assert_eq!((n, r.sfixed64(w, "d").unwrap()), (4, d));
+            let (n, w) = r.tag().unwrap().unwrap();
+            prop_assert_eq!((n, r.double(w, "e").unwrap().to_bits()), (5, e.to_bits()));
+            prop_assert!(r.tag().unwrap().is_none());
+        }
+
+        // Any bytes at all: an error or a value, never a panic, and skipping always advances.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut r = Reader::new(&bytes);
+            while let Ok(Some((_, wire))) = r.tag() {
+                if r.skip(wire).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_and_unpacked_repeated_fields_both_read() {
+        // Field 1 packed [1, 300], then one unpacked 7.
+        let buf = [0x0a, 0x03, 0x01, 0xac, 0x02, 0x08, 0x07];
+        let mut r = Reader::new(&buf);
+        let mut out = Vec::new();
+        while let Some((_, wire)) = r.tag().unwrap() {
+            r.repeated(wire, VARINT, "xs", &mut out, Reader::int64).unwrap();
+        }
+        assert_eq!(out, vec![1, 300, 7]);
+    }
+
+    #[test]
+    fn a_wrong_wire_type_names_the_field() {
+        // Field 1 as fixed64 where the schema says string.
+        let buf = [0x09, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut r = Reader::new(&buf);
+        let (_, wire) = r.tag().unwrap().unwrap();
+        let e = r.string(wire, "name").unwrap_err();
+        assert_eq!(e.field(), "name");
+        assert!(e.to_string().contains("wire type"), "{e}");
+    }
+
+    #[test]
+    fn truncated_messages_are_errors() {
+        // A string of length 5 with 2 bytes.
+        let mut r = Reader::new(&[0x0a, 0x05, b'a', b'b']);
+        let (_, wire) = r.tag().unwrap().unwrap();
+        assert!(r.string(wire, "s").unwrap_err().to_string().contains("beyond the end"));
+        let mut r = Reader::new(&[0x08, 0xff]);
+        let (_, wire) = r.tag().unwrap().unwrap();
+        assert!(r.int64(wire, "n").is_err());
+        assert!(Reader::new(&[0x00]).tag().is_err(), "field number 0");
+    }
+
+    #[test]
+    fn timestamps_and_message_indexes() {
+        // seconds = 1, nanos = 5
+        let buf = [0x0a, 0x04, 0x08, 0x01, 0x10, 0x05];
+        let mut r = Reader::new(&buf);
+        let (_, wire) = r.tag().unwrap().unwrap();
+        assert_eq!(r.timestamp_nanos(wire, "at").unwrap(), 1_000_000_005);
+        assert!(Reader::new(&[0]).message_indexes(&[0]).is_ok());
+        // [1, 0]: count 2 (zig-zag 4), 1 (2), 0 (0)
+        assert!(Reader::new(&[4, 2, 0]).message_indexes(&[1, 0]).is_ok());
+        assert!(Reader::new(&[4, 2, 0]).message_indexes(&[1]).is_err());
+        assert!(Reader::new(&[0]).message_indexes(&[2]).is_err());
+    }
+}
