@@ -185,7 +185,12 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
             match crate::plan::plan(&model, &schema, &sources) {
                 Ok(plan) => {
                     let user_files = user_files(&plan, sources);
-                    let config_hash = config_hash(&model, &schema_text, &user_files);
+                    // A .proto's imports shape the decoder too: the compiled set covers them.
+                    let compiled = match &input {
+                        Input::Protobuf(message) => &message.descriptor_set[..],
+                        _ => &[],
+                    };
+                    let config_hash = config_hash(&model, &schema_text, compiled, &user_files);
                     pipeline = Some(Validated {
                         model,
                         schema,
@@ -245,13 +250,17 @@ fn user_files(plan: &Plan, mut sources: BTreeMap<usize, std::io::Result<RustSour
 
 /// The config hash: sha256 over the normalized configuration, the schema and the user Rust
 /// files; the first 16 hex digits.
-fn config_hash(model: &PipelineFile, schema_text: &str, user_files: &[UserFile]) -> String {
+fn config_hash(model: &PipelineFile, schema_text: &str, compiled: &[u8], user_files: &[UserFile]) -> String {
     let mut h = Sha256::new();
     let normalized = serde_json::to_string(model).expect("the model serializes");
     h.update((normalized.len() as u64).to_le_bytes());
     h.update(normalized.as_bytes());
     h.update((schema_text.len() as u64).to_le_bytes());
     h.update(schema_text.as_bytes());
+    if !compiled.is_empty() {
+        h.update((compiled.len() as u64).to_le_bytes());
+        h.update(compiled);
+    }
     for file in user_files {
         h.update((file.text.len() as u64).to_le_bytes());
         h.update(file.text.as_bytes());

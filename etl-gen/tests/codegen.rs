@@ -45,6 +45,8 @@ fn generated_code_snapshots() {
         "etl-gen/tests/pipelines/items/pipeline.yaml",
         "examples/json_to_clickhouse/pipeline.yaml",
         "etl-gen/tests/pipelines/json/pipeline.yaml",
+        "examples/protobuf_to_clickhouse/pipeline.yaml",
+        "etl-gen/tests/pipelines/protobuf/pipeline.yaml",
     ] {
         let v = load(rel);
         // Inside the workspace, so the relative paths in the code do not depend on where
@@ -170,6 +172,72 @@ fn json_documents_become_typed_rows() {
     }
 }
 
+/// A Protobuf pipeline end to end in one binary: datagen writes messages, the generated decoder
+/// reads them, the file sink writes rows with every column in the mapped types (the decoder's
+/// own tests, against prost-reflect, are in etl-macros/tests/protobuf_decoder.rs).
+#[test]
+fn protobuf_messages_become_typed_rows() {
+    let rows = build_and_run("etl-gen/tests/pipelines/protobuf/pipeline.yaml");
+    assert_eq!(rows.len(), 3000, "no record is lost or dropped");
+    let mut ids: Vec<i64> = rows.iter().map(|r| int(r, "id")).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert!(ids.len() > 2900, "distinct records, not one repeated");
+    let (mut nulls, mut negative) = (0, 0);
+    for row in &rows {
+        let columns: Vec<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            columns,
+            [
+                "id",
+                "delta",
+                "big",
+                "small",
+                "signed",
+                "ok",
+                "ratio",
+                "score",
+                "name",
+                "raw",
+                "kind",
+                "at",
+                "maybe",
+                "label",
+                "note",
+                "items",
+                "tags",
+                "words",
+                "kinds",
+                "attrs",
+                "by_slot",
+                "geo_lat",
+                "geo_lon",
+                "geo_city",
+                "url",
+                "place_lat",
+                "place_lon",
+                "place_city",
+                "code",
+                "int32_min",
+                "plain_uint"
+            ]
+        );
+        assert!(["KIND_UNSPECIFIED", "VIEW", "BUY"].contains(&text(row, "kind")));
+        assert!(text(row, "at").ends_with('Z') && text(row, "at").len() == 30, "DateTime64(9): {row}");
+        assert!(row["big"].is_u64() && row["plain_uint"].is_u64(), "unsigned: {row}");
+        // A oneof: at most one member set.
+        let set = [&row["url"], &row["place_lat"], &row["code"]].iter().filter(|v| !v.is_null()).count();
+        assert!(set <= 1, "one oneof member at most: {row}");
+        nulls += usize::from(row["maybe"].is_null());
+        negative += usize::from(int(row, "int32_min") < 0);
+        for item in row["items"].as_array().unwrap() {
+            assert!(item["sku"].is_string() && item["qty"].is_u64(), "{item}");
+        }
+    }
+    assert!((500..2500).contains(&nulls), "wrappers are null and set: {nulls} null");
+    assert!(negative > 0, "negative int32s (ten-byte varints) decode");
+}
+
 /// Every operator and function of the expression language, checked against the input
 /// fields each output row also carries.
 #[test]
@@ -244,6 +312,7 @@ fn kafka_examples_compile_and_check_their_environment() {
         "examples/kafka_avro_to_clickhouse/pipeline.yaml",
         "examples/order_items/pipeline.yaml",
         "examples/json_to_clickhouse/pipeline.yaml",
+        "examples/protobuf_to_clickhouse/pipeline.yaml",
     ] {
         let (v, binary) = build(rel);
         let check = Command::new(&binary)
@@ -510,6 +579,8 @@ fn generated_chains_never_panic_on_random_payloads() {
         "etl-gen/tests/pipelines/registry/pipeline.yaml",
         // JSON documents, Confluent-framed, every construct of the JSON Schema subset.
         "etl-gen/tests/pipelines/json/pipeline.yaml",
+        // Protobuf messages, Confluent-framed with a message-index path, every mapped construct.
+        "etl-gen/tests/pipelines/protobuf/pipeline.yaml",
     ] {
         let (v, _) = build(rel);
         let crate_dir = root().join("target/etl-test").join(&v.model.pipeline.name);
@@ -524,4 +595,27 @@ fn generated_chains_never_panic_on_random_payloads() {
         assert!(output.status.success(), "{rel}: the generated fuzz test failed:\n{text}");
         assert!(text.contains("no panic"), "{rel}: the fuzz test ran:\n{text}");
     }
+}
+
+/// A `.proto`'s imports are part of the configuration: editing one changes the config hash (and
+/// so the binary's `--version`), as editing the file itself does.
+#[test]
+fn protobuf_imports_enter_the_config_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let from = root().join("etl-gen/tests/pipelines/protobuf");
+    for name in ["pipeline.yaml", "click.proto", "common.proto"] {
+        std::fs::copy(from.join(name), dir.path().join(name)).unwrap();
+    }
+    let hash = || {
+        let outcome = etl_gen::validate_file(&dir.path().join("pipeline.yaml"), &etl_gen::Options::default()).unwrap();
+        outcome.pipeline.unwrap_or_else(|| panic!("{}", outcome.report.render())).config_hash
+    };
+    let before = hash();
+    let common = std::fs::read_to_string(dir.path().join("common.proto")).unwrap();
+    std::fs::write(
+        dir.path().join("common.proto"),
+        common.replace("double lon = 2;", "double lon = 2;\n  int32 alt = 4;"),
+    )
+    .unwrap();
+    assert_ne!(hash(), before, "an edited import is a new configuration");
 }
