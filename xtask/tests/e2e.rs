@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use support::*;
 
 /// Prints a scenario's wall time when it ends (also when it fails).
-struct Timer(&'static str, Instant);
+struct Timer(String, Instant);
 
 impl Timer {
-    fn start(name: &'static str) -> Timer {
+    fn start(name: impl Into<String>) -> Timer {
+        let name = name.into();
         eprintln!("=== {name}");
         Timer(name, Instant::now())
     }
@@ -1748,6 +1749,22 @@ fn json_one_million_exactly_once_through_a_kill() {
     }
 }
 
+/// A poison message of a format's scenarios (JSON's and Protobuf's).
+trait FormatPoison: Copy + std::fmt::Debug + PartialEq + 'static {
+    /// The tombstone, which `dlq` passes without a dead letter.
+    const TOMBSTONE: Self;
+    /// The poisons, each once.
+    const ALL: &'static [Self];
+    /// The poisons the `fail` scenario runs, each a fatal error.
+    const FAIL: &'static [Self];
+    /// The producer of the format's good orders.
+    fn producer(topic: &str) -> Producer;
+    /// The message (`None`: a tombstone).
+    fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>>;
+    /// `etl.error.kind` of its dead letter, and what its `etl.error` names.
+    fn expected(self) -> (&'static str, &'static str);
+}
+
 /// A poison message of the JSON scenarios (their good documents are [`order_json`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum JsonPoison {
@@ -1760,17 +1777,24 @@ enum JsonPoison {
     Tombstone,
 }
 
-const JSON_POISONS: [JsonPoison; 7] = [
-    JsonPoison::NotJson,
-    JsonPoison::Truncated,
-    JsonPoison::WrongType,
-    JsonPoison::Missing,
-    JsonPoison::UnknownSymbol,
-    JsonPoison::Oversize,
-    JsonPoison::Tombstone,
-];
+impl FormatPoison for JsonPoison {
+    const TOMBSTONE: Self = JsonPoison::Tombstone;
+    const ALL: &'static [Self] = &[
+        JsonPoison::NotJson,
+        JsonPoison::Truncated,
+        JsonPoison::WrongType,
+        JsonPoison::Missing,
+        JsonPoison::UnknownSymbol,
+        JsonPoison::Oversize,
+        JsonPoison::Tombstone,
+    ];
+    const FAIL: &'static [Self] =
+        &[JsonPoison::NotJson, JsonPoison::WrongType, JsonPoison::Missing, JsonPoison::Tombstone];
 
-impl JsonPoison {
+    fn producer(topic: &str) -> Producer {
+        Producer::json(topic)
+    }
+
     fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>> {
         let doc = |order_id: &str, customer: &str, region: &str| {
             format!(
@@ -1792,7 +1816,6 @@ impl JsonPoison {
         })
     }
 
-    /// `etl.error.kind` of its dead letter, and what its `etl.error` names.
     fn expected(self) -> (&'static str, &'static str) {
         match self {
             JsonPoison::NotJson | JsonPoison::Truncated => ("decode", "invalid JSON document"),
@@ -1805,49 +1828,115 @@ impl JsonPoison {
     }
 }
 
-fn produce_json_poisoned(topic: &str, poisons: &[JsonPoison], per_gap: i64, max_message_bytes: u64) -> Produced {
-    let payloads: Vec<Option<Vec<u8>>> = poisons.iter().map(|p| p.payload(max_message_bytes)).collect();
-    produce_poisoned_with(Producer::json(topic), topic, &payloads, per_gap)
+/// A poison message of the Protobuf scenarios (their good messages are [`order_proto`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProtoPoison {
+    /// Bytes that are no message: a tag with wire type 7.
+    NotProtobuf,
+    Truncated,
+    /// `order_id` as a string (wire type 2 where the schema says varint).
+    WrongType,
+    /// `region` 7, which the enum does not define.
+    UnknownSymbol,
+    /// The Confluent frame names message index 1, another message than `e2e.Order`.
+    OtherMessage,
+    Oversize,
+    Tombstone,
 }
 
-/// Scenario 25, `skip`: every JSON poison (not JSON, truncated, a wrong type, a missing required
-/// property, an unknown enum symbol, oversize, a tombstone) is counted and passed; every good
-/// order arrives once; the offsets are committed past all of them.
-#[test]
-fn json_poison_skip() {
+impl FormatPoison for ProtoPoison {
+    const TOMBSTONE: Self = ProtoPoison::Tombstone;
+    const ALL: &'static [Self] = &[
+        ProtoPoison::NotProtobuf,
+        ProtoPoison::Truncated,
+        ProtoPoison::WrongType,
+        ProtoPoison::UnknownSymbol,
+        ProtoPoison::OtherMessage,
+        ProtoPoison::Oversize,
+        ProtoPoison::Tombstone,
+    ];
+    const FAIL: &'static [Self] =
+        &[ProtoPoison::NotProtobuf, ProtoPoison::WrongType, ProtoPoison::OtherMessage, ProtoPoison::Tombstone];
+
+    fn producer(topic: &str) -> Producer {
+        Producer::protobuf(topic)
+    }
+
+    fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>> {
+        let framed = |message: &[u8]| [&[0u8, 0, 0, 0, 1, 0][..], message].concat();
+        Some(match self {
+            ProtoPoison::NotProtobuf => framed(&[0x0f, 1, 2, 3]),
+            ProtoPoison::Truncated => {
+                let good = order_proto(999_999, 0);
+                good[..good.len() - 3].to_vec()
+            }
+            ProtoPoison::WrongType => framed(&[&[0x0a, 6][..], b"999999"].concat()),
+            ProtoPoison::UnknownSymbol => framed(&[0x08, 0x01, 0x18, 0x07]),
+            // Count 1 and index 1, zig-zag: [2, 2].
+            ProtoPoison::OtherMessage => [&[0u8, 0, 0, 0, 1, 2, 2][..], &order_message(999_999, 0)].concat(),
+            ProtoPoison::Oversize => order_proto(999_999, max_message_bytes as usize + 100),
+            ProtoPoison::Tombstone => return None,
+        })
+    }
+
+    fn expected(self) -> (&'static str, &'static str) {
+        match self {
+            ProtoPoison::NotProtobuf => ("decode", "invalid Protobuf message: an invalid wire type"),
+            ProtoPoison::Truncated => ("decode", "beyond the end of the message"),
+            ProtoPoison::WrongType => ("decode", "field `order_id`: the wire type does not match"),
+            ProtoPoison::UnknownSymbol => ("decode", "field `region`: an enum number the schema does not define"),
+            ProtoPoison::OtherMessage => ("decode", "message-index path"),
+            ProtoPoison::Oversize => ("oversize", "exceeds format.max_message_bytes"),
+            ProtoPoison::Tombstone => ("", ""),
+        }
+    }
+}
+
+fn produce_poisons<P: FormatPoison>(topic: &str, poisons: &[P], per_gap: i64, max_message_bytes: u64) -> Produced {
+    let payloads: Vec<Option<Vec<u8>>> = poisons.iter().map(|p| p.payload(max_message_bytes)).collect();
+    produce_poisoned_with(P::producer(topic), topic, &payloads, per_gap)
+}
+
+/// `skip`: every poison is counted and passed; every good order arrives once; the offsets are
+/// committed past all of them.
+fn poisons_are_skipped<P: FormatPoison>(variant: Variant, label: &str) {
     let _serial = serial();
-    prepare(Variant::Json);
-    let _t = Timer::start("json poison skip");
-    let config = Config::of(Variant::Json);
-    let (topic, group) = (unique("e2e-json-poison-skip"), unique("e2e-json-poison-skip"));
-    let produced = produce_json_poisoned(&topic, &JSON_POISONS, 200, config.max_message_bytes);
-    let good = 200 * (JSON_POISONS.len() as i64 + 1);
-    let mut p = spawn(Variant::Json, "json-poison-skip", &topic, &group, &[]);
-    let stats = await_rows(Variant::Json.table(), good, Duration::from_secs(60));
+    prepare(variant);
+    let _t = Timer::start(format!("{label} poison skip"));
+    let config = Config::of(variant);
+    let (topic, group) = (unique(&format!("e2e-{label}-poison-skip")), unique(&format!("e2e-{label}-poison-skip")));
+    let produced = produce_poisons(&topic, P::ALL, 200, config.max_message_bytes);
+    let good = 200 * (P::ALL.len() as i64 + 1);
+    let mut p = spawn(variant, &format!("{label}-poison-skip"), &topic, &group, &[]);
+    let stats = await_rows(variant.table(), good, Duration::from_secs(60));
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
     p.stop_cleanly();
     assert_eq!(stats, ChStats { count: good, uniq: good }, "every good order once");
-    assert_eq!(ch_checksum(Variant::Json.table(), "1"), checksum(0..good));
-    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), 6.0, "decode and oversize errors counted");
+    assert_eq!(ch_checksum(variant.table(), "1"), checksum(0..good));
+    let errors = P::ALL.iter().filter(|p| **p != P::TOMBSTONE).count() as f64;
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), errors, "decode and oversize errors counted");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"tombstone\"}"), 1.0, "the tombstone counted");
 }
 
-/// Scenario 25, `dlq`: each JSON poison but the tombstone is in the dead-letter topic, raw, with
-/// an error that names the field at fault.
-#[test]
-fn json_poison_dead_letter() {
+/// `dlq`: each poison but the tombstone is in the dead-letter topic, raw, with an error that
+/// names the field at fault.
+fn poisons_are_dead_letters<P: FormatPoison>(variant: Variant, label: &str) {
     let _serial = serial();
-    prepare(Variant::JsonDlq);
-    let _t = Timer::start("json poison dlq");
-    let config = Config::of(Variant::JsonDlq);
-    let (topic, group, dlq) = (unique("e2e-json-poison-dlq"), unique("e2e-json-poison-dlq"), unique("e2e-json-dlq"));
+    prepare(variant);
+    let _t = Timer::start(format!("{label} poison dlq"));
+    let config = Config::of(variant);
+    let (topic, group, dlq) = (
+        unique(&format!("e2e-{label}-poison-dlq")),
+        unique(&format!("e2e-{label}-poison-dlq")),
+        unique(&format!("e2e-{label}-dlq")),
+    );
     create_topic(&dlq, 1);
-    let produced = produce_json_poisoned(&topic, &JSON_POISONS, 200, config.max_message_bytes);
-    let good = 200 * (JSON_POISONS.len() as i64 + 1);
-    let letters_expected = JSON_POISONS.len() - 1;
-    let mut p = spawn(Variant::JsonDlq, "json-poison-dlq", &topic, &group, &[("DLQ_TOPIC", dlq.as_str())]);
-    let stats = await_rows(Variant::JsonDlq.table(), good, Duration::from_secs(60));
+    let produced = produce_poisons(&topic, P::ALL, 200, config.max_message_bytes);
+    let good = 200 * (P::ALL.len() as i64 + 1);
+    let letters_expected = P::ALL.len() - 1;
+    let mut p = spawn(variant, &format!("{label}-poison-dlq"), &topic, &group, &[("DLQ_TOPIC", dlq.as_str())]);
+    let stats = await_rows(variant.table(), good, Duration::from_secs(60));
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
     let m = p.metrics().expect("metrics");
     p.stop_cleanly();
@@ -1855,7 +1944,7 @@ fn json_poison_dead_letter() {
     assert_eq!(m.get("etl_records_dropped_total{reason=\"dead_letter\"}"), letters_expected as f64);
     let letters = read_topic(&dlq, 1, letters_expected, Duration::from_secs(30));
     assert_eq!(letters.len(), letters_expected, "one dead letter per poison except the tombstone: {letters:?}");
-    for (index, poison) in JSON_POISONS.iter().enumerate().filter(|(_, p)| **p != JsonPoison::Tombstone) {
+    for (index, poison) in P::ALL.iter().enumerate().filter(|(_, p)| **p != P::TOMBSTONE) {
         let (_, offset) = produced.offsets[&(1_000_000 + index)];
         let letter = letters
             .iter()
@@ -1870,20 +1959,19 @@ fn json_poison_dead_letter() {
     }
 }
 
-/// Scenario 25, `fail` (and errors.tombstones fail): for each of four JSON poisons the process
-/// exits 1, never commits past the poison, and writes nothing that follows it.
-#[test]
-fn json_poison_fail() {
+/// `fail` (and errors.tombstones fail): for each of the format's fatal poisons the process exits
+/// 1, never commits past the poison, and writes nothing that follows it.
+fn poisons_are_fatal<P: FormatPoison>(variant: Variant, label: &str) {
     let _serial = serial();
-    prepare(Variant::JsonFail);
-    let _t = Timer::start("json poison fail");
-    let config = Config::of(Variant::JsonFail);
-    for poison in [JsonPoison::NotJson, JsonPoison::WrongType, JsonPoison::Missing, JsonPoison::Tombstone] {
-        truncate(Variant::JsonFail.table());
-        let (topic, group) = (unique("e2e-json-poison-fail"), unique("e2e-json-poison-fail"));
-        let produced = produce_json_poisoned(&topic, &[poison], 100, config.max_message_bytes);
+    prepare(variant);
+    let _t = Timer::start(format!("{label} poison fail"));
+    let config = Config::of(variant);
+    for &poison in P::FAIL {
+        truncate(variant.table());
+        let (topic, group) = (unique(&format!("e2e-{label}-poison-fail")), unique(&format!("e2e-{label}-poison-fail")));
+        let produced = produce_poisons(&topic, &[poison], 100, config.max_message_bytes);
         let (_, bad) = produced.offsets[&1_000_000];
-        let mut p = spawn(Variant::JsonFail, &format!("json-poison-fail-{poison:?}"), &topic, &group, &[]);
+        let mut p = spawn(variant, &format!("{label}-poison-fail-{poison:?}"), &topic, &group, &[]);
         let status = p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("{poison:?}: still running"));
         p.assert_no_panic();
         assert_eq!(status.code(), Some(1), "{poison:?}: a fatal runtime error exits 1:\n{}", p.log_tail());
@@ -1892,7 +1980,88 @@ fn json_poison_fail() {
             committed.get(&0).is_none_or(|&c| c <= bad),
             "{poison:?}: committed {committed:?} passes the poison at offset {bad}"
         );
-        assert_eq!(ch_checksum(Variant::JsonFail.table(), "order_id >= 100"), 0, "{poison:?}: nothing after it");
-        eprintln!("json fail {poison:?}: exit 1, committed {committed:?} (poison at {bad})");
+        assert_eq!(ch_checksum(variant.table(), "order_id >= 100"), 0, "{poison:?}: nothing after it");
+        eprintln!("{label} fail {poison:?}: exit 1, committed {committed:?} (poison at {bad})");
     }
+}
+
+/// Scenario 25, `skip`, for JSON documents: not JSON, truncated, a wrong type, a missing required
+/// property, an unknown enum symbol, oversize, a tombstone.
+#[test]
+fn json_poison_skip() {
+    poisons_are_skipped::<JsonPoison>(Variant::Json, "json");
+}
+
+/// Scenario 25, `dlq`, for JSON documents.
+#[test]
+fn json_poison_dead_letter() {
+    poisons_are_dead_letters::<JsonPoison>(Variant::JsonDlq, "json");
+}
+
+/// Scenario 25, `fail`, for JSON documents: not JSON, a wrong type, a missing property, a
+/// tombstone.
+#[test]
+fn json_poison_fail() {
+    poisons_are_fatal::<JsonPoison>(Variant::JsonFail, "json");
+}
+
+/// Scenario 26: Protobuf messages (`pipeline-protobuf.yaml`, exactly once, Confluent-framed,
+/// fields in two orders and an unknown field in half the messages, the default region left out as
+/// proto3 writers do): a million orders stream in, the binary is SIGKILLed once mid-stream and
+/// restarted, and every order lands exactly once with the values its message carried.
+#[test]
+fn protobuf_one_million_exactly_once_through_a_kill() {
+    let _serial = serial();
+    prepare(Variant::Protobuf);
+    let _t = Timer::start("protobuf: a million exactly once through a kill");
+    const N: i64 = 1_000_000;
+    let (topic, group) = (unique("e2e-protobuf"), unique("e2e-protobuf"));
+    create_topic(&topic, PARTITIONS);
+    let started = Instant::now();
+    let (_, producer) = produce_protobuf_in_background(&topic, 0..N, 0, 50_000);
+    let mut first = spawn(Variant::Protobuf, "protobuf-first", &topic, &group, &[]);
+    first.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    std::thread::sleep(Duration::from_secs_f64(Rng::from_time().between(1.0, 5.0)));
+    first.kill();
+    assert_killed(first.exit.unwrap(), "protobuf-first");
+    eprintln!("protobuf: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
+    let mut last = spawn(Variant::Protobuf, "protobuf-final", &topic, &group, &[]);
+    let stats = finish_exactly_once_in(Variant::Protobuf, &mut last, producer, (&topic, &group), N);
+    eprintln!("protobuf: {stats:?} in {:.1}s after one kill", started.elapsed().as_secs_f64());
+    for p in [&first, &last] {
+        p.assert_no_panic();
+    }
+    // The values, not only the keys: the enum by symbol (EMEA absent on the wire), the
+    // Timestamp to the millisecond, the absent optional coupon as null.
+    let table = Variant::Protobuf.table();
+    for url in &infra().clickhouse {
+        let wrong = ch_query(
+            url,
+            &format!(
+                "SELECT count() FROM default.{table} WHERE region != ['EMEA', 'AMER', 'APAC'][order_id % 3 + 1] \
+                 OR toUnixTimestamp64Milli(created_at) != 1700000000000 + order_id OR coupon IS NOT NULL"
+            ),
+        );
+        assert_eq!(wrong.trim(), "0", "every row carries its message's values ({url})");
+    }
+}
+
+/// Scenario 27, `skip`, for Protobuf messages: not Protobuf, truncated, a wrong wire type, an
+/// unknown enum number, another message of the schema, oversize, a tombstone.
+#[test]
+fn protobuf_poison_skip() {
+    poisons_are_skipped::<ProtoPoison>(Variant::Protobuf, "protobuf");
+}
+
+/// Scenario 27, `dlq`, for Protobuf messages.
+#[test]
+fn protobuf_poison_dead_letter() {
+    poisons_are_dead_letters::<ProtoPoison>(Variant::ProtobufDlq, "protobuf");
+}
+
+/// Scenario 27, `fail`, for Protobuf messages: not Protobuf, a wrong wire type, another message,
+/// a tombstone.
+#[test]
+fn protobuf_poison_fail() {
+    poisons_are_fatal::<ProtoPoison>(Variant::ProtobufFail, "protobuf");
 }

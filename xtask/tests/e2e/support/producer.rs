@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::PARTITIONS;
 use super::infra::kafka_config;
-use super::records::{order, order_framed, order_json};
+use super::records::{order, order_framed, order_json, order_proto};
 
 /// Delivery reports: (tag, partition, offset) of every delivered message, and the failures.
 #[derive(Default)]
@@ -42,7 +42,8 @@ pub struct Producer {
     topic: String,
     /// Messages handed to the producer so far (an upper bound of what the broker has).
     pub sent: Arc<AtomicU64>,
-    /// How an order is encoded: [`order`] (Avro, Confluent-framed) or [`order_json`].
+    /// How an order is encoded: [`order`] (Avro, Confluent-framed), [`order_json`] or
+    /// [`order_proto`].
     encode: fn(i64, usize) -> Vec<u8>,
 }
 
@@ -60,6 +61,11 @@ impl Producer {
     /// A producer whose orders are JSON documents ([`order_json`]).
     pub fn json(topic: &str) -> Self {
         Producer { encode: order_json, ..Producer::new(topic) }
+    }
+
+    /// A producer whose orders are Protobuf messages ([`order_proto`]).
+    pub fn protobuf(topic: &str) -> Self {
+        Producer { encode: order_proto, ..Producer::new(topic) }
     }
 
     /// Sends one message; `tag` identifies it in [`Produced::offsets`].
@@ -164,6 +170,16 @@ pub fn produce_json_in_background(
     rate: u64,
 ) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
     produce_with(Producer::json(topic), ids, coupon_len, rate)
+}
+
+/// [`produce_in_background`] with Protobuf messages ([`order_proto`]).
+pub fn produce_protobuf_in_background(
+    topic: &str,
+    ids: std::ops::Range<i64>,
+    coupon_len: usize,
+    rate: u64,
+) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
+    produce_with(Producer::protobuf(topic), ids, coupon_len, rate)
 }
 
 fn produce_with(

@@ -1,6 +1,6 @@
-//! The orders the scenarios produce: their Avro datums in the Confluent wire format, or JSON
-//! documents (schemas/order.schema.json), built by hand and deterministic per id, so that
-//! ClickHouse's content can be checked per key.
+//! The orders the scenarios produce: their Avro datums in the Confluent wire format, JSON
+//! documents (schemas/order.schema.json) or Protobuf messages (schemas/order.proto), built by
+//! hand and deterministic per id, so that ClickHouse's content can be checked per key.
 
 /// The Confluent wire header: magic byte 0 and schema id 1 (no registry: the reader schema is
 /// compiled in, the id is not looked up).
@@ -88,6 +88,62 @@ pub fn order_json(id: i64, coupon_len: usize) -> Vec<u8> {
         )
     };
     text.into_bytes()
+}
+
+/// Order `id` as a Protobuf message (schemas/order.proto), Confluent-framed with schema id 1 and
+/// the message-index path `[0]` (the single byte 0). Odd ids have their fields in reverse order,
+/// the timestamp's fields swapped and an unknown field 15 (the decoder takes any order and skips
+/// what it does not know); the coupon is [`order_datum`]'s.
+pub fn order_proto(id: i64, coupon_len: usize) -> Vec<u8> {
+    let mut payload = vec![0, 0, 0, 0, 1, 0];
+    payload.extend(order_message(id, coupon_len));
+    payload
+}
+
+/// The Protobuf message of order `id`, without framing.
+pub fn order_message(id: i64, coupon_len: usize) -> Vec<u8> {
+    fn varint(buf: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        buf.push(v as u8);
+    }
+    fn delimited(number: u64, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint(&mut out, (number << 3) | 2);
+        varint(&mut out, body.len() as u64);
+        out.extend_from_slice(body);
+        out
+    }
+    let int = |number: u64, v: i64| {
+        let mut out = Vec::new();
+        varint(&mut out, number << 3);
+        varint(&mut out, v as u64);
+        out
+    };
+    let millis = 1_700_000_000_000 + id;
+    let (seconds, nanos) = (int(1, millis / 1000), int(2, (millis % 1000) * 1_000_000));
+    let timestamp = if id % 2 == 0 { [seconds, nanos].concat() } else { [nanos, seconds].concat() };
+    let mut fields = vec![int(1, id), int(2, customer_id(id))];
+    // Region 0 (EMEA) is proto3's default: a writer leaves it out.
+    if id % 3 != 0 {
+        fields.push(int(3, id % 3));
+    }
+    fields.push(int(4, total_cents(id)));
+    if coupon_len > 0 {
+        let datum = order_datum(id, coupon_len);
+        let mut ts = Vec::new();
+        zigzag(&mut ts, millis);
+        let end = datum.len() - ts.len();
+        fields.push(delimited(5, &datum[end - coupon_len..end]));
+    }
+    fields.push(delimited(6, &timestamp));
+    if id % 2 == 1 {
+        fields.reverse();
+        fields.push(delimited(15, b"web"));
+    }
+    fields.concat()
 }
 
 /// Order `id` in the Confluent wire format, framed with writer schema `schema_id` (which a

@@ -37,6 +37,13 @@ pub enum Variant {
     JsonDlq,
     /// `pipeline-json-fail.yaml`: `pipeline-json.yaml` with errors.policy and tombstones fail.
     JsonFail,
+    /// `pipeline-protobuf.yaml`: `pipeline-eo.yaml` reading Protobuf messages (exactly once, skip).
+    Protobuf,
+    /// `pipeline-protobuf-dlq.yaml`: `pipeline-protobuf.yaml` with errors.policy dlq.
+    ProtobufDlq,
+    /// `pipeline-protobuf-fail.yaml`: `pipeline-protobuf.yaml` with errors.policy and tombstones
+    /// fail.
+    ProtobufFail,
 }
 
 impl Variant {
@@ -53,6 +60,9 @@ impl Variant {
             Variant::Json => "pipeline-json.yaml",
             Variant::JsonDlq => "pipeline-json-dlq.yaml",
             Variant::JsonFail => "pipeline-json-fail.yaml",
+            Variant::Protobuf => "pipeline-protobuf.yaml",
+            Variant::ProtobufDlq => "pipeline-protobuf-dlq.yaml",
+            Variant::ProtobufFail => "pipeline-protobuf-fail.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -70,6 +80,9 @@ impl Variant {
             Variant::Json => "e2e_orders_json",
             Variant::JsonDlq => "e2e_orders_json_dlq",
             Variant::JsonFail => "e2e_orders_json_fail",
+            Variant::Protobuf => "e2e_orders_protobuf",
+            Variant::ProtobufDlq => "e2e_orders_protobuf_dlq",
+            Variant::ProtobufFail => "e2e_orders_protobuf_fail",
         }
     }
 
@@ -77,15 +90,10 @@ impl Variant {
         self as usize
     }
 
-    /// Whether the pipeline reads JSON documents (`order_json`) rather than Avro datums.
-    pub fn is_json(self) -> bool {
-        matches!(self, Variant::Json | Variant::JsonDlq | Variant::JsonFail)
-    }
-
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 11] = [const { OnceLock::new() }; 11];
+        static BINARIES: [OnceLock<PathBuf>; 14] = [const { OnceLock::new() }; 14];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
