@@ -1831,7 +1831,7 @@ impl FormatPoison for JsonPoison {
 /// A poison message of the Protobuf scenarios (their good messages are [`order_proto`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProtoPoison {
-    /// Bytes that are no message: a tag with wire type 7.
+    /// Bytes that are no message: a tag (of field 15, unknown) with wire type 7, which does not exist.
     NotProtobuf,
     Truncated,
     /// `order_id` as a string (wire type 2 where the schema says varint).
@@ -1865,7 +1865,7 @@ impl FormatPoison for ProtoPoison {
     fn payload(self, max_message_bytes: u64) -> Option<Vec<u8>> {
         let framed = |message: &[u8]| [&[0u8, 0, 0, 0, 1, 0][..], message].concat();
         Some(match self {
-            ProtoPoison::NotProtobuf => framed(&[0x0f, 1, 2, 3]),
+            ProtoPoison::NotProtobuf => framed(&[0x7f, 1, 2, 3]),
             ProtoPoison::Truncated => {
                 let good = order_proto(999_999, 0);
                 good[..good.len() - 3].to_vec()
