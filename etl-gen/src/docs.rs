@@ -327,6 +327,54 @@ How documents are read:
   documents the reader schema reads: any other id is a record error. A schema registry for
   JSON is not supported yet.
 
+## Protobuf to ClickHouse types
+
+`format.protobuf.schema` is a `.proto` file (proto3 or proto2) and `format.protobuf.message` the
+fully qualified name of the message each Kafka message holds. `gen` compiles the file itself
+(with `protox`: no `protoc`, nothing downloaded; imports resolved relative to the file's
+directory; Google's well-known types built in) and writes a decoder for exactly this message.
+A file that does not compile, or a message it does not define, is rule E0608 (which lists the
+messages the file defines); a construct without a mapping is rule E0609, with its field path.
+
+| Protobuf | ClickHouse |
+|---|---|
+| `int32`, `sint32`, `sfixed32` | `Int32` |
+| `int64`, `sint64`, `sfixed64` | `Int64` |
+| `uint32`, `fixed32` | `UInt32` |
+| `uint64`, `fixed64` | `UInt64` (expressions do not read it: no signed type holds all of it) |
+| `float` / `double` | `Float32` / `Float64` |
+| `bool` | `Bool` |
+| `string`, `bytes` | `String` |
+| `enum` | `LowCardinality(String)`, the symbol's name; a number the enum does not define is a record error |
+| `google.protobuf.Timestamp` | `DateTime64(9, 'UTC')`; absent reads as 1970-01-01 (its fields' defaults) |
+| `google.protobuf.Int64Value` and the other wrappers | `Nullable(T)` of the wrapped type |
+| `optional T` (proto3 or proto2) | `Nullable(T)` |
+| a member of a `oneof` | `Nullable(T)`; of a message member, every field; the last member to arrive is the one set |
+| `repeated T` | `Array(T)`, packed or not (both are read) |
+| `map<K, V>` | `Map(String, V)`; integer and bool keys become their text (`7`, `true`) |
+| a message field (nested) | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
+
+How messages are read:
+
+- A field without presence (proto3's plain fields, proto2 `required`) that is absent reads as its
+  default: 0, `\"\"`, `false`, the enum's number 0 (proto2: its first value). An absent plain
+  message field reads as its fields' defaults.
+- Fields may come in any order; a field that repeats counts as Protobuf says (the last scalar
+  wins, a message is merged, a repeated field appends). Field numbers the schema does not
+  know, and fields the chain never reads, are skipped by their wire type without being read.
+- A wire type that does not match the field's type, a length beyond the message, a string that
+  is not UTF-8, a truncated varint or an undefined enum number is a record error naming the
+  field (``field `items[].sku`: a string that is not UTF-8``).
+- Strings and bytes are borrowed from the message.
+- `wire: raw` (the default for Protobuf) is the bare message; `wire: confluent` is a magic byte,
+  a 4-byte schema id and Confluent's message-index path (zig-zag varints; the single byte `0` for
+  the first message of the file) before it. `schema_id` lists the ids whose messages the reader
+  schema reads, and the path must name `format.protobuf.message`: anything else is a record
+  error. A schema registry for Protobuf is not supported yet.
+- Not supported (rule E0609): proto2 groups and extensions, recursive messages, the other
+  well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), repeated
+  wrappers and maps of wrappers.
+
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`
 ([operations.md](operations.md#replicated-tables)).

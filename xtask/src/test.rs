@@ -32,12 +32,13 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         ]),
     )?;
     // Generated code passes clippy too: the flagship (Kafka, a registry, a transform, two
-    // shards), the kitchen sink (every type and operator) and the JSON kitchen sink (every
-    // construct of the JSON Schema subset), in the shared target directory.
+    // shards), the kitchen sink (every type and operator), and the JSON and Protobuf kitchen
+    // sinks (every construct each format maps), in the shared target directory.
     for (pipeline, name) in [
         ("examples/kafka_avro_to_clickhouse/pipeline.yaml", "clippy-flagship"),
         ("etl-gen/tests/pipelines/kitchen_sink/pipeline.yaml", "clippy-kitchen-sink"),
         ("etl-gen/tests/pipelines/json/pipeline.yaml", "clippy-json-kitchen-sink"),
+        ("etl-gen/tests/pipelines/protobuf/pipeline.yaml", "clippy-protobuf-kitchen-sink"),
     ] {
         let crate_dir = root.join("target/etl-clippy").join(name);
         step(
