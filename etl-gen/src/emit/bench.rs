@@ -279,9 +279,7 @@ fn prost_struct(full_name: &str, fields: &[PField], out: &mut Vec<TokenStream>) 
                 let message = matches!(t, PType::Message { .. } | PType::Timestamp | PType::Wrapper(_));
                 if f.repeated {
                     quote!(#[prost(#kind, repeated, tag = #tag)] #id: Vec<#ty>)
-                } else if message {
-                    quote!(#[prost(#kind, optional, tag = #tag)] #id: Option<#ty>)
-                } else if f.presence {
+                } else if message || f.presence {
                     quote!(#[prost(#kind, optional, tag = #tag)] #id: Option<#ty>)
                 } else {
                     quote!(#[prost(#kind, tag = #tag)] #id: #ty)
