@@ -98,7 +98,7 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self, field: &'static str) -> Result<u64, ProtoError> {
         // One byte is the common case (small numbers, tags, short lengths).
         if let Some(&b) = self.buf.get(self.pos)
@@ -107,25 +107,30 @@ impl<'a> Reader<'a> {
             self.pos += 1;
             return Ok(u64::from(b));
         }
-        self.varint_slow(field)
+        self.varint_long(field)
     }
 
-    fn varint_slow(&mut self, field: &'static str) -> Result<u64, ProtoError> {
+    /// A varint of two bytes or more: one pass over a slice of at most ten bytes, the position
+    /// moved once.
+    #[inline]
+    fn varint_long(&mut self, field: &'static str) -> Result<u64, ProtoError> {
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
         let mut value = 0u64;
-        for i in 0..10 {
-            let Some(&b) = self.buf.get(self.pos) else {
-                return Err(self.error("the message ends inside a varint", field));
-            };
-            self.pos += 1;
-            if i == 9 && b > 1 {
-                return Err(self.error("a varint longer than 64 bits", field));
-            }
+        for (i, &b) in rest.iter().take(10).enumerate() {
             value |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
+                if i == 9 && b > 1 {
+                    break;
+                }
+                self.pos += i + 1;
                 return Ok(value);
             }
         }
-        Err(self.error("a varint longer than ten bytes", field))
+        Err(if rest.len() < 10 && rest.iter().all(|b| *b >= 0x80) {
+            self.error("the message ends inside a varint", field)
+        } else {
+            self.error("a varint longer than 64 bits", field)
+        })
     }
 
     #[inline]
@@ -321,9 +326,21 @@ impl<'a> Reader<'a> {
     }
 
     /// `google.protobuf.Timestamp`, as nanoseconds since the epoch.
+    #[inline]
     pub fn timestamp_nanos(&mut self, wire: u8, field: &'static str) -> Result<i64, ProtoError> {
         let mut m = self.message(wire, field)?;
         let (mut seconds, mut nanos) = (0i64, 0i32);
+        // What writers send: seconds (tag 0x08) then nanos (tag 0x10), read without the loop;
+        // anything else (another order, a repeat, unknown fields) goes on in the loop, where a
+        // later value still wins.
+        if m.buf.first() == Some(&0x08) {
+            m.pos = 1;
+            seconds = m.varint(field)? as i64;
+        }
+        if m.buf.get(m.pos) == Some(&0x10) {
+            m.pos += 1;
+            nanos = m.varint(field)? as i32;
+        }
         while let Some((number, wire)) = m.tag()? {
             match number {
                 1 => seconds = m.int64(wire, field)?,
@@ -385,7 +402,17 @@ impl<'a> Reader<'a> {
     /// Confluent's message-index path (after the magic byte and schema id): a zig-zag count,
     /// then that many zig-zag indexes; a single 0 byte stands for `[0]`. It must name the
     /// configured message, `expected`.
+    #[inline]
     pub fn message_indexes(&mut self, expected: &[i32]) -> Result<(), ProtoError> {
+        // The first message of the file: the single byte 0, nearly always.
+        if expected == [0] && self.buf.get(self.pos) == Some(&0) {
+            self.pos += 1;
+            return Ok(());
+        }
+        self.message_path(expected)
+    }
+
+    fn message_path(&mut self, expected: &[i32]) -> Result<(), ProtoError> {
         let zigzag = |n: u64| ((n >> 1) as i64 ^ -((n & 1) as i64)) as i32;
         let count = zigzag(self.varint("")?);
         let matches = if count == 0 {
@@ -535,6 +562,11 @@ mod tests {
         let mut r = Reader::new(&buf);
         let (_, wire) = r.tag().unwrap().unwrap();
         assert_eq!(r.timestamp_nanos(wire, "at").unwrap(), 1_000_000_005);
+        // nanos first, then seconds twice (the last wins), an unknown field between.
+        let buf = [0x0a, 0x0a, 0x10, 0x05, 0x08, 0x07, 0x18, 0x01, 0x08, 0x02, 0x10, 0x06];
+        let mut r = Reader::new(&buf);
+        let (_, wire) = r.tag().unwrap().unwrap();
+        assert_eq!(r.timestamp_nanos(wire, "at").unwrap(), 2_000_000_006);
         assert!(Reader::new(&[0]).message_indexes(&[0]).is_ok());
         // [1, 0]: count 2 (zig-zag 4), 1 (2), 0 (0)
         assert!(Reader::new(&[4, 2, 0]).message_indexes(&[1, 0]).is_ok());
