@@ -443,18 +443,20 @@ fn check_registry_reads_every_version_or_names_the_one_it_cannot() {
     assert!(stderr.contains("subject `nobody`") && stderr.contains("not found"), "{stderr}");
 }
 
-/// `--check --registry` compares Avro subjects; for a JSON pipeline it says it cannot (exit 2,
-/// before asking any registry) rather than passing silently.
+/// `--check --registry` compares Avro subjects; for a JSON or Protobuf pipeline it says it cannot
+/// (exit 2, before asking any registry) rather than passing silently.
 #[test]
 fn check_registry_says_it_does_not_compare_json_schemas() {
-    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/json_to_clickhouse/pipeline.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-        .arg("gen")
-        .arg(pipeline)
-        .args(["--check", "--registry", "http://127.0.0.1:9"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("not supported yet") && stderr.contains("format.json"), "{stderr}");
+    for (example, key) in [("json_to_clickhouse", "format.json"), ("protobuf_to_clickhouse", "format.protobuf")] {
+        let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{example}/pipeline.yaml"));
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .arg("gen")
+            .arg(pipeline)
+            .args(["--check", "--registry", "http://127.0.0.1:9"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("not supported yet") && stderr.contains(key), "{stderr}");
+    }
 }

@@ -18,10 +18,15 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs the check; exit 0 when every version is readable, 1 when one is not or the registry
 /// cannot be read, 2 when the URL or subject cannot be worked out.
 pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
-    if v.model.format.get().encoding != crate::model::Encoding::Avro {
+    let format = v.model.format.get();
+    if format.encoding != crate::model::Encoding::Avro {
+        let (key, by) = match format.encoding {
+            crate::model::Encoding::Json => ("json", "a JSON document is decoded by key"),
+            _ => ("protobuf", "a Protobuf message is decoded by field number"),
+        };
         eprintln!(
-            "error: --check --registry compares Avro writer schemas; for `format.json` it is not supported yet \
-             (a JSON document is decoded by key: list the readable writer ids in format.json.schema_id)"
+            "error: --check --registry compares Avro writer schemas; for `format.{key}` it is not supported yet \
+             ({by}: list the readable writer ids in format.{key}.schema_id)"
         );
         return ExitCode::from(2);
     }
