@@ -1708,35 +1708,31 @@ fn a_defaulted_column_added_while_running() {
     assert_eq!(defaulted, stats.count, "every row, before and after the ALTER, holds the column's default");
 }
 
-/// Scenario 24: JSON documents (`pipeline-json.yaml`, exactly once, keys in two orders and an
-/// unknown key in half the documents): a million orders stream in, the binary is SIGKILLed once
-/// mid-stream and restarted, and every order lands exactly once with the values its document
-/// carried.
-#[test]
-fn json_one_million_exactly_once_through_a_kill() {
+/// A million orders stream in (`producer`: the format's), the binary is SIGKILLed once
+/// mid-stream and restarted, and every order lands exactly once with the values its message
+/// carried: the enum by symbol, the timestamp to the millisecond, the absent coupon as null.
+fn a_million_exactly_once_through_a_kill(variant: Variant, label: &str, producer: fn(&str) -> Producer) {
     let _serial = serial();
-    prepare(Variant::Json);
-    let _t = Timer::start("json: a million exactly once through a kill");
+    prepare(variant);
+    let _t = Timer::start(format!("{label}: a million exactly once through a kill"));
     const N: i64 = 1_000_000;
-    let (topic, group) = (unique("e2e-json"), unique("e2e-json"));
+    let (topic, group) = (unique(&format!("e2e-{label}")), unique(&format!("e2e-{label}")));
     create_topic(&topic, PARTITIONS);
     let started = Instant::now();
-    let (_, producer) = produce_json_in_background(&topic, 0..N, 0, 50_000);
-    let mut first = spawn(Variant::Json, "json-first", &topic, &group, &[]);
+    let (_, producer) = produce_with(producer(&topic), 0..N, 0, 50_000);
+    let mut first = spawn(variant, &format!("{label}-first"), &topic, &group, &[]);
     first.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     std::thread::sleep(Duration::from_secs_f64(Rng::from_time().between(1.0, 5.0)));
     first.kill();
-    assert_killed(first.exit.unwrap(), "json-first");
-    eprintln!("json: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
-    let mut last = spawn(Variant::Json, "json-final", &topic, &group, &[]);
-    let stats = finish_exactly_once_in(Variant::Json, &mut last, producer, (&topic, &group), N);
-    eprintln!("json: {stats:?} in {:.1}s after one kill", started.elapsed().as_secs_f64());
+    assert_killed(first.exit.unwrap(), &format!("{label}-first"));
+    eprintln!("{label}: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
+    let mut last = spawn(variant, &format!("{label}-final"), &topic, &group, &[]);
+    let stats = finish_exactly_once_in(variant, &mut last, producer, (&topic, &group), N);
+    eprintln!("{label}: {stats:?} in {:.1}s after one kill", started.elapsed().as_secs_f64());
     for p in [&first, &last] {
         p.assert_no_panic();
     }
-    // The values, not only the keys: the enum by symbol, the timestamp to the millisecond, the
-    // null coupon.
-    let table = Variant::Json.table();
+    let table = variant.table();
     for url in &infra().clickhouse {
         let wrong = ch_query(
             url,
@@ -1745,8 +1741,15 @@ fn json_one_million_exactly_once_through_a_kill() {
                  OR toUnixTimestamp64Milli(created_at) != 1700000000000 + order_id OR coupon IS NOT NULL"
             ),
         );
-        assert_eq!(wrong.trim(), "0", "every row carries its document's values ({url})");
+        assert_eq!(wrong.trim(), "0", "every row carries its message's values ({url})");
     }
+}
+
+/// Scenario 24: JSON documents (`pipeline-json.yaml`, exactly once, keys in two orders and an
+/// unknown key in half the documents): a million through a kill.
+#[test]
+fn json_one_million_exactly_once_through_a_kill() {
+    a_million_exactly_once_through_a_kill(Variant::Json, "json", Producer::json);
 }
 
 /// A poison message of a format's scenarios (JSON's and Protobuf's).
@@ -2007,43 +2010,10 @@ fn json_poison_fail() {
 
 /// Scenario 26: Protobuf messages (`pipeline-protobuf.yaml`, exactly once, Confluent-framed,
 /// fields in two orders and an unknown field in half the messages, the default region left out as
-/// proto3 writers do): a million orders stream in, the binary is SIGKILLed once mid-stream and
-/// restarted, and every order lands exactly once with the values its message carried.
+/// proto3 writers do): a million through a kill.
 #[test]
 fn protobuf_one_million_exactly_once_through_a_kill() {
-    let _serial = serial();
-    prepare(Variant::Protobuf);
-    let _t = Timer::start("protobuf: a million exactly once through a kill");
-    const N: i64 = 1_000_000;
-    let (topic, group) = (unique("e2e-protobuf"), unique("e2e-protobuf"));
-    create_topic(&topic, PARTITIONS);
-    let started = Instant::now();
-    let (_, producer) = produce_protobuf_in_background(&topic, 0..N, 0, 50_000);
-    let mut first = spawn(Variant::Protobuf, "protobuf-first", &topic, &group, &[]);
-    first.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
-    std::thread::sleep(Duration::from_secs_f64(Rng::from_time().between(1.0, 5.0)));
-    first.kill();
-    assert_killed(first.exit.unwrap(), "protobuf-first");
-    eprintln!("protobuf: killed; committed {}", committed_total(&group, &topic, PARTITIONS));
-    let mut last = spawn(Variant::Protobuf, "protobuf-final", &topic, &group, &[]);
-    let stats = finish_exactly_once_in(Variant::Protobuf, &mut last, producer, (&topic, &group), N);
-    eprintln!("protobuf: {stats:?} in {:.1}s after one kill", started.elapsed().as_secs_f64());
-    for p in [&first, &last] {
-        p.assert_no_panic();
-    }
-    // The values, not only the keys: the enum by symbol (EMEA absent on the wire), the
-    // Timestamp to the millisecond, the absent optional coupon as null.
-    let table = Variant::Protobuf.table();
-    for url in &infra().clickhouse {
-        let wrong = ch_query(
-            url,
-            &format!(
-                "SELECT count() FROM default.{table} WHERE region != ['EMEA', 'AMER', 'APAC'][order_id % 3 + 1] \
-                 OR toUnixTimestamp64Milli(created_at) != 1700000000000 + order_id OR coupon IS NOT NULL"
-            ),
-        );
-        assert_eq!(wrong.trim(), "0", "every row carries its message's values ({url})");
-    }
+    a_million_exactly_once_through_a_kill(Variant::Protobuf, "protobuf", Producer::protobuf);
 }
 
 /// Scenario 27, `skip`, for Protobuf messages: not Protobuf, truncated, a wrong wire type, an

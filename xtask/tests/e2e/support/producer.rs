@@ -162,27 +162,9 @@ pub fn produce_in_background(
     produce_with(Producer::new(topic), ids, coupon_len, rate)
 }
 
-/// [`produce_in_background`] with JSON documents ([`order_json`]).
-pub fn produce_json_in_background(
-    topic: &str,
-    ids: std::ops::Range<i64>,
-    coupon_len: usize,
-    rate: u64,
-) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
-    produce_with(Producer::json(topic), ids, coupon_len, rate)
-}
-
-/// [`produce_in_background`] with Protobuf messages ([`order_proto`]).
-pub fn produce_protobuf_in_background(
-    topic: &str,
-    ids: std::ops::Range<i64>,
-    coupon_len: usize,
-    rate: u64,
-) -> (Arc<AtomicU64>, std::thread::JoinHandle<Produced>) {
-    produce_with(Producer::protobuf(topic), ids, coupon_len, rate)
-}
-
-fn produce_with(
+/// [`produce_in_background`] with another producer (another format: [`Producer::json`],
+/// [`Producer::protobuf`]).
+pub fn produce_with(
     producer: Producer,
     ids: std::ops::Range<i64>,
     coupon_len: usize,
