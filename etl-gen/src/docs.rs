@@ -351,7 +351,7 @@ messages the file defines); a construct without a mapping is rule E0609, with it
 | `optional T` (proto3 or proto2) | `Nullable(T)` |
 | a member of a `oneof` | `Nullable(T)`; of a message member, every field; the last member to arrive is the one set |
 | `repeated T` | `Array(T)`, packed or not (both are read) |
-| `map<K, V>` | `Map(String, V)`; integer and bool keys become their text (`7`, `true`) |
+| `map<K, V>` | `Map(String, V)`; integer and bool keys become their text (`7`, `true`); a key that repeats keeps its last entry |
 | a message field (nested) | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
 
 How messages are read:
@@ -360,7 +360,9 @@ How messages are read:
   default: 0, `\"\"`, `false`, the enum's number 0 (proto2: its first value). An absent plain
   message field reads as its fields' defaults.
 - Fields may come in any order; a field that repeats counts as Protobuf says (the last scalar
-  wins, a message is merged, a repeated field appends). Field numbers the schema does not
+  wins, a message, Timestamp or wrapper is merged, a repeated field appends; a oneof member
+  unsets the others, also one the chain does not read). A message that is a map's value and
+  comes twice within one entry is replaced, not merged. Field numbers the schema does not
   know, and fields the chain never reads, are skipped by their wire type without being read.
 - A wire type that does not match the field's type, a length beyond the message, a string that
   is not UTF-8, a truncated varint or an undefined enum number is a record error naming the
@@ -373,7 +375,8 @@ How messages are read:
   error. A schema registry for Protobuf is not supported yet.
 - Not supported (rule E0609): proto2 groups and extensions, recursive messages, the other
   well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), repeated
-  wrappers and maps of wrappers.
+  wrappers and maps of wrappers, and two types whose generated struct names meet (`Foo.Bar`
+  and `FooBar`, or a type named `Chain` without a package).
 
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`

@@ -216,7 +216,9 @@ pub(crate) fn parse(path: &Path, message: &str) -> Result<Result<Message, Vec<Un
             .collect();
         return Err(Invalid::UnknownMessage(defined));
     };
-    let mut cx = Walker { errors: Vec::new(), stack: Vec::new() };
+    let mut cx = Walker { errors: Vec::new(), stack: Vec::new(), names: std::collections::HashMap::new() };
+    // The top message names the datagen schema's record: another type may not take its name.
+    cx.names.insert(record_name(descriptor.full_name()), descriptor.full_name().to_owned());
     let fields = cx.message(&descriptor, "");
     let indexes = descriptor.path().iter().skip(1).step_by(2).copied().collect();
     Ok(if cx.errors.is_empty() {
@@ -235,11 +237,40 @@ struct Walker {
     errors: Vec<Unsupported>,
     /// The messages being read, outermost first: a message met again is recursive.
     stack: Vec<String>,
+    /// The generated name of each message and enum met (see [`record_name`]), and whose it is.
+    names: std::collections::HashMap<String, String>,
 }
 
 impl Walker {
     fn unsupported(&mut self, path: &str, what: impl Into<String>, fix: &str) {
         self.errors.push(Unsupported { path: path.to_owned(), what: what.into(), fix: fix.to_owned() });
+    }
+
+    /// Two types whose generated names meet (`Foo.Bar` and `FooBar`), or a name the generated
+    /// code uses itself, cannot both be structs of the generated crate.
+    fn claim(&mut self, full_name: &str, path: &str) {
+        let name = record_name(full_name);
+        if name == "Chain" {
+            self.unsupported(
+                path,
+                format!("`{full_name}` would be named `Chain`, which the generated code uses"),
+                "give the type a package or another name",
+            );
+            return;
+        }
+        match self.names.get(&name) {
+            Some(other) if other != full_name => {
+                let other = other.clone();
+                self.unsupported(
+                    path,
+                    format!("`{full_name}` and `{other}` would both be named `{name}` in the generated code"),
+                    "rename one of them",
+                );
+            }
+            _ => {
+                self.names.insert(name, full_name.to_owned());
+            }
+        }
     }
 
     fn message(&mut self, m: &MessageDescriptor, path: &str) -> Option<Vec<PField>> {
@@ -311,10 +342,13 @@ impl Walker {
     /// The shape of one value of the field's type (its cardinality aside).
     fn value(&mut self, f: &FieldDescriptor, path: &str) -> Option<PType> {
         match f.kind() {
-            Kind::Enum(e) => Some(PType::Enum {
-                name: e.full_name().to_owned(),
-                symbols: e.values().map(|v| v.name().to_owned()).collect(),
-                numbers: e.values().map(|v| v.number()).collect(),
+            Kind::Enum(e) => Some({
+                self.claim(e.full_name(), path);
+                PType::Enum {
+                    name: e.full_name().to_owned(),
+                    symbols: e.values().map(|v| v.name().to_owned()).collect(),
+                    numbers: e.values().map(|v| v.number()).collect(),
+                }
             }),
             Kind::Message(m) => match m.full_name() {
                 "google.protobuf.Timestamp" => Some(PType::Timestamp),
@@ -337,6 +371,7 @@ impl Walker {
                     None
                 }
                 _ => {
+                    self.claim(m.full_name(), path);
                     let fields = self.message(&m, path)?;
                     Some(PType::Message { name: m.full_name().to_owned(), fields })
                 }
@@ -601,6 +636,21 @@ mod tests {
         let errors = parse(&dir.path().join("top.proto"), "Top").unwrap().unwrap_err();
         let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, vec!["g", "any", "node.next", "ext"], "{errors:#?}");
+    }
+
+    #[test]
+    fn types_whose_generated_names_meet_are_reported() {
+        let text = r#"
+            syntax = "proto3";
+            message Foo { message Bar { int32 x = 1; } }
+            message FooBar { string y = 1; }
+            message Chain { int32 z = 1; }
+            message M { repeated Foo.Bar a = 1; repeated FooBar b = 2; Chain c = 3; Foo.Bar d = 4; }"#;
+        let dir = write(&[("m.proto", text)]);
+        let errors = parse(&dir.path().join("m.proto"), "M").unwrap().unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, vec!["b", "c"], "{errors:#?}");
+        assert!(errors[0].what.contains("`FooBar` and `Foo.Bar`"), "{errors:#?}");
     }
 
     #[test]

@@ -213,10 +213,12 @@ fn protobuf_messages_become_typed_rows() {
                 "geo_lat",
                 "geo_lon",
                 "geo_city",
+                "geo_names",
                 "url",
                 "place_lat",
                 "place_lon",
                 "place_city",
+                "place_names",
                 "code",
                 "int32_min",
                 "plain_uint"
@@ -614,7 +616,7 @@ fn protobuf_imports_enter_the_config_hash() {
     let common = std::fs::read_to_string(dir.path().join("common.proto")).unwrap();
     std::fs::write(
         dir.path().join("common.proto"),
-        common.replace("double lon = 2;", "double lon = 2;\n  int32 alt = 4;"),
+        common.replace("double lon = 2;", "double lon = 2;\n  int32 alt = 5;"),
     )
     .unwrap();
     assert_ne!(hash(), before, "an edited import is a new configuration");

@@ -18,6 +18,11 @@ mod sink {
     etl_macros::pipeline!("../../etl-gen/tests/pipelines/protobuf/pipeline.yaml");
 }
 
+#[allow(dead_code, clippy::all)]
+mod select {
+    etl_macros::pipeline!("../../etl-gen/tests/pipelines/protobuf/oneof-select.yaml");
+}
+
 const SCHEMA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../etl-gen/tests/pipelines/protobuf");
 
 fn click() -> MessageDescriptor {
@@ -39,12 +44,16 @@ const HEADER: usize = 8;
 
 /// Decodes one payload: the row it produced (as JSON), or the record error's text.
 fn decode(payload: &[u8]) -> Result<Value, String> {
-    let mut chain = sink::Chain;
+    Ok(serde_json::from_slice(&decode_text(&mut sink::Chain, payload)?).expect("an NDJSON row"))
+}
+
+/// Runs `chain` on one payload: the row's NDJSON text, or the record error's text.
+fn decode_text(chain: &mut impl rt::Chain, payload: &[u8]) -> Result<Vec<u8>, String> {
     let mut harness = rt::ChainHarness::new(1);
     let record = rt::Record { payload: Some(payload), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
-    let rows = harness.process(&mut chain, &record).map_err(|e| e.to_string())?;
+    let rows = harness.process(chain, &record).map_err(|e| e.to_string())?;
     assert_eq!(rows, 1);
-    Ok(serde_json::from_slice(&harness.take_output()).expect("an NDJSON row"))
+    Ok(harness.take_output())
 }
 
 /// What the row must hold for `message`, by the mapping in docs/configuration.md.
@@ -93,10 +102,17 @@ fn flatten(message: &DynamicMessage, prefix: &str, out: &mut Map<String, Value>)
                 let child = message.get_field(&f);
                 let child = child.as_message().unwrap();
                 if in_oneof(&f) && !present {
-                    // An absent oneof message: its fields are null.
+                    // An absent oneof message: its fields are null, its lists and maps empty.
                     let mut inner = Map::new();
                     flatten(child, &format!("{column}_"), &mut inner);
-                    out.extend(inner.into_iter().map(|(k, _)| (k, Value::Null)));
+                    out.extend(inner.into_iter().map(|(k, v)| {
+                        let unset = match v {
+                            Value::Array(_) => json!([]),
+                            Value::Object(_) => json!({}),
+                            _ => Value::Null,
+                        };
+                        (k, unset)
+                    }));
                 } else {
                     flatten(child, &format!("{column}_"), out);
                 }
@@ -263,6 +279,52 @@ fn unpacked_repeated_fields_repeats_and_oneof_overrides() {
     let message = DynamicMessage::decode(click(), &m[..]).unwrap();
     assert!(same(&row, &expected(&message)), "{row}\n{}", expected(&message));
     let _ = message.encode_to_vec();
+}
+
+#[test]
+fn repeated_keys_timestamps_wrappers_and_oneof_members_merge_as_protobuf_says() {
+    let mut m = Vec::new();
+    // attrs (20): "a" → 1.0, "b" → 2.0, "a" → 3.0: two entries, "a" the last value.
+    for (k, v) in [(b'a', 1.0f64), (b'b', 2.0), (b'a', 3.0)] {
+        m.extend(tag(20, 2));
+        m.extend([12, 0x0a, 1, k, 0x11]);
+        m.extend(v.to_le_bytes());
+    }
+    // at (12) twice: seconds 5, then nanos 7 alone.
+    m.extend(tag(12, 2));
+    m.extend([2, 0x08, 5]);
+    m.extend(tag(12, 2));
+    m.extend([2, 0x10, 7]);
+    // maybe (13) twice: 9, then an empty wrapper.
+    m.extend(tag(13, 2));
+    m.extend([2, 0x08, 9]);
+    m.extend(tag(13, 2));
+    m.extend([0]);
+    // place (24) with names, then url (23): place's fields unset, its list empty.
+    m.extend(tag(24, 2));
+    m.extend([3, 0x22, 1, b'x']);
+    m.extend(tag(23, 2));
+    m.extend([1, b'u']);
+    let text = String::from_utf8(decode_text(&mut sink::Chain, &framed(&m)).unwrap()).unwrap();
+    assert!(text.contains(r#""attrs":{"b":2,"a":3}"#), "the last entry of a key, once: {text}");
+    let row: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(row["at"], "1970-01-01T00:00:05.000000007Z", "a Timestamp that comes twice is merged");
+    assert_eq!(row["maybe"], 9, "a wrapper that comes twice is merged");
+    assert_eq!((row["url"].clone(), row["place_names"].clone()), (json!("u"), json!([])));
+    assert!(same(&row, &expected(&DynamicMessage::decode(click(), &m[..]).unwrap())), "{row}");
+}
+
+/// A oneof member the chain does not read still unsets the one it does.
+#[test]
+fn an_unread_oneof_member_unsets_the_read_one() {
+    // url (23) "a", then code (25) 5: code is the member set, and the chain reads only url.
+    let m = [&tag(23, 2)[..], &[1, b'a'], &tag(25, 0), &[5]].concat();
+    let text = decode_text(&mut select::Chain, &framed(&m)).unwrap();
+    let row: Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!(row, json!({"id": 0, "url": null}));
+    let m = [&tag(25, 0)[..], &[5], &tag(23, 2), &[1, b'a']].concat();
+    let row: Value = serde_json::from_slice(&decode_text(&mut select::Chain, &framed(&m)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 0, "url": "a"}));
 }
 
 #[test]

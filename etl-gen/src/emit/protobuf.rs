@@ -44,6 +44,7 @@ pub(super) fn decode(
         out.push(quote!(let mut #id: #ty = #default;));
     }
     out.push(tag_loop(&message.arms, &reader));
+    out.extend(message.finish);
     for slot in message.slots {
         scope.insert(slot.column, slot.id);
     }
@@ -77,6 +78,9 @@ fn tag_loop(arms: &[(u32, TokenStream)], reader: &Ident) -> TokenStream {
     })
 }
 
+/// The locals a field writes, each with its default.
+type Resets = Vec<(Ident, TokenStream)>;
+
 /// One local of the message being decoded.
 struct Slot {
     column: String,
@@ -93,6 +97,8 @@ struct Message {
     /// What runs when this message arrives, if it sits below a field with presence: each field
     /// without presence of its own goes from `None` (message absent) to its default.
     arrival: Vec<TokenStream>,
+    /// What runs after the tag loop: each map keeps the last entry of a repeated key.
+    finish: Vec<TokenStream>,
 }
 
 impl Message {
@@ -109,9 +115,9 @@ impl Message {
         depth: usize,
         cx: &mut Cx<'_, F>,
     ) {
-        // Per field: its number, its oneof, its action, and the slots it writes (which the
-        // other members of its oneof clear).
-        let mut built: Vec<(u32, Option<usize>, TokenStream, Vec<Ident>)> = Vec::new();
+        // Per field: its number, its oneof, its action, and the slots it writes with their
+        // defaults (to which the other members of its oneof reset them).
+        let mut built: Vec<(u32, Option<usize>, TokenStream, Resets)> = Vec::new();
         for f in fields {
             let column = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
             let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
@@ -122,6 +128,10 @@ impl Message {
                     let sub = format_ident!("m{}", depth + 1);
                     inner.members(children, &column, &field_path, nullable, &sub, depth + 1, cx);
                     if inner.slots.is_empty() {
+                        if f.oneof.is_some() {
+                            // Not read, but its arrival still unsets the other members.
+                            built.push((f.number, f.oneof, quote!(#reader.skip(wire)?), Vec::new()));
+                        }
                         continue;
                     }
                     let body = tag_loop(&inner.arms, &sub);
@@ -131,7 +141,8 @@ impl Message {
                         let mut #sub = #reader.message(wire, #field_path)?;
                         #body
                     });
-                    let ids = inner.slots.iter().map(|s| s.id.clone()).collect();
+                    let ids = inner.slots.iter().map(|s| (s.id.clone(), s.default.clone())).collect();
+                    self.finish.extend(inner.finish);
                     if optional && !f.presence {
                         // A message without presence below one that has it: its fields take their
                         // defaults when the message above arrives, as its own do.
@@ -145,14 +156,24 @@ impl Message {
                     let (default, action) = if f.repeated {
                         (quote!(::std::vec::Vec::new()), repeated(t, &id, reader, &field_path, depth, cx))
                     } else if let PType::Map { key, value } = t {
+                        self.finish.push(quote!(rt::proto_read::last_key_wins(&mut #id);));
                         (quote!(::std::vec::Vec::new()), map_entry(*key, value, &id, reader, &field_path, depth, cx))
                     } else {
-                        let read = value(t, reader, &field_path, depth, cx);
                         let wrapper = matches!(t, PType::Wrapper(_));
+                        let nullable = wrapper || f.presence || optional;
+                        // A Timestamp or wrapper that comes twice is merged, as a message is: it
+                        // starts from the value so far.
+                        let so_far = if nullable { quote!(#id.take().unwrap_or_default()) } else { quote!(#id) };
+                        let read = match t {
+                            PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #field_path, #so_far)?),
+                            PType::Wrapper(s) => {
+                                let method = format_ident!("{}", s.name());
+                                quote!(#reader.wrapper(wire, #field_path, #so_far, rt::proto_read::Reader::#method)?)
+                            }
+                            t => value(t, reader, &field_path, depth, cx),
+                        };
                         if wrapper || f.presence {
-                            // A wrapper reads as `Some`: its presence is the point.
-                            let read = if wrapper { read } else { quote!(Some(#read)) };
-                            (quote!(None), quote!(#id = #read))
+                            (quote!(None), quote!(#id = Some(#read)))
                         } else if optional {
                             let default = default(t, cx);
                             self.arrival.push(quote!(if #id.is_none() { #id = Some(#default); }));
@@ -161,20 +182,23 @@ impl Message {
                             (default(t, cx), quote!(#id = #read))
                         }
                     };
-                    self.slots.push(Slot { column, id: id.clone(), default });
-                    built.push((f.number, f.oneof, action, vec![id]));
+                    self.slots.push(Slot { column, id: id.clone(), default: default.clone() });
+                    built.push((f.number, f.oneof, action, vec![(id, default)]));
                 }
+                // Not read, but its arrival still unsets the other members.
+                _ if f.oneof.is_some() => built.push((f.number, f.oneof, quote!(#reader.skip(wire)?), Vec::new())),
                 _ => {}
             }
         }
         for (number, oneof, action, _) in &built {
             // The last member of a oneof to arrive is the one set.
-            let clears: Vec<&Ident> = built
+            let clears: Vec<TokenStream> = built
                 .iter()
                 .filter(|(n, o, _, _)| oneof.is_some() && o == oneof && n != number)
                 .flat_map(|(_, _, _, ids)| ids)
+                .map(|(id, default)| quote!(#id = #default;))
                 .collect();
-            let action = if clears.is_empty() { action.clone() } else { quote!({ #(#clears = None;)* #action }) };
+            let action = if clears.is_empty() { action.clone() } else { quote!({ #(#clears)* #action }) };
             self.arms.push((*number, action));
         }
     }
@@ -326,10 +350,10 @@ fn value<F: FnMut(&str) -> Ident>(
             let lookup = enum_lookup(numbers);
             quote!(#reader.enumeration(wire, #path, #lookup)?)
         }
-        PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #path)?),
+        PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #path, 0)?),
         PType::Wrapper(s) => {
             let method = format_ident!("{}", s.name());
-            quote!(Some(#reader.wrapper(wire, #path, rt::proto_read::Reader::#method)?))
+            quote!(Some(#reader.wrapper(wire, #path, Default::default(), rt::proto_read::Reader::#method)?))
         }
         PType::Message { fields, .. } => {
             let sub = format_ident!("m{}", depth + 1);
@@ -363,6 +387,7 @@ fn message_value<F: FnMut(&str) -> Ident>(
         quote!(let mut #id = #default;)
     });
     let body = tag_loop(&message.arms, reader);
+    let finish = &message.finish;
     let ident = format_ident!("{}", record_name(name));
     let inits = message.slots.iter().map(|s| {
         let (member, id) = (field_ident(&s.column), &s.id);
@@ -371,6 +396,7 @@ fn message_value<F: FnMut(&str) -> Ident>(
     quote!(
         #(#decls)*
         #body
+        #(#finish)*
         #ident { #(#inits,)* }
     )
 }

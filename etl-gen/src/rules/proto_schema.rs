@@ -27,7 +27,9 @@ pub(crate) static UNSUPPORTED: Rule = Rule {
 `google.protobuf.Timestamp` and the wrapper types (`Int64Value`, `StringValue`, ...). Not \
 supported: proto2 groups, messages with extension ranges (extensions), recursive messages, the \
 other well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), and \
-repeated wrappers or maps of wrappers. Each place is listed with its field path (`items.sku`).",
+repeated wrappers or maps of wrappers, and two types whose generated struct names meet \
+(`Foo.Bar` and `FooBar`, or a type named `Chain` without a package). Each place is listed with \
+its field path (`items.sku`).",
 };
 
 const PATH: &str = "format.protobuf.schema";

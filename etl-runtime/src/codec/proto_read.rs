@@ -325,11 +325,13 @@ impl<'a> Reader<'a> {
         symbol(n).ok_or_else(|| self.error("an enum number the schema does not define", field))
     }
 
-    /// `google.protobuf.Timestamp`, as nanoseconds since the epoch.
+    /// `google.protobuf.Timestamp`, as nanoseconds since the epoch, merged into `so_far` (the
+    /// field's value from an earlier occurrence in the message, or 0): a field this occurrence
+    /// does not carry keeps its earlier value, as Protobuf merges a message that comes twice.
     #[inline]
-    pub fn timestamp_nanos(&mut self, wire: u8, field: &'static str) -> Result<i64, ProtoError> {
+    pub fn timestamp_nanos(&mut self, wire: u8, field: &'static str, so_far: i64) -> Result<i64, ProtoError> {
         let mut m = self.message(wire, field)?;
-        let (mut seconds, mut nanos) = (0i64, 0i32);
+        let (mut seconds, mut nanos) = (so_far.div_euclid(1_000_000_000), so_far.rem_euclid(1_000_000_000) as i32);
         // What writers send: seconds (tag 0x08) then nanos (tag 0x10), read without the loop;
         // anything else (another order, a repeat, unknown fields) goes on in the loop, where a
         // later value still wins.
@@ -357,16 +359,17 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.error("a Timestamp outside DateTime64(9)'s range (1677..2262)", field))
     }
 
-    /// A wrapper (`google.protobuf.Int64Value`, ...): its field 1, read by `read`; absent
-    /// reads as the default, as for any proto3 field.
-    pub fn wrapper<T: Default>(
+    /// A wrapper (`google.protobuf.Int64Value`, ...): its field 1, read by `read`, merged into
+    /// `so_far` (an earlier occurrence's value, or the default): absent, it keeps that value.
+    pub fn wrapper<T>(
         &mut self,
         wire: u8,
         field: &'static str,
+        so_far: T,
         read: impl Fn(&mut Reader<'a>, u8, &'static str) -> Result<T, ProtoError>,
     ) -> Result<T, ProtoError> {
         let mut m = self.message(wire, field)?;
-        let mut value = T::default();
+        let mut value = so_far;
         while let Some((number, wire)) = m.tag()? {
             match number {
                 1 => value = read(&mut m, wire, field)?,
@@ -434,6 +437,34 @@ impl<'a> Reader<'a> {
             ))
         }
     }
+}
+
+/// Keeps the last entry of each key of a decoded map (Protobuf's rule when a key repeats), the
+/// kept entries in the order they came. Small maps are compared pairwise; larger ones go through
+/// a set, so that a hostile message cannot make this quadratic.
+pub fn last_key_wins<V>(entries: &mut Vec<(Cow<'_, str>, V)>) {
+    let n = entries.len();
+    if n < 2 {
+        return;
+    }
+    let keep: Vec<bool> = if n <= 16 {
+        (0..n).map(|i| !entries[i + 1..].iter().any(|(k, _)| *k == entries[i].0)).collect()
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        let mut keep = vec![false; n];
+        for (i, (k, _)) in entries.iter().enumerate().rev() {
+            keep[i] = seen.insert(&**k);
+        }
+        keep
+    };
+    if keep.iter().all(|k| *k) {
+        return;
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
 }
 
 /// The map key's text: a string as it is, a number in decimal, a bool as `true`/`false`.
@@ -520,6 +551,25 @@ mod tests {
         }
     }
 
+    proptest! {
+        // The last entry of each key is kept, in arrival order, whatever the map's size (both
+        // the pairwise and the set path), against a map built by hand.
+        #[test]
+        fn the_last_entry_of_a_key_wins(keys in proptest::collection::vec(0u8..24, 0..40)) {
+            let mut entries: Vec<(Cow<'_, str>, usize)> =
+                keys.iter().enumerate().map(|(i, k)| (Cow::Owned(k.to_string()), i)).collect();
+            last_key_wins(&mut entries);
+            let expected: Vec<(String, usize)> = keys
+                .iter()
+                .enumerate()
+                .filter(|(i, k)| !keys[i + 1..].contains(k))
+                .map(|(i, k)| (k.to_string(), i))
+                .collect();
+            let got: Vec<(String, usize)> = entries.into_iter().map(|(k, v)| (k.into_owned(), v)).collect();
+            prop_assert_eq!(got, expected);
+        }
+    }
+
     #[test]
     fn packed_and_unpacked_repeated_fields_both_read() {
         // Field 1 packed [1, 300], then one unpacked 7.
@@ -561,12 +611,16 @@ mod tests {
         let buf = [0x0a, 0x04, 0x08, 0x01, 0x10, 0x05];
         let mut r = Reader::new(&buf);
         let (_, wire) = r.tag().unwrap().unwrap();
-        assert_eq!(r.timestamp_nanos(wire, "at").unwrap(), 1_000_000_005);
+        assert_eq!(r.timestamp_nanos(wire, "at", 0).unwrap(), 1_000_000_005);
         // nanos first, then seconds twice (the last wins), an unknown field between.
         let buf = [0x0a, 0x0a, 0x10, 0x05, 0x08, 0x07, 0x18, 0x01, 0x08, 0x02, 0x10, 0x06];
         let mut r = Reader::new(&buf);
         let (_, wire) = r.tag().unwrap().unwrap();
-        assert_eq!(r.timestamp_nanos(wire, "at").unwrap(), 2_000_000_006);
+        assert_eq!(r.timestamp_nanos(wire, "at", 0).unwrap(), 2_000_000_006);
+        // A second occurrence with only nanos keeps the seconds of the first.
+        let mut r = Reader::new(&[0x0a, 0x02, 0x10, 0x07]);
+        let (_, wire) = r.tag().unwrap().unwrap();
+        assert_eq!(r.timestamp_nanos(wire, "at", 5_000_000_001).unwrap(), 5_000_000_007);
         assert!(Reader::new(&[0]).message_indexes(&[0]).is_ok());
         // [1, 0]: count 2 (zig-zag 4), 1 (2), 0 (0)
         assert!(Reader::new(&[4, 2, 0]).message_indexes(&[1, 0]).is_ok());
