@@ -56,14 +56,24 @@ pub(crate) fn convert(relative: &str, text: &str) -> Result<RecordType, Vec<Diag
                 .help("fix the schema so that it follows the Avro specification"),
         ]
     })?;
-    schema::convert(&parsed).map_err(|unsupported| {
-        unsupported
-            .into_iter()
-            .map(|u| {
-                Diagnostic::error(&UNSUPPORTED, PATH, format!("`{relative}`, field `{}`: {}", u.path, u.what))
-                    .on_value()
-                    .help(u.fix)
-            })
-            .collect()
-    })
+    schema::convert(&parsed).map_err(|found| unsupported(&UNSUPPORTED, PATH, relative, "field", found))
+}
+
+/// The diagnostics of a schema's unsupported constructs (every format's), each naming the schema
+/// file, the construct's place (`field` or `at` its path) and the fix.
+pub(crate) fn unsupported(
+    rule: &'static Rule,
+    path: &str,
+    relative: &str,
+    place: &str,
+    found: Vec<schema::Unsupported>,
+) -> Vec<Diagnostic> {
+    found
+        .into_iter()
+        .map(|u| {
+            Diagnostic::error(rule, path, format!("`{relative}`, {place} `{}`: {}", u.path, u.what))
+                .on_value()
+                .help(u.fix)
+        })
+        .collect()
 }

@@ -39,14 +39,7 @@ pub(crate) fn convert(relative: &str, text: &str) -> Result<Vec<JField>, Vec<Dia
                 .on_value()
                 .help("write one object schema: {\"type\": \"object\", \"properties\": {...}}"),
         ]),
-        Ok(Err(unsupported)) => Err(unsupported
-            .into_iter()
-            .map(|u| {
-                Diagnostic::error(&UNSUPPORTED, PATH, format!("`{relative}`, at `{}`: {}", u.path, u.what))
-                    .on_value()
-                    .help(u.fix)
-            })
-            .collect()),
+        Ok(Err(found)) => Err(super::avro_schema::unsupported(&UNSUPPORTED, PATH, relative, "at", found)),
         Ok(Ok(fields)) => Ok(fields),
     }
 }

@@ -58,14 +58,7 @@ pub(crate) fn convert(relative: &str, path: &Path, message: &str) -> Result<Mess
                 .help(format!("{help} (a name is fully qualified: `package.Message`)")),
             ])
         }
-        Ok(Err(unsupported)) => Err(unsupported
-            .into_iter()
-            .map(|u| {
-                Diagnostic::error(&UNSUPPORTED, PATH, format!("`{relative}`, at `{}`: {}", u.path, u.what))
-                    .on_value()
-                    .help(u.fix)
-            })
-            .collect()),
+        Ok(Err(found)) => Err(super::avro_schema::unsupported(&UNSUPPORTED, PATH, relative, "at", found)),
         Ok(Ok(message)) => Ok(message),
     }
 }
