@@ -444,11 +444,13 @@ impl<'a> Reader<'a> {
 /// a set, so that a hostile message cannot make this quadratic.
 pub fn last_key_wins<V>(entries: &mut Vec<(Cow<'_, str>, V)>) {
     let n = entries.len();
-    if n < 2 {
+    let repeats = |i: usize| entries[i + 1..].iter().any(|(k, _)| *k == entries[i].0);
+    // The usual map has no repeated key: a small one is checked without allocating.
+    if n < 2 || (n <= 16 && !(0..n).any(repeats)) {
         return;
     }
     let keep: Vec<bool> = if n <= 16 {
-        (0..n).map(|i| !entries[i + 1..].iter().any(|(k, _)| *k == entries[i].0)).collect()
+        (0..n).map(|i| !repeats(i)).collect()
     } else {
         let mut seen = std::collections::HashSet::with_capacity(n);
         let mut keep = vec![false; n];
