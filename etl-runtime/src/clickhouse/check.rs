@@ -8,6 +8,15 @@ use crate::clickhouse::replicas::Replica;
 use crate::clickhouse::schema::{self, LiveColumn};
 use crate::engine::errors::SinkError;
 
+/// What the target table's engines say about deduplicating inserts, one line per shard each.
+#[derive(Debug, Default)]
+struct Deduplication {
+    /// Why a shard's table does not deduplicate inserts at all.
+    problems: Vec<String>,
+    /// Why a shard's deduplication does not survive a crash of its ClickHouse server.
+    crash_caveats: Vec<String>,
+}
+
 impl ClickhouseSink {
     /// Reaches every shard (at least one replica each) and compares the live table on each reached
     /// replica with the pipeline's columns. A difference or a missing table is fatal and lists
@@ -80,7 +89,12 @@ impl ClickhouseSink {
     /// insert token, so a retry of an insert whose answer was lost after the server committed it
     /// lands twice.
     async fn deduplication_problems(&self) -> Result<Vec<String>, SinkError> {
-        let mut problems = Vec::new();
+        Ok(self.deduplication().await?.problems)
+    }
+
+    /// What the target table's engine on one replica of each shard means for deduplication.
+    async fn deduplication(&self) -> Result<Deduplication, SinkError> {
+        let mut found = Deduplication::default();
         for (index, shard) in self.shards.iter().enumerate() {
             let replica = &shard.replicas[shard.pick()];
             let at = format!("shard {index} ({})", replica.shown);
@@ -102,11 +116,14 @@ impl ClickhouseSink {
                 let engine = row["engine"].as_str().unwrap_or_default();
                 let create = row["create_table_query"].as_str().unwrap_or_default();
                 if let Some(problem) = ledger::deduplication_problem(engine, create) {
-                    problems.push(format!("{at}: {problem}"));
+                    found.problems.push(format!("{at}: {problem}"));
+                }
+                if let Some(caveat) = ledger::crash_caveat(engine) {
+                    found.crash_caveats.push(format!("{at}: {caveat}"));
                 }
             }
         }
-        Ok(problems)
+        Ok(found)
     }
 
     /// At-least-once: a table that does not deduplicate inserts still works, but a retried insert
@@ -138,9 +155,12 @@ impl ClickhouseSink {
         let ledger_name = ledger_table(&self.table);
         let expected: Vec<(String, String)> =
             ledger::LEDGER_COLUMNS.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
-        let mut problems: Vec<String> = self
-            .deduplication_problems()
-            .await?
+        let deduplication = self.deduplication().await?;
+        for caveat in &deduplication.crash_caveats {
+            tracing::warn!(table = %format!("{}.{}", self.database, self.table), %caveat, "exactly-once: not safe against a ClickHouse server crash");
+        }
+        let mut problems: Vec<String> = deduplication
+            .problems
             .into_iter()
             .map(|p| format!("exactly_once needs table {}.{} to deduplicate inserts: {p}", self.database, self.table))
             .collect();
