@@ -101,6 +101,10 @@ pub struct BuildArgs {
     /// The `gen` arguments.
     #[command(flatten)]
     pub gen_args: GenArgs,
+    /// Link the binary statically for this machine's `<arch>-unknown-linux-gnu`: the binary
+    /// `image` packs, built the same way (and so sharing its compiled dependencies).
+    #[arg(long = "static")]
+    pub static_link: bool,
 }
 
 /// `image` arguments.
@@ -125,7 +129,7 @@ pub fn run(command: Command) -> ExitCode {
             Ok(_) => ExitCode::SUCCESS,
             Err(code) => code,
         },
-        Command::Build(args) => build_command(&args.gen_args),
+        Command::Build(args) => build_command(&args),
         Command::Image(args) => match image(&args) {
             Ok(Imaged { archive: path, digest, binary }) => {
                 println!("binary: {}", binary.display());
@@ -360,8 +364,7 @@ pub fn image(args: &ImageArgs) -> Result<Imaged, ExitCode> {
             ca_path.display()
         ))
     })?;
-    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
-    let (pipeline, layout, binary_path) = cargo_build(&args.gen_args, Some(&target))?;
+    let (pipeline, layout, binary_path) = cargo_build(&args.gen_args, Some(&static_target()))?;
     let name = &pipeline.model.pipeline.name;
     let binary = std::fs::read(&binary_path).map_err(|e| fail(format!("reading {}: {e}", binary_path.display())))?;
     let hash = pipeline.config_hash.clone();
@@ -411,8 +414,17 @@ pub fn image(args: &ImageArgs) -> Result<Imaged, ExitCode> {
     Ok(Imaged { archive: out, digest: image.manifest_digest, binary: binary_path })
 }
 
-fn build_command(args: &GenArgs) -> ExitCode {
-    match build(args) {
+fn build_command(args: &BuildArgs) -> ExitCode {
+    let built = if args.static_link {
+        if std::env::consts::OS != "linux" {
+            eprintln!("error: `build --static` builds a Linux binary and must run on Linux");
+            return ExitCode::from(1);
+        }
+        cargo_build(&args.gen_args, Some(&static_target())).map(|(_, _, binary)| binary)
+    } else {
+        build(&args.gen_args)
+    };
+    match built {
         Ok(binary) => {
             println!("{}", binary.display());
             ExitCode::SUCCESS
@@ -424,6 +436,11 @@ fn build_command(args: &GenArgs) -> ExitCode {
 /// `gen`, then `cargo build --release` in the shared target directory; returns the binary.
 pub fn build(args: &GenArgs) -> Result<PathBuf, ExitCode> {
     cargo_build(args, None).map(|(_, _, binary)| binary)
+}
+
+/// The target a static binary is built for: this machine's architecture with glibc.
+fn static_target() -> String {
+    format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
 }
 
 /// The cargo that runs us, without the variables `cargo run` set for this process.

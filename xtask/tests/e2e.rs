@@ -969,7 +969,8 @@ fn await_recovered(pipelines: &mut [&mut Process], timeout: Duration) {
 
 /// Scenario 13: under a steady stream, shard 1's server is killed for 3 min 10 s (its port refuses
 /// connections; the old retry budget gave up after about 33 s), started again, and later frozen
-/// (SIGSTOP) for 3 min 5 s. An at-least-once and an exactly-once binary run through it side by
+/// (SIGSTOP) for 3 min 5 s. The exactly-once binary reaches shard 1 through a [`GatedProxy`]
+/// closed two seconds before the kill and opened after the restart. An at-least-once and an exactly-once binary run through it side by
 /// side; a minute into the first outage the exactly-once one is SIGKILLed and started again, so
 /// its successor joins the group while the ledger's shard is down (its partitions wait, paused,
 /// for their replay plans). Nobody exits or leaves the group; each shows the shard failing
@@ -993,21 +994,27 @@ fn one_shard_down_then_frozen_for_minutes() {
     create_topic(&eo_topic, PARTITIONS);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, RATE);
     let (_, eo_producer) = produce_in_background(&eo_topic, 0..N, 0, RATE);
+    // The exactly-once binary reaches shard 1 through a gate closed just before the kill (see
+    // `GatedProxy` for why); the at-least-once one talks to the server itself.
+    let gate = GatedProxy::start(&shard_1);
+    let gate_url = gate.url();
+    let eo_env = [("CLICKHOUSE_URL_2", gate_url.as_str())];
     let mut alo = spawn(Variant::Skip, "long-outage", &topic, &group, &[]);
-    let mut eo = spawn(Variant::Exactly, "eo-long-outage-1", &eo_topic, &eo_group, &[]);
+    let mut eo = spawn(Variant::Exactly, "eo-long-outage-1", &eo_topic, &eo_group, &eo_env);
     for p in [&mut alo, &mut eo] {
         p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     }
 
-    // Shut down, not killed: the exactly-once table is a non-replicated MergeTree, whose
-    // deduplication log is not committed with the part, so a SIGKILL mid-insert can lose a batch
-    // inside ClickHouse (the product warns about it at start-up; docs/INVARIANTS.md, 8).
-    shut_down_server(&shard_1);
+    gate.close();
+    // Long enough for an insert of the exactly-once binary that the server had begun to end.
+    std::thread::sleep(Duration::from_secs(2));
+    kill_server(&shard_1);
     let first = watch_outage(&mut [&mut alo, &mut eo], BEFORE_KILL);
     eo.kill();
-    let mut eo = spawn(Variant::Exactly, "eo-long-outage-2", &eo_topic, &eo_group, &[]);
+    let mut eo = spawn(Variant::Exactly, "eo-long-outage-2", &eo_topic, &eo_group, &eo_env);
     let second = watch_outage(&mut [&mut alo, &mut eo], AFTER_KILL);
     start_servers(2);
+    gate.open();
     eprintln!("shard down: before the kill {first:?}; after it {second:?}");
     await_recovered(&mut [&mut alo, &mut eo], Duration::from_secs(90));
     // The successor's partitions waited for their replay plans; all of them resume now.

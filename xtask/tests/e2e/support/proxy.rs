@@ -1,4 +1,5 @@
-//! The slow-sink fault: a throttling TCP proxy on loopback in front of a ClickHouse server.
+//! TCP proxies on loopback in front of a ClickHouse server: a throttling one (the slow-sink
+//! fault) and one that can be closed (a shard down for one pipeline while its server lives).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -93,6 +94,71 @@ impl ThrottledProxy {
 }
 
 impl Drop for ThrottledProxy {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A TCP proxy on loopback in front of a ClickHouse server that can be closed: closing cuts every
+/// connection through it and resets new ones, until it is opened again.
+///
+/// The long-outage scenario kills a shard's server; an exactly-once pipeline reaches that shard
+/// through this proxy, which is closed a moment before the kill. A non-replicated table logs an
+/// insert's token before it commits the part, so a SIGKILL between the two loses rows that the
+/// replay cannot restore (docs/INVARIANTS.md, 8): a ClickHouse fault the product can only warn
+/// about. Through the proxy the pipeline sees the same outage, and no insert of its own is inside
+/// the server when it dies.
+pub struct GatedProxy {
+    pub addr: SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl GatedProxy {
+    /// An open proxy to the server of `target`.
+    pub fn start(target: &str) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, gate) = tokio::sync::watch::channel(true);
+        let target = host_port(target).to_owned();
+        runtime.spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !*gate.borrow() {
+                    continue; // dropped: the client's request fails like one to a dead server
+                }
+                let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else { continue };
+                let mut gate = gate.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        // Closed: both sockets drop, mid-request or not.
+                        _ = gate.wait_for(|open| !*open) => {}
+                    }
+                });
+            }
+        });
+        GatedProxy { addr, open, runtime: Some(runtime) }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Cuts every connection and refuses new ones.
+    pub fn close(&self) {
+        self.open.send_replace(false);
+    }
+
+    /// Forwards again.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+impl Drop for GatedProxy {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();

@@ -1,5 +1,5 @@
-//! Server faults beyond a freeze: a ClickHouse server of `cargo xtask infra up` killed or shut
-//! down (its port refuses connections) and started again with its data, a replica that answers every request
+//! Server faults beyond a freeze: a ClickHouse server of `cargo xtask infra up` killed (its port
+//! refuses connections) and started again with its data, a replica that answers every request
 //! with a server error, and a proxy in front of a real server that can hang (accepts connections
 //! and answers nothing).
 
@@ -25,25 +25,6 @@ pub fn kill_server(url: &str) {
             std::thread::sleep(Duration::from_millis(20));
         }
         eprintln!("killed pid {pid}, the server of {url}");
-    }
-}
-
-/// Shuts the server of `url` down with SIGTERM and waits until it has exited, so that connections
-/// to its port are refused. Unlike [`kill_server`], an insert the server has begun either commits
-/// or is rolled back: a SIGKILL can land after a non-replicated table logged the insert's token
-/// and before it committed the part, and then the replayed insert is dropped as a duplicate (see
-/// `crash_caveat` in etl-runtime's clickhouse/ledger.rs). Scenarios whose exactly-once pipeline
-/// writes to the server use this one.
-pub fn shut_down_server(url: &str) {
-    for pid in listening_pids(url) {
-        let ok = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success();
-        assert!(ok, "kill -TERM {pid} (the server of {url})");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while process_state(pid).is_some_and(|s| s != 'Z') {
-            assert!(Instant::now() < deadline, "pid {pid} (the server of {url}) did not shut down in 60 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("shut down pid {pid}, the server of {url}");
     }
 }
 

@@ -98,11 +98,12 @@ impl Variant {
             .get_or_init(|| {
                 let started = Instant::now();
                 // The fault points (`ETL_FAULT`) are compiled in only on request; every e2e binary
-                // gets them, so all variants share one build of the runtime.
+                // gets them, so all variants share one build of the runtime. Static, like the
+                // binary an image ships: the dependencies are the ones the image tests compiled.
                 let output = xtask()
                     .arg("build")
                     .arg(self.yaml())
-                    .arg("--fault-injection")
+                    .args(["--fault-injection", "--static"])
                     .output()
                     .expect("running cargo xtask build");
                 let stdout = String::from_utf8_lossy(&output.stdout);
