@@ -66,6 +66,8 @@ fn cargo(manifest: &Path, verb: &str, case: &str) -> std::process::Output {
         .arg(manifest)
         .args(["--bin", case])
         .env("CARGO_TARGET_DIR", workspace_root().join("target"))
+        // A passing case runs there too, and writes its output files there.
+        .current_dir(manifest.parent().unwrap())
         .output()
         .unwrap()
 }
