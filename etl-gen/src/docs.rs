@@ -324,8 +324,9 @@ How documents are read:
   UTF-8 is checked for the properties the chain reads.
 - `wire: raw` (the default for JSON) is one document per message; `wire: confluent` is a magic
   byte and a 4-byte schema id before the document, and then `schema_id` lists the ids whose
-  documents the reader schema reads: any other id is a record error. A schema registry for
-  JSON is not supported yet.
+  documents the reader schema reads: any other id is a record error. There is no registry
+  lookup at run time yet; `gen --check --registry` checks the subject's registered versions
+  (docs/operations.md, section JSON documents and schema changes).
 
 ## Protobuf to ClickHouse types
 
@@ -372,7 +373,8 @@ How messages are read:
   a 4-byte schema id and Confluent's message-index path (zig-zag varints; the single byte `0` for
   the first message of the file) before it. `schema_id` lists the ids whose messages the reader
   schema reads, and the path must name `format.protobuf.message`: anything else is a record
-  error. A schema registry for Protobuf is not supported yet.
+  error. There is no registry lookup at run time yet; `gen --check --registry` checks the
+  subject's registered versions (docs/operations.md, section Protobuf messages and schema changes).
 - Not supported (rule E0609): proto2 groups and extensions, recursive messages, the other
   well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), repeated
   wrappers and maps of wrappers, and two types whose generated struct names meet (`Foo.Bar`

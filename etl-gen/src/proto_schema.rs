@@ -205,8 +205,44 @@ pub(crate) fn parse(path: &Path, message: &str) -> Result<Result<Message, Vec<Un
     let mut compiler = protox::Compiler::new([dir]).map_err(|e| Invalid::Compile(e.to_string()))?;
     compiler.include_imports(true);
     compiler.open_file(file).map_err(|e| Invalid::Compile(format!("{e:?}").replace('\n', " ")))?;
+    read(&compiler, &file.to_string_lossy().replace('\\', "/"), message)
+}
+
+/// [`parse`] for a file held in memory: `main` is its name among `sources` (name → text), which
+/// also hold what it imports by those names; Google's well-known types are built in. For writer
+/// schemas from a registry, whose references name the imported schemas.
+#[cfg(feature = "cli")]
+pub(crate) fn parse_sources(
+    main: &str,
+    sources: &std::collections::BTreeMap<String, String>,
+    message: &str,
+) -> Result<Result<Message, Vec<Unsupported>>, Invalid> {
+    /// Files by name, from memory.
+    struct Sources(std::collections::BTreeMap<String, String>);
+    impl protox::file::FileResolver for Sources {
+        fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+            match self.0.get(name) {
+                Some(text) => protox::file::File::from_source(name, text),
+                None => Err(protox::Error::file_not_found(name)),
+            }
+        }
+    }
+    let mut resolver = protox::file::ChainFileResolver::new();
+    resolver.add(Sources(sources.clone()));
+    resolver.add(protox::file::GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true);
+    compiler.open_file(main).map_err(|e| Invalid::Compile(format!("{e:?}").replace('\n', " ")))?;
+    read(&compiler, main, message)
+}
+
+/// Reads `message` from what `compiler` compiled, `file_name` being the opened file.
+fn read(
+    compiler: &protox::Compiler,
+    file_name: &str,
+    message: &str,
+) -> Result<Result<Message, Vec<Unsupported>>, Invalid> {
     let pool: DescriptorPool = compiler.descriptor_pool();
-    let file_name = file.to_string_lossy().replace('\\', "/");
     let Some(descriptor) = pool.get_message_by_name(message.trim_start_matches('.')) else {
         // The messages of the file itself (not of its imports), which is what `message` may name.
         let defined = pool

@@ -346,9 +346,26 @@ fn migrate_usage_and_an_unreachable_server() {
     assert!(stderr.contains("error: http://127.0.0.1:9"), "{stderr}");
 }
 
-/// A stub Confluent-API registry on loopback: `subjects` maps a subject to its versions' schema
-/// JSON (version N is the N-th); anything else is 404. Returns its URL.
-fn stub_registry(subjects: Vec<(&'static str, Vec<String>)>) -> String {
+/// A subject of [`stub_registry`].
+struct Subject {
+    name: &'static str,
+    /// `schemaType`: `None` for Avro, which the registry leaves out.
+    kind: Option<&'static str>,
+    /// The versions' schema texts; version N is the N-th.
+    versions: Vec<String>,
+    /// `(name, subject, version)`: the references every version carries.
+    references: Vec<(&'static str, &'static str, u32)>,
+}
+
+impl Subject {
+    fn avro(name: &'static str, versions: Vec<String>) -> Self {
+        Subject { name, kind: None, versions, references: Vec::new() }
+    }
+}
+
+/// A stub Confluent-API registry on loopback serving `subjects` (ids are 40 + the version);
+/// anything else is 404. Returns its URL.
+fn stub_registry(subjects: Vec<Subject>) -> String {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -365,15 +382,29 @@ fn stub_registry(subjects: Vec<(&'static str, Vec<String>)>) -> String {
             }
             let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
             let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-            let found = subjects.iter().find(|(s, _)| parts.get(1) == Some(s)).map(|(_, v)| v);
+            let found = subjects.iter().find(|s| parts.get(1) == Some(&s.name));
             let body = match (found, &parts[..]) {
-                (Some(versions), ["subjects", _, "versions"]) => {
-                    serde_json::to_string(&(1..=versions.len()).collect::<Vec<_>>()).unwrap()
+                (Some(subject), ["subjects", _, "versions"]) => {
+                    serde_json::to_string(&(1..=subject.versions.len()).collect::<Vec<_>>()).unwrap()
                 }
-                (Some(versions), ["subjects", _, "versions", n]) => match n.parse::<usize>() {
-                    Ok(n) if (1..=versions.len()).contains(&n) => {
-                        serde_json::json!({"subject": parts[1], "version": n, "id": 40 + n, "schema": versions[n - 1]})
-                            .to_string()
+                (Some(subject), ["subjects", _, "versions", n]) => match n.parse::<usize>() {
+                    Ok(n) if (1..=subject.versions.len()).contains(&n) => {
+                        let mut body = serde_json::json!({
+                            "subject": parts[1], "version": n, "id": 40 + n, "schema": subject.versions[n - 1]
+                        });
+                        if let Some(kind) = subject.kind {
+                            body["schemaType"] = kind.into();
+                        }
+                        if !subject.references.is_empty() {
+                            body["references"] = subject
+                                .references
+                                .iter()
+                                .map(|(name, subject, version)| {
+                                    serde_json::json!({"name": name, "subject": subject, "version": version})
+                                })
+                                .collect();
+                        }
+                        body.to_string()
                     }
                     _ => String::new(),
                 },
@@ -409,8 +440,8 @@ fn check_registry_reads_every_version_or_names_the_one_it_cannot() {
     let dropped = reader.replace(r#"{"name": "total_cents", "type": "long"},"#, "");
     assert!(added != reader && dropped != reader);
     let url = stub_registry(vec![
-        ("orders-value", vec![reader.clone(), added.clone()]),
-        ("orders-broken", vec![reader, added, dropped]),
+        Subject::avro("orders-value", vec![reader.clone(), added.clone()]),
+        Subject::avro("orders-broken", vec![reader, added, dropped]),
     ]);
     let run = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
@@ -443,20 +474,123 @@ fn check_registry_reads_every_version_or_names_the_one_it_cannot() {
     assert!(stderr.contains("subject `nobody`") && stderr.contains("not found"), "{stderr}");
 }
 
-/// `--check --registry` compares Avro subjects; for a JSON or Protobuf pipeline it says it cannot
-/// (exit 2, before asking any registry) rather than passing silently.
+/// `--check --registry` for JSON Schema subjects: evolved writers the decoder reads pass and
+/// their ids are listed; a writer that changed a required property's type fails, named by
+/// version and property; a subject of Avro schemas is refused for a JSON pipeline.
 #[test]
-fn check_registry_says_it_does_not_compare_json_schemas() {
-    for (example, key) in [("json_to_clickhouse", "format.json"), ("protobuf_to_clickhouse", "format.protobuf")] {
-        let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{example}/pipeline.yaml"));
+fn check_registry_compares_json_schema_writers() {
+    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/json_to_clickhouse/pipeline.yaml");
+    let reader = std::fs::read_to_string(pipeline.with_file_name("schemas/click.schema.json")).unwrap();
+    let mut schema: serde_json::Value = serde_json::from_str(&reader).unwrap();
+    // Evolved: a property more, and `duration_ms` (a number) written as integers.
+    schema["properties"]["channel"] = serde_json::json!({"type": "string"});
+    schema["properties"]["duration_ms"] = serde_json::json!({"type": "integer"});
+    let evolved = schema.to_string();
+    // Broken: `user_id` (a required integer) became a string.
+    schema["properties"]["user_id"] = serde_json::json!({"type": "string"});
+    let broken = schema.to_string();
+    let url = stub_registry(vec![
+        Subject {
+            name: "clicks-value",
+            kind: Some("JSON"),
+            versions: vec![reader.clone(), evolved.clone()],
+            references: vec![],
+        },
+        Subject {
+            name: "clicks-broken",
+            kind: Some("JSON"),
+            versions: vec![reader, evolved, broken],
+            references: vec![],
+        },
+        Subject::avro("clicks-avro", vec![r#"{"type": "string"}"#.into()]),
+    ]);
+    let run = |subject: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
             .arg("gen")
-            .arg(pipeline)
-            .args(["--check", "--registry", "http://127.0.0.1:9"])
+            .arg(&pipeline)
+            .args(["--check", "--registry", &url, "--subject", subject])
             .output()
             .unwrap();
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains("not supported yet") && stderr.contains(key), "{stderr}");
-    }
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, stdout, stderr) = run("clicks-value");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("reads all 2 version(s) of subject `clicks-value`"), "{stdout}");
+    assert!(stdout.contains("their schema ids: 41, 42"), "{stdout}");
+
+    let (code, _, stderr) = run("clicks-broken");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "property `user_id` of writer version 3 (id 43): it is a string in the writer and an integer in the reader"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 of 3 version(s)"), "{stderr}");
+
+    let (code, _, stderr) = run("clicks-avro");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("version 1 has schemaType AVRO; this pipeline reads JSON"), "{stderr}");
+}
+
+/// `--check --registry` for Protobuf subjects: a writer version is compiled with the schemas its
+/// references name (here `common.proto`, registered as its own subject); evolved writers pass,
+/// one that changed a field's type fails named by the field's path, and the ids not in
+/// `schema_id` are pointed out.
+#[test]
+fn check_registry_compares_protobuf_writers_with_their_references() {
+    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pipelines/protobuf/pipeline.yaml");
+    let reader = std::fs::read_to_string(pipeline.with_file_name("click.proto")).unwrap();
+    let common = std::fs::read_to_string(pipeline.with_file_name("common.proto")).unwrap();
+    // Evolved: field 1 written as int32 (read as int64) and a new field 99.
+    assert!(reader.contains("    int64 id = 1;"));
+    let evolved = reader.replace("    int64 id = 1;", "    int32 id = 1;\n    string added = 99;");
+    // Broken: field 7 written as double, which the reader reads as float.
+    assert!(reader.contains("    float ratio = 7;"));
+    let broken = reader.replace("    float ratio = 7;", "    double ratio = 7;");
+    let references = vec![("common.proto", "common", 1)];
+    let url = stub_registry(vec![
+        Subject { name: "common", kind: Some("PROTOBUF"), versions: vec![common], references: vec![] },
+        Subject {
+            name: "clicks-value",
+            kind: Some("PROTOBUF"),
+            versions: vec![reader.clone(), evolved.clone()],
+            references: references.clone(),
+        },
+        Subject {
+            name: "clicks-broken",
+            kind: Some("PROTOBUF"),
+            versions: vec![reader.clone(), evolved, broken],
+            references,
+        },
+        Subject { name: "clicks-unresolved", kind: Some("PROTOBUF"), versions: vec![reader], references: vec![] },
+    ]);
+    let run = |subject: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+            .arg("gen")
+            .arg(&pipeline)
+            .args(["--check", "--registry", &url, "--subject", subject])
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, stdout, stderr) = run("clicks-value");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("reads all 2 version(s) of subject `clicks-value`"), "{stdout}");
+    // The pipeline lists schema_id 4 only.
+    assert!(stdout.contains("format.protobuf.schema_id does not list 41, 42"), "{stdout}");
+
+    let (code, _, stderr) = run("clicks-broken");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "field `ratio = 7` of writer version 3 (id 43): it is double in the writer and float in the reader"
+        ),
+        "{stderr}"
+    );
+
+    // A version whose import is not among its references does not compile: reported, not passed.
+    let (code, _, stderr) = run("clicks-unresolved");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("writer version 1 (id 41) does not compile"), "{stderr}");
 }

@@ -1,15 +1,17 @@
 //! `gen --check --registry URL [--subject S]`: fetches every registered version of the subject
-//! from a Confluent-API schema registry and fails when the reader schema cannot read one.
+//! from a Confluent-API schema registry (with the schemas a Protobuf version references) and
+//! fails when the reader schema cannot read one (the rules per format: `crate::compat`).
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use apache_avro::Schema;
 
-use crate::compat::{WriterVersion, check};
+use crate::compat::{self, WriterVersion};
 use crate::contract::secret::redact_url;
-use crate::load::Validated;
-use crate::model::Source;
+use crate::load::{Input, Validated};
+use crate::model::{Encoding, Source};
 use crate::template::Template;
 
 /// Time allowed for each request to the registry.
@@ -18,18 +20,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Runs the check; exit 0 when every version is readable, 1 when one is not or the registry
 /// cannot be read, 2 when the URL or subject cannot be worked out.
 pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
-    let format = v.model.format.get();
-    if format.encoding != crate::model::Encoding::Avro {
-        let (key, by) = match format.encoding {
-            crate::model::Encoding::Json => ("json", "a JSON document is decoded by key"),
-            _ => ("protobuf", "a Protobuf message is decoded by field number"),
-        };
-        eprintln!(
-            "error: --check --registry compares Avro writer schemas; for `format.{key}` it is not supported yet \
-             ({by}: list the readable writer ids in format.{key}.schema_id)"
-        );
-        return ExitCode::from(2);
-    }
+    let encoding = v.model.format.get().encoding;
     let env = |name: &str| std::env::var(name).ok();
     // The URL may be written as in pipeline.yaml (`${SCHEMA_REGISTRY_URL}`); credentials ride in
     // its user info, as for the binary.
@@ -63,21 +54,24 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
             }
         },
     };
-    let reader = match Schema::parse_str(&v.schema_text) {
-        Ok(reader) => reader,
-        Err(e) => {
-            eprintln!("error: the reader schema {}: {e}", v.schema_path.display());
-            return ExitCode::from(1);
-        }
-    };
-    let versions = match fetch(&url, &subject) {
+    let versions = match fetch(&url, &subject, encoding) {
         Ok(versions) => versions,
         Err(e) => {
             eprintln!("error: schema registry {shown}: subject `{subject}`: {e}");
             return ExitCode::from(1);
         }
     };
-    let broken = check(&reader, &versions);
+    let broken = match &v.input {
+        Input::Avro => match Schema::parse_str(&v.schema_text) {
+            Ok(reader) => compat::check(&reader, &versions),
+            Err(e) => {
+                eprintln!("error: the reader schema {}: {e}", v.schema_path.display());
+                return ExitCode::from(1);
+            }
+        },
+        Input::Json(reader) => compat::json::check(reader, &versions),
+        Input::Protobuf(reader) => compat::protobuf::check(reader, &versions),
+    };
     for b in &broken {
         eprintln!("error: subject `{subject}`: {}\n  help: {}", b.message, b.help);
     }
@@ -87,11 +81,28 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
             v.schema_path.display(),
             versions.len()
         );
+        if encoding != Encoding::Avro {
+            // Without a registry lookup at run time, the binary decodes exactly the ids listed.
+            let ids: Vec<String> = versions.iter().map(|w| w.id.to_string()).collect();
+            let listed = v.model.format.get().schema_ids();
+            let unlisted: Vec<String> =
+                versions.iter().filter(|w| !listed.contains(&w.id)).map(|w| w.id.to_string()).collect();
+            println!("their schema ids: {}", ids.join(", "));
+            if !unlisted.is_empty() && !listed.is_empty() {
+                println!(
+                    "note: format.{}.schema_id does not list {}: the binary refuses their messages as record errors \
+                     until it does",
+                    encoding.key(),
+                    unlisted.join(", ")
+                );
+            }
+        }
         ExitCode::SUCCESS
     } else {
+        let failed: std::collections::BTreeSet<u32> = broken.iter().map(|b| b.version).collect();
         eprintln!(
             "{} of {} version(s) of subject `{subject}` cannot be read by {}",
-            broken.len(),
+            failed.len(),
             versions.len(),
             v.schema_path.display()
         );
@@ -99,8 +110,8 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
     }
 }
 
-/// Every version of `subject`, oldest first.
-fn fetch(url: &str, subject: &str) -> Result<Vec<WriterVersion>, String> {
+/// Every version of `subject`, oldest first, with the schemas they reference.
+fn fetch(url: &str, subject: &str, encoding: Encoding) -> Result<Vec<WriterVersion>, String> {
     let agent = ureq::Agent::config_builder()
         .timeout_global(Some(REQUEST_TIMEOUT))
         .http_status_as_error(false)
@@ -127,18 +138,59 @@ fn fetch(url: &str, subject: &str) -> Result<Vec<WriterVersion>, String> {
     if numbers.is_empty() {
         return Err("the subject has no version".into());
     }
+    let expected = match encoding {
+        Encoding::Avro => "AVRO",
+        Encoding::Json => "JSON",
+        Encoding::Protobuf => "PROTOBUF",
+    };
     let mut versions = Vec::new();
     for version in numbers {
         let body = get(&format!("{subject_path}/versions/{version}"))?;
+        // The registry leaves `schemaType` out for Avro.
         let kind = body.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO");
-        if kind != "AVRO" {
-            return Err(format!("version {version} is a {kind} schema; this pipeline reads Avro"));
+        if kind != expected {
+            return Err(format!("version {version} has schemaType {kind}; this pipeline reads {expected}"));
         }
         let schema = body.get("schema").and_then(|s| s.as_str()).ok_or(format!("version {version} has no schema"))?;
         let id = body.get("id").and_then(|i| i.as_u64()).and_then(|i| u32::try_from(i).ok()).unwrap_or_default();
-        versions.push(WriterVersion { version, id, schema: schema.to_owned() });
+        let mut imports = BTreeMap::new();
+        references(&get, &body, &mut imports, 0).map_err(|e| format!("version {version}: {e}"))?;
+        versions.push(WriterVersion { version, id, schema: schema.to_owned(), imports });
     }
     Ok(versions)
+}
+
+/// Fetches the schemas `body`'s `references` name (`{"name", "subject", "version"}`), and theirs,
+/// into `imports` by name: a `.proto` imports them under those names.
+fn references(
+    get: &dyn Fn(&str) -> Result<serde_json::Value, String>,
+    body: &serde_json::Value,
+    imports: &mut BTreeMap<String, String>,
+    depth: usize,
+) -> Result<(), String> {
+    // Deep enough for any real import chain, and a bound on a registry whose references loop.
+    const MAX_DEPTH: usize = 16;
+    let Some(list) = body.get("references").and_then(|r| r.as_array()) else { return Ok(()) };
+    for reference in list {
+        let field = |key: &str| reference.get(key).ok_or(format!("a reference has no `{key}`: {reference}"));
+        let name = field("name")?.as_str().ok_or("a reference's name is not text")?.to_owned();
+        if imports.contains_key(&name) {
+            continue;
+        }
+        if depth >= MAX_DEPTH {
+            return Err(format!("references nest deeper than {MAX_DEPTH} (at `{name}`)"));
+        }
+        let subject = field("subject")?.as_str().ok_or("a reference's subject is not text")?;
+        let version = field("version")?.as_u64().ok_or("a reference's version is not a number")?;
+        let referenced = get(&format!("/subjects/{}/versions/{version}", percent_encode(subject)))?;
+        let text = referenced
+            .get("schema")
+            .and_then(|s| s.as_str())
+            .ok_or(format!("the reference `{name}` (subject `{subject}` version {version}) has no schema"))?;
+        imports.insert(name, text.to_owned());
+        references(get, &referenced, imports, depth + 1)?;
+    }
+    Ok(())
 }
 
 /// A subject as one URL path segment.

@@ -1,6 +1,12 @@
 //! `gen --check --registry`: whether every writer schema registered for the topic's subject can
-//! be read by the pipeline's reader schema under Avro's schema resolution, each failure said as
-//! the version, the field and the rule it breaks.
+//! be read by the pipeline's reader schema, each failure said as the version, the field and the
+//! rule it breaks. Avro here (Avro's schema resolution); JSON Schema and Protobuf, whose decoders
+//! go by key and by field number, in `json` and `protobuf`.
+
+pub(crate) mod json;
+pub(crate) mod protobuf;
+
+use std::collections::BTreeMap;
 
 use apache_avro::Schema;
 use apache_avro::error::CompatibilityError;
@@ -13,8 +19,11 @@ pub(crate) struct WriterVersion {
     pub(crate) version: u32,
     /// The registry's schema id of that version.
     pub(crate) id: u32,
-    /// The schema's JSON.
+    /// The schema's text (JSON for Avro and JSON Schema, `.proto` source for Protobuf).
     pub(crate) schema: String,
+    /// The schemas it references (a `.proto`'s imports), by the name it imports them under,
+    /// fetched from the registry with theirs.
+    pub(crate) imports: BTreeMap<String, String>,
 }
 
 /// A writer version the reader schema cannot read.
@@ -117,7 +126,7 @@ mod tests {
 
     fn version(version: u32, fields: &str) -> WriterVersion {
         let schema = format!(r#"{{"type": "record", "name": "Order", "fields": [{fields}]}}"#);
-        WriterVersion { version, id: 100 + version, schema }
+        WriterVersion { version, id: 100 + version, schema, imports: BTreeMap::new() }
     }
 
     const ADDRESS: &str = r#"{"name": "address", "type": {"type": "record", "name": "Address", "fields": [
