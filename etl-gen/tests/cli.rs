@@ -423,6 +423,21 @@ fn stub_registry(subjects: Vec<Subject>) -> String {
     url
 }
 
+/// `etl-gen gen PIPELINE --check --registry URL ARGS...` (the topic left to its default): its
+/// exit code, stdout and stderr.
+fn check_registry(pipeline: &Path, url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
+        .arg("gen")
+        .arg(pipeline)
+        .args(["--check", "--registry", url])
+        .args(args)
+        .env_remove("ORDERS_TOPIC")
+        .env_remove("CLICKS_TOPIC")
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
 /// `gen --check --registry`: every registered version the reader schema reads passes; a version
 /// that dropped a field the reader needs (no default) fails the build, named with its version and
 /// field; the subject defaults to `<topic>-value`; a subject the registry lacks is an error.
@@ -443,17 +458,7 @@ fn check_registry_reads_every_version_or_names_the_one_it_cannot() {
         Subject::avro("orders-value", vec![reader.clone(), added.clone()]),
         Subject::avro("orders-broken", vec![reader, added, dropped]),
     ]);
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-            .arg("gen")
-            .arg(dir.join("pipeline.yaml"))
-            .args(["--check", "--registry", &url])
-            .args(args)
-            .env_remove("ORDERS_TOPIC")
-            .output()
-            .unwrap();
-        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-    };
+    let run = |args: &[&str]| check_registry(&dir.join("pipeline.yaml"), &url, args);
     let (code, stdout, stderr) = run(&[]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("reads all 2 version(s) of subject `orders-value`"), "{stdout}");
@@ -504,15 +509,7 @@ fn check_registry_compares_json_schema_writers() {
         },
         Subject::avro("clicks-avro", vec![r#"{"type": "string"}"#.into()]),
     ]);
-    let run = |subject: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-            .arg("gen")
-            .arg(&pipeline)
-            .args(["--check", "--registry", &url, "--subject", subject])
-            .output()
-            .unwrap();
-        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-    };
+    let run = |subject: &str| check_registry(&pipeline, &url, &["--subject", subject]);
     let (code, stdout, stderr) = run("clicks-value");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("reads all 2 version(s) of subject `clicks-value`"), "{stdout}");
@@ -565,15 +562,7 @@ fn check_registry_compares_protobuf_writers_with_their_references() {
         },
         Subject { name: "clicks-unresolved", kind: Some("PROTOBUF"), versions: vec![reader], references: vec![] },
     ]);
-    let run = |subject: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_etl-gen"))
-            .arg("gen")
-            .arg(&pipeline)
-            .args(["--check", "--registry", &url, "--subject", subject])
-            .output()
-            .unwrap();
-        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-    };
+    let run = |subject: &str| check_registry(&pipeline, &url, &["--subject", subject]);
     let (code, stdout, stderr) = run("clicks-value");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("reads all 2 version(s) of subject `clicks-value`"), "{stdout}");
