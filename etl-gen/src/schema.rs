@@ -101,15 +101,7 @@ pub struct Field {
 }
 
 /// A type etl-rs does not support, found at `path` inside the schema.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Unsupported {
-    /// Where in the schema: `items[].price`.
-    pub path: String,
-    /// What was found and why it is not supported.
-    pub what: String,
-    /// What to use instead.
-    pub fix: String,
-}
+pub(crate) use etl_schema::Unsupported;
 
 /// Converts a parsed schema, listing every unsupported type rather than the first.
 pub(crate) fn convert(schema: &Schema) -> Result<RecordType, Vec<Unsupported>> {

@@ -519,7 +519,7 @@ fn check_registry_compares_json_schema_writers() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "property `user_id` of writer version 3 (id 43): it is a string in the writer and an integer in the reader"
+            "writer version 3 (id 43): property `user_id`: it is a string in the writer and an integer in the reader"
         ),
         "{stderr}"
     );
@@ -573,7 +573,7 @@ fn check_registry_compares_protobuf_writers_with_their_references() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "field `ratio = 7` of writer version 3 (id 43): it is double in the writer and float in the reader"
+            "writer version 3 (id 43): field `ratio = 7`: it is double in the writer and float in the reader"
         ),
         "{stderr}"
     );
@@ -581,5 +581,5 @@ fn check_registry_compares_protobuf_writers_with_their_references() {
     // A version whose import is not among its references does not compile: reported, not passed.
     let (code, _, stderr) = run("clicks-unresolved");
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("writer version 1 (id 41) does not compile"), "{stderr}");
+    assert!(stderr.contains("writer version 1 (id 41): it does not compile"), "{stderr}");
 }

@@ -39,6 +39,20 @@ pub(crate) struct Incompatible {
     pub(crate) help: String,
 }
 
+/// Etl-schema's findings about version `v`, as the versions the reader cannot read.
+fn findings(v: &WriterVersion, found: Vec<etl_schema::Finding>) -> Vec<Incompatible> {
+    found
+        .into_iter()
+        .map(|f| Incompatible {
+            version: v.version,
+            id: v.id,
+            message: format!("writer version {} (id {}): {}", v.version, v.id, f.what),
+            field: f.path,
+            help: f.help,
+        })
+        .collect()
+}
+
 /// Checks each version against `reader`; the result lists the versions it cannot read.
 pub(crate) fn check(reader: &Schema, versions: &[WriterVersion]) -> Vec<Incompatible> {
     let mut out = Vec::new();
