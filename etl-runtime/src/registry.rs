@@ -1,19 +1,29 @@
-//! A Confluent-API schema registry client: writer schemas by id, resolved to the reader
-//! schema the binary was generated for.
+//! A Confluent-API schema registry client: writer schemas by id, judged against the reader schema
+//! the binary was generated for.
 //!
 //! The generated decoder reads exactly the reader schema. A message framed with one of the
-//! reader schema's own ids (`format.avro.schema_id`), or whose writer schema the registry says
-//! is the same (by canonical form), takes that fast path untouched. One written with another
-//! schema is decoded with apache-avro's schema resolution into a reader-shaped value,
-//! re-encoded with the reader schema, and then decoded by the generated code: a slower but
-//! correct path that keeps one decoder.
+//! reader schema's own ids (`format.*.schema_id`) takes that fast path without asking. For
+//! another id the writer schema is fetched once and cached:
 //!
-//! Schemas that were found are cached (at most [`CACHE_CAPACITY`] ids). A lookup that fails
-//! (no connection, an HTTP error, or a 404 because the registry lags the producer) is never
-//! cached: it is [`RecordErrorKind::Unavailable`], which makes the pipeline thread hold the
-//! record, pause its lane and ask again with capped backoff, until `format.avro.registry_timeout`
-//! turns it into a record error under `errors.policy` (see `pipeline`).
+//! - **Avro.** A writer the registry says is the reader (by canonical form) is decoded directly.
+//!   One written with another schema is decoded with apache-avro's schema resolution into a
+//!   reader-shaped value, re-encoded with the reader schema, and then decoded by the generated
+//!   code: a slower but correct path that keeps one decoder.
+//! - **JSON Schema and Protobuf.** Their decoders go by key and by field number, so a writer that
+//!   added, dropped or renamed things is read as it is. The writer schema is judged once by the
+//!   rules `gen --check --registry` applies (`etl_schema::*::compat`, one copy of them): if the
+//!   reader reads it, its messages are decoded directly; if not, each of its messages is a record
+//!   error naming the first problem (under `errors.policy`), and the whole verdict is logged once.
+//!   A schema of another `schemaType` is such an error too.
+//!
+//! A lookup that fails (no connection, an HTTP error, or a 404 because the registry lags the
+//! producer) is never cached: it is [`RecordErrorKind::Unavailable`], which makes the pipeline
+//! thread hold the record, pause its lane and ask again with capped backoff, until the format's
+//! `registry_timeout` turns it into a record error under `errors.policy` (see `pipeline`).
+//! Verdicts are cached because a registry id names one schema forever.
 
+#[cfg(feature = "registry-protobuf")]
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -31,6 +41,11 @@ pub(crate) const CACHE_CAPACITY: usize = 1024;
 /// lanes, acks and drains), so it stays short; a registry that does not answer in time is retried
 /// like any other failure.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[cfg(feature = "registry-protobuf")]
+/// How deep Protobuf references may nest (a schema that imports one that imports ...), so a
+/// reference cycle in a broken registry ends.
+const MAX_REFERENCE_DEPTH: usize = 16;
 
 /// The datum to decode: the message's own bytes, or the reader-shaped re-encoding.
 #[derive(Debug)]
@@ -57,12 +72,36 @@ pub struct Registry {
     inner: Arc<Inner>,
 }
 
+/// The reader schema, in the form its format's rules compare.
+enum Reader {
+    Avro {
+        schema: Schema,
+        canonical: String,
+    },
+    #[cfg(feature = "registry-json")]
+    Json(Vec<etl_schema::json::JField>),
+    #[cfg(feature = "registry-protobuf")]
+    Protobuf(etl_schema::protobuf::Message),
+}
+
+impl Reader {
+    /// The format's key under `format:`, and the `schemaType` the registry gives its schemas.
+    fn format(&self) -> (&'static str, &'static str) {
+        match self {
+            Reader::Avro { .. } => ("avro", "AVRO"),
+            #[cfg(feature = "registry-json")]
+            Reader::Json(_) => ("json", "JSON"),
+            #[cfg(feature = "registry-protobuf")]
+            Reader::Protobuf(_) => ("protobuf", "PROTOBUF"),
+        }
+    }
+}
+
 struct Inner {
     url: String,
     /// The URL without credentials, for messages.
     shown: String,
-    reader: Schema,
-    reader_canonical: String,
+    reader: Reader,
     reader_ids: Vec<u32>,
     cache: RwLock<HashMap<u32, Arc<Entry>>>,
     /// When the lookups of each id that is failing now began to fail (at most
@@ -71,7 +110,7 @@ struct Inner {
     /// first failed lookup, so a stream of messages with an id nobody knows costs one
     /// `registry_timeout`, not one per message.
     failing: Mutex<HashMap<u32, Instant>>,
-    /// `format.avro.registry_timeout`.
+    /// `format.*.registry_timeout`.
     timeout: Duration,
     agent: ureq::Agent,
 }
@@ -81,6 +120,7 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("url", &self.shown)
+            .field("format", &self.reader.format().0)
             .field("reader_ids", &self.reader_ids)
             .finish_non_exhaustive()
     }
@@ -97,22 +137,69 @@ pub enum RegistryError {
     ReaderSchema(String),
 }
 
+/// What is known of a writer schema id.
 #[derive(Debug)]
 enum Entry {
+    /// Its messages are decoded as they are.
     Same,
+    /// An Avro writer schema other than the reader's: resolved.
     Writer(Schema),
+    /// The reader cannot read it: each of its messages is this record error.
+    Unreadable(String),
 }
 
 impl Registry {
-    /// A client of the registry at `url` for the reader schema `reader_json`, registered under
+    /// A client of the registry at `url` for the Avro reader schema `reader_json`, registered under
     /// `reader_ids` (which are decoded without asking the registry). An id whose lookups have
     /// failed for `timeout` makes its records record errors.
     pub fn new(url: &str, reader_json: &str, reader_ids: &[u32], timeout: Duration) -> Result<Self, RegistryError> {
+        let schema = Schema::parse_str(reader_json).map_err(|e| RegistryError::ReaderSchema(e.to_string()))?;
+        Self::with_reader(url, Reader::Avro { canonical: schema.canonical_form(), schema }, reader_ids, timeout)
+    }
+
+    /// [`Registry::new`] for a JSON Schema reader (the schema's text).
+    #[cfg(feature = "registry-json")]
+    pub fn json(url: &str, reader_schema: &str, reader_ids: &[u32], timeout: Duration) -> Result<Self, RegistryError> {
+        let fields = match etl_schema::json::parse(reader_schema) {
+            Ok(Ok(fields)) => fields,
+            Ok(Err(unsupported)) => {
+                let first = unsupported.first().map(|u| format!("{}: {}", u.path, u.what)).unwrap_or_default();
+                return Err(RegistryError::ReaderSchema(first));
+            }
+            Err(invalid) => return Err(RegistryError::ReaderSchema(invalid.0)),
+        };
+        Self::with_reader(url, Reader::Json(fields), reader_ids, timeout)
+    }
+
+    /// [`Registry::new`] for a Protobuf reader: `message` of the compiled `descriptor_set` (the
+    /// reader's `.proto` and its imports, as `gen` compiled them).
+    #[cfg(feature = "registry-protobuf")]
+    pub fn protobuf(
+        url: &str,
+        descriptor_set: &[u8],
+        message: &str,
+        reader_ids: &[u32],
+        timeout: Duration,
+    ) -> Result<Self, RegistryError> {
+        let reader = match etl_schema::protobuf::from_descriptor_set(descriptor_set, "", message) {
+            Ok(Ok(reader)) => reader,
+            Ok(Err(unsupported)) => {
+                let first = unsupported.first().map(|u| format!("{}: {}", u.path, u.what)).unwrap_or_default();
+                return Err(RegistryError::ReaderSchema(first));
+            }
+            Err(etl_schema::protobuf::Invalid::Compile(e)) => return Err(RegistryError::ReaderSchema(e)),
+            Err(etl_schema::protobuf::Invalid::UnknownMessage(_)) => {
+                return Err(RegistryError::ReaderSchema(format!("no message `{message}`")));
+            }
+        };
+        Self::with_reader(url, Reader::Protobuf(reader), reader_ids, timeout)
+    }
+
+    fn with_reader(url: &str, reader: Reader, reader_ids: &[u32], timeout: Duration) -> Result<Self, RegistryError> {
         let url = url.trim();
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(RegistryError::NotHttp(redact_url(url)));
         }
-        let reader = Schema::parse_str(reader_json).map_err(|e| RegistryError::ReaderSchema(e.to_string()))?;
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(LOOKUP_TIMEOUT))
             .http_status_as_error(false)
@@ -123,7 +210,6 @@ impl Registry {
             inner: Arc::new(Inner {
                 shown: redact_url(&url),
                 url,
-                reader_canonical: reader.canonical_form(),
                 reader,
                 reader_ids: reader_ids.to_vec(),
                 cache: RwLock::new(HashMap::new()),
@@ -134,44 +220,63 @@ impl Registry {
         })
     }
 
-    /// The datum of a message written with schema `id`, as the reader schema reads it.
+    /// The datum of an Avro message written with schema `id`, as the reader schema reads it.
     pub fn resolve<'a>(&self, id: u32, datum: &'a [u8]) -> Result<Datum<'a>, RecordError> {
         if self.inner.reader_ids.contains(&id) {
             return Ok(Datum::Same(datum));
         }
-        let cached = self.inner.cache.read().expect("registry cache lock").get(&id).cloned();
-        let entry = match cached {
-            Some(entry) => entry,
-            None => {
-                let entry = Arc::new(self.fetch(id).map_err(|error| self.failed(id, error))?);
-                self.inner.failing.lock().expect("registry failing lock").remove(&id);
-                let mut cache = self.inner.cache.write().expect("registry cache lock");
-                if cache.len() >= CACHE_CAPACITY
-                    && let Some(&evicted) = cache.keys().next()
-                {
-                    cache.remove(&evicted);
-                }
-                cache.insert(id, entry.clone());
-                entry
-            }
-        };
-        match entry.as_ref() {
+        match self.entry(id)?.as_ref() {
             Entry::Same => Ok(Datum::Same(datum)),
+            Entry::Unreadable(why) => Err(RecordError::new(RecordErrorKind::Decode, why.clone())),
             Entry::Writer(writer) => {
-                let mut reader = datum;
-                let value =
-                    apache_avro::from_avro_datum(writer, &mut reader, Some(&self.inner.reader)).map_err(|e| {
-                        RecordError::new(
-                            RecordErrorKind::Decode,
-                            format!("schema id {id}: resolving to the reader schema: {e}"),
-                        )
-                    })?;
-                let bytes = apache_avro::to_avro_datum(&self.inner.reader, value).map_err(|e| {
+                // Irrefutable when the runtime is built without the JSON and Protobuf readers.
+                #[allow(irrefutable_let_patterns)]
+                let Reader::Avro { schema: reader, .. } = &self.inner.reader else {
+                    unreachable!("only Avro readers resolve writer schemas")
+                };
+                let mut bytes = datum;
+                let value = apache_avro::from_avro_datum(writer, &mut bytes, Some(reader)).map_err(|e| {
+                    RecordError::new(
+                        RecordErrorKind::Decode,
+                        format!("schema id {id}: resolving to the reader schema: {e}"),
+                    )
+                })?;
+                let bytes = apache_avro::to_avro_datum(reader, value).map_err(|e| {
                     RecordError::new(RecordErrorKind::Decode, format!("schema id {id}: re-encoding: {e}"))
                 })?;
                 Ok(Datum::Reencoded(bytes))
             }
         }
+    }
+
+    /// Whether a JSON or Protobuf message written with schema `id` may be decoded with the reader
+    /// schema: `Ok` when the reader reads that writer schema, the record error that says why not
+    /// otherwise.
+    pub fn check(&self, id: u32) -> Result<(), RecordError> {
+        if self.inner.reader_ids.contains(&id) {
+            return Ok(());
+        }
+        match self.entry(id)?.as_ref() {
+            Entry::Same | Entry::Writer(_) => Ok(()),
+            Entry::Unreadable(why) => Err(RecordError::new(RecordErrorKind::Decode, why.clone())),
+        }
+    }
+
+    /// What is known of `id`: cached, or fetched and judged now.
+    fn entry(&self, id: u32) -> Result<Arc<Entry>, RecordError> {
+        if let Some(entry) = self.inner.cache.read().expect("registry cache lock").get(&id) {
+            return Ok(entry.clone());
+        }
+        let entry = Arc::new(self.fetch(id).map_err(|error| self.failed(id, error))?);
+        self.inner.failing.lock().expect("registry failing lock").remove(&id);
+        let mut cache = self.inner.cache.write().expect("registry cache lock");
+        if cache.len() >= CACHE_CAPACITY
+            && let Some(&evicted) = cache.keys().next()
+        {
+            cache.remove(&evicted);
+        }
+        cache.insert(id, entry.clone());
+        Ok(entry)
     }
 
     /// A failed lookup of `id`: still `Unavailable` (the record is held and tried again) until
@@ -194,8 +299,10 @@ impl Registry {
             RecordError::new(
                 RecordErrorKind::Decode,
                 format!(
-                    "{} (lookups of this id have failed for {failing_for:?}: format.avro.registry_timeout is {:?})",
-                    error.message, self.inner.timeout
+                    "{} (lookups of this id have failed for {failing_for:?}: format.{}.registry_timeout is {:?})",
+                    error.message,
+                    self.inner.reader.format().0,
+                    self.inner.timeout
                 ),
             )
         } else {
@@ -203,43 +310,129 @@ impl Registry {
         }
     }
 
-    /// Asks the registry for schema `id`. Every failure is `Unavailable` (retried by the caller)
-    /// except a schema that the registry returns but that does not parse, which no retry mends.
-    fn fetch(&self, id: u32) -> Result<Entry, RecordError> {
-        let url = format!("{}/schemas/ids/{id}", self.inner.url);
-        let shown = &self.inner.shown;
-        let unavailable = |e: String| {
-            RecordError::new(
-                RecordErrorKind::Unavailable,
-                crate::secret::mask_userinfo(&format!("schema registry {shown}: schema id {id}: {e}")),
-            )
-        };
-        let mut response = self.inner.agent.get(&url).call().map_err(|e| unavailable(e.to_string()))?;
+    /// `Unavailable`: a lookup that may succeed when asked again.
+    fn unavailable(&self, id: u32, what: &str) -> RecordError {
+        RecordError::new(
+            RecordErrorKind::Unavailable,
+            crate::secret::mask_userinfo(&format!("schema registry {}: schema id {id}: {what}", self.inner.shown)),
+        )
+    }
+
+    /// GETs `path` of the registry as JSON. Every failure is `Unavailable`; a 404 too, since the
+    /// registry may lag the producer that registered the schema.
+    fn get(&self, id: u32, path: &str) -> Result<serde_json::Value, RecordError> {
+        let url = format!("{}{path}", self.inner.url);
+        let mut response = self.inner.agent.get(&url).call().map_err(|e| self.unavailable(id, &e.to_string()))?;
         let status = response.status().as_u16();
-        let body = response.body_mut().read_to_string().map_err(|e| unavailable(e.to_string()))?;
+        let body = response.body_mut().read_to_string().map_err(|e| self.unavailable(id, &e.to_string()))?;
         match status {
-            200 => {}
-            // The registry may lag the producer that registered the schema: asked again later.
-            404 => return Err(unavailable("unknown to the schema registry (HTTP 404)".into())),
-            other => return Err(unavailable(format!("HTTP {other}: {}", body.chars().take(200).collect::<String>()))),
+            200 => serde_json::from_str(&body).map_err(|e| self.unavailable(id, &format!("bad JSON: {e}"))),
+            404 => Err(self.unavailable(id, &format!("{path} is unknown to the schema registry (HTTP 404)"))),
+            other => {
+                Err(self
+                    .unavailable(id, &format!("{path}: HTTP {other}: {}", body.chars().take(200).collect::<String>())))
+            }
         }
-        let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| unavailable(format!("bad JSON: {e}")))?;
-        let Some(text) = json.get("schema").and_then(|s| s.as_str()) else {
-            return Err(unavailable("the answer has no `schema`".into()));
+    }
+
+    /// Asks the registry for schema `id` and judges it. Every failure to get an answer is
+    /// `Unavailable` (retried by the caller); an answer is a verdict, cached by the caller.
+    fn fetch(&self, id: u32) -> Result<Entry, RecordError> {
+        let answer = self.get(id, &format!("/schemas/ids/{id}"))?;
+        let Some(text) = answer.get("schema").and_then(|s| s.as_str()) else {
+            return Err(self.unavailable(id, "the answer has no `schema`"));
         };
-        let writer = Schema::parse_str(text).map_err(|e| {
-            RecordError::new(
-                RecordErrorKind::Decode,
-                format!("schema id {id}: the registry's schema does not parse: {e}"),
-            )
-        })?;
-        if writer.canonical_form() == self.inner.reader_canonical {
-            tracing::info!(id, "writer schema is the reader schema");
-            Ok(Entry::Same)
-        } else {
-            tracing::info!(id, "writer schema differs from the reader schema; resolving");
-            Ok(Entry::Writer(writer))
+        // The registry leaves `schemaType` out for Avro.
+        let kind = answer.get("schemaType").and_then(|t| t.as_str()).unwrap_or("AVRO");
+        let (format, expected) = self.inner.reader.format();
+        if !kind.eq_ignore_ascii_case(expected) {
+            tracing::warn!(id, schema_type = kind, format, "the writer schema is of another format");
+            return Ok(Entry::Unreadable(format!(
+                "schema id {id} is a {kind} schema in the registry; this pipeline reads format.{format}                  (is the topic written by another producer?)"
+            )));
         }
+        match &self.inner.reader {
+            Reader::Avro { canonical, .. } => {
+                let writer = match Schema::parse_str(text) {
+                    Ok(writer) => writer,
+                    Err(e) => {
+                        return Ok(Entry::Unreadable(format!(
+                            "schema id {id}: the registry's schema does not parse: {e}"
+                        )));
+                    }
+                };
+                if writer.canonical_form() == *canonical {
+                    tracing::info!(id, "writer schema is the reader schema");
+                    Ok(Entry::Same)
+                } else {
+                    tracing::info!(id, "writer schema differs from the reader schema; resolving");
+                    Ok(Entry::Writer(writer))
+                }
+            }
+            #[cfg(feature = "registry-json")]
+            Reader::Json(fields) => Ok(self.verdict(id, etl_schema::json::compat::check(fields, text))),
+            #[cfg(feature = "registry-protobuf")]
+            Reader::Protobuf(message) => {
+                let mut imports = BTreeMap::new();
+                self.references(id, &answer, &mut imports, 0)?;
+                Ok(self.verdict(id, etl_schema::protobuf::compat::check(message, text, &imports)))
+            }
+        }
+    }
+
+    /// The texts of the schemas `answer` references (a `.proto`'s imports) and theirs, by the
+    /// name they are imported under, each from `/subjects/{subject}/versions/{version}`.
+    #[cfg(feature = "registry-protobuf")]
+    fn references(
+        &self,
+        id: u32,
+        answer: &serde_json::Value,
+        imports: &mut BTreeMap<String, String>,
+        depth: usize,
+    ) -> Result<(), RecordError> {
+        let Some(references) = answer.get("references").and_then(|r| r.as_array()) else { return Ok(()) };
+        for reference in references {
+            let field = |key: &str| reference.get(key).map(|v| v.as_str().map(str::to_owned).unwrap_or(v.to_string()));
+            let (Some(name), Some(subject), Some(version)) = (field("name"), field("subject"), field("version")) else {
+                return Err(
+                    self.unavailable(id, &format!("a reference without name, subject and version: {reference}"))
+                );
+            };
+            if imports.contains_key(&name) {
+                continue;
+            }
+            if depth >= MAX_REFERENCE_DEPTH {
+                return Err(self.unavailable(id, "references nest deeper than 16: a cycle?"));
+            }
+            let referenced =
+                self.get(id, &format!("/subjects/{}/versions/{version}", etl_schema::path_segment(&subject)))?;
+            let Some(text) = referenced.get("schema").and_then(|s| s.as_str()) else {
+                return Err(self.unavailable(id, &format!("reference `{name}`: the answer has no `schema`")));
+            };
+            imports.insert(name, text.to_owned());
+            self.references(id, &referenced, imports, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    /// The entry of a writer schema with these findings, logged once (it is cached).
+    #[cfg(any(feature = "registry-json", feature = "registry-protobuf"))]
+    fn verdict(&self, id: u32, findings: Vec<etl_schema::Finding>) -> Entry {
+        let Some(first) = findings.first() else {
+            tracing::info!(id, "the reader schema reads this writer schema");
+            return Entry::Same;
+        };
+        for f in &findings {
+            tracing::error!(id, problem = %f.what, help = %f.help, "the reader schema cannot read this writer schema");
+        }
+        let more = match findings.len() {
+            1 => String::new(),
+            n => format!(" (and {} more problem(s), logged at the lookup)", n - 1),
+        };
+        Entry::Unreadable(format!(
+            "schema id {id} (from the registry) cannot be read with the reader schema: {}{more}; help: {}",
+            first.what, first.help
+        ))
     }
 }
 
@@ -397,5 +590,140 @@ mod tests {
         let err = registry.resolve(1, &[]).unwrap_err();
         assert_eq!(err.kind, RecordErrorKind::Unavailable, "{err}");
         assert!(!err.message.contains("hunter2"), "{err}");
+    }
+
+    /// A Confluent-API registry on loopback serving `schemas` (id → the `/schemas/ids/{id}`
+    /// answer) and `subjects` ((subject, version) → schema text). It counts the requests.
+    #[cfg(any(feature = "registry-json", feature = "registry-protobuf"))]
+    fn serving(
+        schemas: Vec<(u32, serde_json::Value)>,
+        subjects: Vec<((&'static str, u32), &'static str)>,
+    ) -> (String, Arc<AtomicUsize>) {
+        use axum::extract::Path;
+        use axum::http::StatusCode;
+        use axum::routing::get;
+        let hits = Arc::new(AtomicUsize::new(0));
+        let schemas: Arc<HashMap<u32, serde_json::Value>> = Arc::new(schemas.into_iter().collect());
+        let subjects: Arc<HashMap<(String, u32), &'static str>> =
+            Arc::new(subjects.into_iter().map(|((s, v), t)| ((s.to_owned(), v), t)).collect());
+        let (counter, counter2) = (hits.clone(), hits.clone());
+        let app = axum::Router::new()
+            .route(
+                "/schemas/ids/{id}",
+                get(move |Path(id): Path<u32>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let answer = schemas.get(&id).cloned();
+                    async move {
+                        match answer {
+                            Some(answer) => (StatusCode::OK, answer.to_string()),
+                            None => (StatusCode::NOT_FOUND, "{}".to_owned()),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/subjects/{subject}/versions/{version}",
+                get(move |Path((subject, version)): Path<(String, u32)>| {
+                    counter2.fetch_add(1, Ordering::SeqCst);
+                    let text = subjects.get(&(subject, version)).copied();
+                    async move {
+                        match text {
+                            Some(text) => (StatusCode::OK, serde_json::json!({ "schema": text }).to_string()),
+                            None => (StatusCode::NOT_FOUND, "{}".to_owned()),
+                        }
+                    }
+                }),
+            );
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || rt.block_on(async { axum::serve(listener, app).await.unwrap() }));
+        (format!("http://{addr}"), hits)
+    }
+
+    // A JSON writer that adds and drops properties the reader does not need is read; one whose
+    // property the reader requires changed type is not, nor is an Avro schema; each id is asked
+    // once, the verdicts (good and bad) cached, the reader's own ids never asked.
+    #[cfg(feature = "registry-json")]
+    #[test]
+    fn json_writers_are_judged_by_the_compatibility_rules_once_per_id() {
+        use serde_json::json;
+        let reader = r#"{"type": "object", "required": ["id"], "properties": {
+            "id": {"type": "integer"}, "note": {"type": "string"}}}"#;
+        let evolved = r#"{"type": "object", "required": ["id", "extra"], "properties": {
+            "id": {"type": "integer"}, "extra": {"type": "boolean"}}}"#;
+        let broken = r#"{"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}"#;
+        let (url, hits) = serving(
+            vec![
+                (10, json!({"schemaType": "JSON", "schema": evolved})),
+                (11, json!({"schemaType": "JSON", "schema": broken})),
+                (12, json!({"schema": READER})),
+            ],
+            vec![],
+        );
+        let registry = Registry::json(&url, reader, &[7], Duration::from_secs(60)).unwrap();
+        for _ in 0..3 {
+            registry.check(7).unwrap();
+            registry.check(10).unwrap();
+            let error = registry.check(11).unwrap_err();
+            assert_eq!(error.kind, RecordErrorKind::Decode, "{error}");
+            assert!(
+                error.message.contains("schema id 11")
+                    && error.message.contains("property `id`: it is a string in the writer and an integer"),
+                "{error}"
+            );
+            let error = registry.check(12).unwrap_err();
+            assert!(error.message.contains("AVRO schema") && error.message.contains("format.json"), "{error}");
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 3, "one lookup per id, verdicts cached");
+        let missing = registry.check(13).unwrap_err();
+        assert_eq!(missing.kind, RecordErrorKind::Unavailable, "{missing}");
+    }
+
+    // A Protobuf writer is compiled with the schemas its references name (fetched from their
+    // subjects): one that renamed and added fields is read, one that changed a field's type is
+    // not, and one whose reference the registry does not have yet is retried (Unavailable).
+    #[cfg(feature = "registry-protobuf")]
+    #[test]
+    fn protobuf_writers_are_compiled_with_their_references_and_judged() {
+        use serde_json::json;
+        const COMMON: &str = "syntax = \"proto3\"; package shop; message Money { int64 cents = 1; }";
+        let reader = r#"syntax = "proto3"; package shop; import "common.proto";
+            message Order { int64 id = 1; Money total = 2; string note = 3; }"#;
+        let evolved = r#"syntax = "proto3"; package shop; import "common.proto";
+            message Order { int32 order_id = 1; Money total = 2; bool gift = 4; }"#;
+        let broken = r#"syntax = "proto3"; package shop; message Order { int64 id = 1; Money total = 2; }
+            message Money { string cents = 1; }"#;
+        let reference = json!([{"name": "common.proto", "subject": "shop/common", "version": 1}]);
+        let missing_reference = json!([{"name": "common.proto", "subject": "shop/common", "version": 2}]);
+        let (url, hits) = serving(
+            vec![
+                (20, json!({"schemaType": "PROTOBUF", "schema": evolved, "references": reference})),
+                (21, json!({"schemaType": "PROTOBUF", "schema": broken})),
+                (22, json!({"schemaType": "PROTOBUF", "schema": evolved, "references": missing_reference})),
+            ],
+            vec![(("shop%2Fcommon", 1), COMMON), (("shop/common", 1), COMMON)],
+        );
+        let sources = [("order.proto".to_owned(), reader.to_owned()), ("common.proto".to_owned(), COMMON.to_owned())];
+        let message = etl_schema::protobuf::parse_sources("order.proto", &sources.into_iter().collect(), "shop.Order")
+            .unwrap()
+            .unwrap();
+        let registry =
+            Registry::protobuf(&url, &message.descriptor_set, "shop.Order", &[1], Duration::from_secs(60)).unwrap();
+        registry.check(1).unwrap();
+        registry.check(20).unwrap();
+        let error = registry.check(21).unwrap_err();
+        assert_eq!(error.kind, RecordErrorKind::Decode, "{error}");
+        assert!(
+            error.message.contains("schema id 21") && error.message.contains("field `total = 2.cents = 1`"),
+            "{error}"
+        );
+        let error = registry.check(22).unwrap_err();
+        assert_eq!(error.kind, RecordErrorKind::Unavailable, "{error}");
+        assert!(error.message.contains("404"), "{error}");
+        let before = hits.load(Ordering::SeqCst);
+        registry.check(20).unwrap();
+        registry.check(21).unwrap_err();
+        assert_eq!(hits.load(Ordering::SeqCst), before, "verdicts are cached");
     }
 }

@@ -30,3 +30,16 @@ pub struct Finding {
     /// What the user can change.
     pub help: String,
 }
+
+/// A registry subject (any text) as one URL path segment: `/subjects/{segment}/versions/1`.
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

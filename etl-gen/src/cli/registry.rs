@@ -127,7 +127,7 @@ fn fetch(url: &str, subject: &str, encoding: Encoding) -> Result<Vec<WriterVersi
             other => Err(format!("GET {path}: HTTP {other}: {}", body.trim())),
         }
     };
-    let subject_path = format!("/subjects/{}", percent_encode(subject));
+    let subject_path = format!("/subjects/{}", etl_schema::path_segment(subject));
     let list = get(&format!("{subject_path}/versions"))?;
     let numbers: Vec<u32> = list
         .as_array()
@@ -182,7 +182,7 @@ fn references(
         }
         let subject = field("subject")?.as_str().ok_or("a reference's subject is not text")?;
         let version = field("version")?.as_u64().ok_or("a reference's version is not a number")?;
-        let referenced = get(&format!("/subjects/{}/versions/{version}", percent_encode(subject)))?;
+        let referenced = get(&format!("/subjects/{}/versions/{version}", etl_schema::path_segment(subject)))?;
         let text = referenced
             .get("schema")
             .and_then(|s| s.as_str())
@@ -191,17 +191,4 @@ fn references(
         references(get, &referenced, imports, depth + 1)?;
     }
     Ok(())
-}
-
-/// A subject as one URL path segment.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::new();
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -242,7 +242,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                     }
                     error = RecordError::new(
                         RecordErrorKind::Decode,
-                        format!("{} (still failing after {timeout:?}: format.avro.registry_timeout)", error.message),
+                        format!("{} (still failing after {timeout:?}: the format's registry_timeout)", error.message),
                     );
                 }
                 match (shared.config.error_policy, shared.dead_letter.as_ref()) {
