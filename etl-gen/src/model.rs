@@ -20,6 +20,8 @@ pub const TEMPLATED_KEYS: &[&str] = &[
     "source.kafka.group_id",
     "source.kafka.rdkafka.*",
     "format.avro.registry",
+    "format.json.registry",
+    "format.protobuf.registry",
     "sink.clickhouse.shards[*].replicas[*]",
     "sink.clickhouse.user",
     "sink.clickhouse.password",
@@ -318,17 +320,17 @@ impl Format {
                 encoding: Encoding::Json,
                 schema: &j.schema,
                 wire: j.wire,
-                registry: None,
+                registry: j.registry.as_ref(),
                 schema_id: j.schema_id.as_ref(),
-                registry_timeout: defaults::registry_timeout(),
+                registry_timeout: j.registry_timeout,
             }),
             (None, None, Some(p)) => Some(Selected {
                 encoding: Encoding::Protobuf,
                 schema: &p.schema,
                 wire: p.wire,
-                registry: None,
+                registry: p.registry.as_ref(),
                 schema_id: p.schema_id.as_ref(),
-                registry_timeout: defaults::registry_timeout(),
+                registry_timeout: p.registry_timeout,
             }),
             _ => None,
         }
@@ -380,11 +382,20 @@ pub struct JsonFormat {
     /// id before the document.
     #[serde(default = "defaults::raw_wire")]
     pub wire: Wire,
-    /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: with
-    /// `wire: confluent` it is required, and a message framed with any other id is a record
-    /// error. (A schema registry for JSON is not supported yet.)
+    /// Optional Confluent-API schema registry: a message framed with an id `schema_id` does not
+    /// list is decoded when the writer schema the registry has under that id is one the reader
+    /// schema reads (`gen --check --registry`'s rules), and is a record error otherwise.
+    #[serde(default)]
+    pub registry: Option<Template>,
+    /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: decoded
+    /// without asking the registry. With `wire: confluent` and no registry it is required, and a
+    /// message framed with any other id is a record error.
     #[serde(default)]
     pub schema_id: Option<SchemaIds>,
+    /// How long a failing schema registry lookup is retried, the record's lane paused meanwhile,
+    /// before the record becomes a record error under `errors.policy`.
+    #[serde(default = "defaults::registry_timeout")]
+    pub registry_timeout: Duration,
 }
 
 /// `format.protobuf:`
@@ -401,11 +412,20 @@ pub struct ProtobufFormat {
     /// schema id and the message-index path (zig-zag varints) before them.
     #[serde(default = "defaults::raw_wire")]
     pub wire: Wire,
-    /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: with
-    /// `wire: confluent` it is required, and a message framed with any other id is a record
-    /// error. (A schema registry for Protobuf is not supported yet.)
+    /// Optional Confluent-API schema registry: a message framed with an id `schema_id` does not
+    /// list is decoded when the writer schema the registry has under that id is one the reader
+    /// schema reads (`gen --check --registry`'s rules), and is a record error otherwise.
+    #[serde(default)]
+    pub registry: Option<Template>,
+    /// The registry id (or a list of ids) of the reader schema, as for `format.avro`: decoded
+    /// without asking the registry. With `wire: confluent` and no registry it is required, and a
+    /// message framed with any other id is a record error.
     #[serde(default)]
     pub schema_id: Option<SchemaIds>,
+    /// How long a failing schema registry lookup is retried, the record's lane paused meanwhile,
+    /// before the record becomes a record error under `errors.policy`.
+    #[serde(default = "defaults::registry_timeout")]
+    pub registry_timeout: Duration,
 }
 
 /// `format.avro.schema_id`: one id, or a list of them.

@@ -140,6 +140,22 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             let (schema_id, mut buf) = rt::avro::confluent(payload)?;
             rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
         ),
+        // With a registry, another id is decoded as it is if the registry's writer schema is one
+        // the reader reads (judged once per id), and is a record error otherwise.
+        (Wire::Confluent, Encoding::Json) if uses_registry => quote!(
+            let (schema_id, buf) = rt::avro::confluent(payload)?;
+            match &self.registry {
+                Some(registry) => registry.check(schema_id)?,
+                None => rt::json_read::reader_schema_id(schema_id, SCHEMA_IDS)?,
+            }
+        ),
+        (Wire::Confluent, Encoding::Protobuf) if uses_registry => quote!(
+            let (schema_id, buf) = rt::avro::confluent(payload)?;
+            match &self.registry {
+                Some(registry) => registry.check(schema_id)?,
+                None => rt::proto_read::reader_schema_id(schema_id, SCHEMA_IDS)?,
+            }
+        ),
         (Wire::Confluent, Encoding::Json) => quote!(
             let (schema_id, buf) = rt::avro::confluent(payload)?;
             rt::json_read::reader_schema_id(schema_id, SCHEMA_IDS)?;

@@ -209,19 +209,52 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     let uses_registry = format.uses_registry();
     let chains = if uses_registry {
         let registry = settings.value(&format.path("registry"))?;
+        let (registry_key, schema_id_key) = (format.path("registry"), format.path("schema_id"));
+        let empty = format!(
+            "{registry_key} resolved to an empty URL and {schema_id_key} is not set: Confluent-framed messages could \
+             not be told apart by writer schema; set the registry's variable, or set {schema_id_key} to the reader \
+             schema's registry id"
+        );
+        let bad_url = format!("{registry_key}: {{e}}");
+        let timeout = quote!(::std::time::Duration::from_millis(#registry_timeout));
+        // The reader schema in the form the registry client compares writers with: Avro's text,
+        // JSON Schema's text, the compiled `.proto` (a FileDescriptorSet, imports included).
+        let (reader_const, client) = match (format.encoding, &inputs.pipeline.input) {
+            (crate::model::Encoding::Avro, _) => {
+                (TokenStream::new(), quote!(rt::Registry::new(url, SCHEMA, SCHEMA_IDS, #timeout)))
+            }
+            (crate::model::Encoding::Json, _) => {
+                let text = &inputs.pipeline.schema_text;
+                (
+                    quote!(
+                        /// The reader JSON Schema, for judging the writer schemas the registry has.
+                        const READER_SCHEMA: &str = #text;
+                    ),
+                    quote!(rt::Registry::json(url, READER_SCHEMA, SCHEMA_IDS, #timeout)),
+                )
+            }
+            (crate::model::Encoding::Protobuf, crate::load::Input::Protobuf(message)) => {
+                let bytes = proc_macro2::Literal::byte_string(&message.descriptor_set);
+                let name = &message.name;
+                (
+                    quote!(
+                        /// The reader `.proto` and its imports, compiled by gen (a FileDescriptorSet),
+                        /// for judging the writer schemas the registry has.
+                        const READER_DESCRIPTOR_SET: &[u8] = #bytes;
+                    ),
+                    quote!(rt::Registry::protobuf(url, READER_DESCRIPTOR_SET, #name, SCHEMA_IDS, #timeout)),
+                )
+            }
+            (crate::model::Encoding::Protobuf, _) => unreachable!("a Protobuf pipeline's input is its message"),
+        };
         quote!(
+            #reader_const
             let registry = match #registry.trim() {
-                "" if SCHEMA_IDS.is_empty() => {
-                    return rt::startup_error(
-                        "format.avro.registry resolved to an empty URL and format.avro.schema_id is not set: \
-                         Confluent-framed messages could not be told apart by writer schema; set the registry's \
-                         variable, or set format.avro.schema_id to the reader schema's registry id",
-                    );
-                }
+                "" if SCHEMA_IDS.is_empty() => return rt::startup_error(#empty),
                 "" => None,
-                url => match rt::Registry::new(url, SCHEMA, SCHEMA_IDS, ::std::time::Duration::from_millis(#registry_timeout)) {
+                url => match #client {
                     Ok(registry) => Some(registry),
-                    Err(e) => return rt::startup_error(format!("format.avro.registry: {e}")),
+                    Err(e) => return rt::startup_error(format!(#bad_url)),
                 },
             };
             let chains = move || Chain { registry: registry.clone() };

@@ -175,8 +175,13 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     if matches!(v.model.sink, crate::model::Sink::Clickhouse(_)) {
         features.push("\"clickhouse\"");
     }
-    if v.model.format.get().uses_registry() {
-        features.push("\"registry\"");
+    let format = v.model.format.get();
+    if format.uses_registry() {
+        features.push(match format.encoding {
+            crate::model::Encoding::Avro => "\"registry\"",
+            crate::model::Encoding::Json => "\"registry-json\"",
+            crate::model::Encoding::Protobuf => "\"registry-protobuf\"",
+        });
     }
     if options.fault_injection {
         features.push("\"fault-injection\"");

@@ -14,10 +14,12 @@ it with the reader schema is only right when that id is the reader schema's: a m
 written after a producer evolved its schema (a field inserted, say) would be mis-decoded \
 without any error. So the binary must either know the reader schema's ids \
 (`format.avro.schema_id: 7`, or a list) and treat any other id as a record error, or ask a \
-schema registry (`format.avro.registry`) for every other id and resolve it to the reader \
-schema. A registry given as `${VAR}` passes this check; if the variable is empty at \
-start-up and no `schema_id` is set, the binary exits with code 2. The same holds for \
-`format.json` with `wire: confluent`, which has no registry yet: `schema_id` is required.",
+schema registry (`format.avro.registry`) for every other id: Avro writer schemas are resolved \
+to the reader schema, JSON Schema and Protobuf ones are checked by the rules of \
+`gen --check --registry` (a writer the reader cannot read makes its messages record errors). \
+A registry given as `${VAR}` passes this check; if the variable is empty at start-up and no \
+`schema_id` is set, the binary exits with code 2. The same holds for `format.json` and \
+`format.protobuf`.",
 };
 
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
@@ -27,19 +29,15 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     }
     let registry = format.registry.is_some_and(|t| !(t.is_literal() && t.as_str().trim().is_empty()));
     if format.schema_id.is_none() && !registry {
-        let help = match format.encoding {
-            Encoding::Avro => format!(
-                "add `schema_id: <the reader schema's registry id>` under `{}:` (other ids then become record \
-                 errors), or `registry: ${{SCHEMA_REGISTRY_URL}}` to resolve writer schemas, or `wire: raw` if the \
-                 messages carry no header",
-                format.path("")
-            ),
-            Encoding::Json | Encoding::Protobuf => format!(
-                "add `schema_id: <the reader schema's registry id>` under `{}:` (other ids then become record \
-                 errors), or `wire: raw` if the messages carry no header",
-                format.path("")
-            ),
+        let resolve = match format.encoding {
+            Encoding::Avro => "to resolve writer schemas",
+            Encoding::Json | Encoding::Protobuf => "to check writer schemas",
         };
+        let help = format!(
+            "add `schema_id: <the reader schema's registry id>` under `{}:` (other ids then become record errors), \
+             or `registry: ${{SCHEMA_REGISTRY_URL}}` {resolve}, or `wire: raw` if the messages carry no header",
+            format.path("")
+        );
         out.push(
             Diagnostic::error(
                 &RULE,
