@@ -2045,3 +2045,58 @@ fn protobuf_poison_dead_letter() {
 fn protobuf_poison_fail() {
     poisons_are_fatal::<ProtoPoison>(Variant::ProtobufFail, "protobuf");
 }
+
+/// A `.proto` as the registry's answer for a Protobuf schema.
+fn protobuf_answer(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    format!("{{\"schemaType\":\"PROTOBUF\",\"schema\":\"{escaped}\"}}")
+}
+
+/// Scenario 28: a schema registry for Protobuf (`pipeline-protobuf.yaml` with
+/// `SCHEMA_REGISTRY_URL` set). Orders framed with the reader's id (1), with id 2 (a writer that
+/// renamed `customer_id` and added a field: the reader reads it) and with id 3 (a writer whose
+/// `total_cents` is a string: it does not). The orders of ids 1 and 2 arrive exactly once; each
+/// order of id 3 is a record error (skipped under `errors.policy: skip`) and the log names the
+/// field; the registry is asked once per id, its verdicts cached.
+#[test]
+fn protobuf_registry_judges_writer_schemas() {
+    let _serial = serial();
+    prepare(Variant::Protobuf);
+    let _t = Timer::start("protobuf registry");
+    const N: i64 = 2_000;
+    const REFUSED: i64 = 50;
+    let reader = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/schemas/order.proto"))
+        .expect("the e2e .proto");
+    let evolved = reader.replace("int64 customer_id = 2;", "int64 customer = 2;").replace(
+        "google.protobuf.Timestamp created_at = 6;",
+        "google.protobuf.Timestamp created_at = 6;\n  string channel = 7;",
+    );
+    let broken = reader.replace("int64 total_cents = 4;", "string total_cents = 4;");
+    assert!(evolved != reader && broken != reader, "the e2e .proto changed: update the writers");
+    let (url, answered) = serving_schemas(vec![(2, protobuf_answer(&evolved)), (3, protobuf_answer(&broken))]);
+    let table = Variant::Protobuf.table();
+    let (topic, group) = (unique("e2e-protobuf-registry"), unique("e2e-protobuf-registry"));
+    // One partition: one lane asks the registry, so each id is looked up exactly once.
+    create_topic(&topic, 1);
+    let producer = Producer::protobuf(&topic);
+    producer.send_orders_over(0..N, 0, None, 1);
+    producer.send_orders_framed_over(N..2 * N, 2, 1);
+    producer.send_orders_framed_over(2 * N..2 * N + REFUSED, 3, 1);
+    producer.send_orders_over(2 * N + REFUSED..3 * N + REFUSED, 0, None, 1);
+    let produced = producer.finish();
+    let mut p = spawn(Variant::Protobuf, "protobuf-registry", &topic, &group, &[("SCHEMA_REGISTRY_URL", url.as_str())]);
+    let stats = await_rows(table, 3 * N, Duration::from_secs(120));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    let m = p.metrics().expect("metrics");
+    let verdicts = p.log_lines("the reader schema cannot read this writer schema");
+    p.stop_cleanly();
+    assert_eq!(stats, ChStats { count: 3 * N, uniq: 3 * N }, "the orders of ids 1 and 2 once each");
+    let read: Vec<i64> = (0..2 * N).chain(2 * N + REFUSED..3 * N + REFUSED).collect();
+    assert_eq!(ch_checksum(table, "1"), checksum(read), "their values, through the renamed field");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), REFUSED as f64, "each order of id 3 refused");
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2, "one lookup per writer id");
+    assert!(
+        verdicts.iter().any(|line| line.contains("total_cents = 4")),
+        "the verdict on id 3 is logged once, with the field: {verdicts:?}"
+    );
+}

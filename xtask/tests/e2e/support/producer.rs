@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::PARTITIONS;
 use super::infra::kafka_config;
-use super::records::{order, order_framed, order_json, order_proto};
+use super::records::{order, order_framed, order_json, order_json_framed, order_proto, order_proto_framed};
 
 /// Delivery reports: (tag, partition, offset) of every delivered message, and the failures.
 #[derive(Default)]
@@ -45,6 +45,8 @@ pub struct Producer {
     /// How an order is encoded: [`order`] (Avro, Confluent-framed), [`order_json`] or
     /// [`order_proto`].
     encode: fn(i64, usize) -> Vec<u8>,
+    /// How an order is framed with a given writer schema id ([`Producer::send_orders_framed`]).
+    frame: fn(i64, u32) -> Vec<u8>,
 }
 
 impl Producer {
@@ -55,17 +57,17 @@ impl Producer {
             .set("queue.buffering.max.messages", "1000000")
             .create_with_context(Reports::default())
             .expect("producer");
-        Producer { inner, topic: topic.to_owned(), sent: Arc::default(), encode: order }
+        Producer { inner, topic: topic.to_owned(), sent: Arc::default(), encode: order, frame: order_framed }
     }
 
     /// A producer whose orders are JSON documents ([`order_json`]).
     pub fn json(topic: &str) -> Self {
-        Producer { encode: order_json, ..Producer::new(topic) }
+        Producer { encode: order_json, frame: order_json_framed, ..Producer::new(topic) }
     }
 
     /// A producer whose orders are Protobuf messages ([`order_proto`]).
     pub fn protobuf(topic: &str) -> Self {
-        Producer { encode: order_proto, ..Producer::new(topic) }
+        Producer { encode: order_proto, frame: order_proto_framed, ..Producer::new(topic) }
     }
 
     /// Sends one message; `tag` identifies it in [`Produced::offsets`].
@@ -114,9 +116,14 @@ impl Producer {
 
     /// Sends orders `ids` as [`Producer::send_orders`] does, framed with writer schema `schema_id`.
     pub fn send_orders_framed(&self, ids: std::ops::Range<i64>, schema_id: u32) {
+        self.send_orders_framed_over(ids, schema_id, PARTITIONS);
+    }
+
+    /// [`Producer::send_orders_framed`] over a topic of `partitions` partitions.
+    pub fn send_orders_framed_over(&self, ids: std::ops::Range<i64>, schema_id: u32, partitions: i32) {
         for id in ids {
-            let payload = order_framed(id, schema_id);
-            self.send(id as usize, (id % PARTITIONS as i64) as i32, id.to_string().as_bytes(), Some(&payload));
+            let payload = (self.frame)(id, schema_id);
+            self.send(id as usize, (id % partitions as i64) as i32, id.to_string().as_bytes(), Some(&payload));
         }
     }
 

@@ -100,6 +100,23 @@ pub fn order_proto(id: i64, coupon_len: usize) -> Vec<u8> {
     payload
 }
 
+/// [`order_json`] framed with writer schema `schema_id` (for pipelines with `wire: confluent`).
+pub fn order_json_framed(id: i64, schema_id: u32) -> Vec<u8> {
+    let mut payload = vec![0];
+    payload.extend(schema_id.to_be_bytes());
+    payload.extend(order_json(id, 0));
+    payload
+}
+
+/// [`order_proto`] framed with writer schema `schema_id` (message-index path: the first message).
+pub fn order_proto_framed(id: i64, schema_id: u32) -> Vec<u8> {
+    let mut payload = vec![0];
+    payload.extend(schema_id.to_be_bytes());
+    payload.push(0);
+    payload.extend(order_message(id, 0));
+    payload
+}
+
 /// The Protobuf message of order `id`, without framing.
 pub fn order_message(id: i64, coupon_len: usize) -> Vec<u8> {
     fn varint(buf: &mut Vec<u8>, mut v: u64) {

@@ -90,6 +90,37 @@ impl StoppableRegistry {
     }
 }
 
+/// A stub registry that answers `GET /schemas/ids/{id}` with the JSON answer given for `id` (404
+/// for any other id). Returns its URL and the count of lookups it answered with a schema.
+pub fn serving_schemas(answers: Vec<(u32, String)>) -> (String, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = listener.local_addr().expect("bound");
+    let answered = Arc::new(AtomicU64::new(0));
+    let counter = answered.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 1024];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let line = String::from_utf8_lossy(&request[..n]).into_owned();
+            let found = answers.iter().find(|(id, _)| line.starts_with(&format!("GET /schemas/ids/{id} ")));
+            let (status, body) = match found {
+                Some((_, body)) => {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    ("200 OK", body.as_str())
+                }
+                None => ("404 Not Found", "{}"),
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (format!("http://{addr}"), answered)
+}
+
 /// The e2e reader schema as the registry's JSON answer.
 fn known_schema() -> String {
     let schema = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/schemas/order.avsc"))
