@@ -20,7 +20,7 @@ fn framed(doc: &str) -> Vec<u8> {
 
 /// Decodes one payload: the row it produced (as JSON), or the record error's text.
 fn decode(payload: &[u8]) -> Result<Value, String> {
-    let mut chain = sink::Chain;
+    let mut chain = sink::Chain::default();
     let mut harness = rt::ChainHarness::new(1);
     let record = rt::Record { payload: Some(payload), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
     let rows = harness.process(&mut chain, &record).map_err(|e| e.to_string())?;

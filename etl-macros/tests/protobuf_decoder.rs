@@ -44,7 +44,7 @@ const HEADER: usize = 8;
 
 /// Decodes one payload: the row it produced (as JSON), or the record error's text.
 fn decode(payload: &[u8]) -> Result<Value, String> {
-    Ok(serde_json::from_slice(&decode_text(&mut sink::Chain, payload)?).expect("an NDJSON row"))
+    Ok(serde_json::from_slice(&decode_text(&mut sink::Chain::default(), payload)?).expect("an NDJSON row"))
 }
 
 /// Runs `chain` on one payload: the row's NDJSON text, or the record error's text.
@@ -305,7 +305,7 @@ fn repeated_keys_timestamps_wrappers_and_oneof_members_merge_as_protobuf_says() 
     m.extend([3, 0x22, 1, b'x']);
     m.extend(tag(23, 2));
     m.extend([1, b'u']);
-    let text = String::from_utf8(decode_text(&mut sink::Chain, &framed(&m)).unwrap()).unwrap();
+    let text = String::from_utf8(decode_text(&mut sink::Chain::default(), &framed(&m)).unwrap()).unwrap();
     assert!(text.contains(r#""attrs":{"b":2,"a":3}"#), "the last entry of a key, once: {text}");
     let row: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(row["at"], "1970-01-01T00:00:05.000000007Z", "a Timestamp that comes twice is merged");
