@@ -1336,6 +1336,7 @@ fn durable_broker_restarted_and_killed() {
         );
         let committed_before: i64 = before[0].values().sum();
         let assigned_before = pipelines[0].log_lines("partitions assigned").len();
+        let lost_at_fault = pipelines[0].log_lines("assignment lost:").len();
         let fault = Instant::now();
         stop_broker(&broker, signal);
         if signal == "KILL" {
@@ -1354,18 +1355,47 @@ fn durable_broker_restarted_and_killed() {
         for p in &mut pipelines {
             assert!(p.try_exit().is_none(), "[{}] survives SIG{signal} of the broker:\n{}", p.label, p.log_tail());
         }
-        let settling = Instant::now();
-        while settling.elapsed() < Duration::from_secs(30)
-            && committed_total(alo_group, alo_topic, PARTITIONS) <= committed_before
-            && pipelines[0].log_lines("partitions assigned").len() == assigned_before
-        {
+        // Rows durable past the committed offsets, sampled every 100 ms from here. The bound is
+        // the sample taken when the at-least-once binary settled: a commit landed, or its
+        // partitions were assigned again. A commit that lands does not save the assignment,
+        // though: the session may still run out (it counts from the last heartbeat before the
+        // fault), and then the drained lanes' rows past the commits are what the next assignment
+        // writes again. So sampling goes on until the session has surely run out (20 s after the
+        // fault); after a loss the bound is the last sample taken before the partitions were
+        // assigned again, when nothing of the new assignment can have been written yet.
+        let (mut settled, mut previous) = (None, None);
+        let sampling = Instant::now();
+        let durable = loop {
+            let now = ch_stats(Variant::Skip.table()).count;
+            let p = &pipelines[0];
+            if p.log_lines("assignment lost:").len() > lost_at_fault && reassigned_after_loss(p) {
+                break previous.unwrap_or(now);
+            }
+            if settled.is_none()
+                && (committed_total(alo_group, alo_topic, PARTITIONS) > committed_before
+                    || p.log_lines("partitions assigned").len() > assigned_before)
+            {
+                settled = Some(now);
+            }
+            if let Some(settled) = settled
+                && fault.elapsed() >= Duration::from_secs(20)
+                && p.log_lines("assignment lost:").len() == lost_at_fault
+            {
+                break settled;
+            }
+            assert!(
+                sampling.elapsed() < Duration::from_secs(120),
+                "SIG{signal}: the at-least-once binary neither settled nor was assigned again in 120 s:\n{}",
+                p.log_tail()
+            );
+            previous = Some(now);
             std::thread::sleep(Duration::from_millis(100));
-        }
-        let durable = ch_stats(Variant::Skip.table()).count;
+        };
         at_risk += durable - committed_before;
         eprintln!(
             "durable: SIG{signal} to the broker; the committed offsets survived: {before:?}; {} rows durable past \
-             them when the at-least-once binary settled, {:.1} s after the fault",
+             them when the at-least-once binary settled (or before it was assigned again after losing its \
+             assignment); sampling ended {:.1} s after the fault",
             durable - committed_before,
             fault.elapsed().as_secs_f64()
         );
@@ -1395,6 +1425,13 @@ fn durable_broker_restarted_and_killed() {
         alo.duplicates() <= at_risk,
         "duplicates only from rows made durable past the committed offsets while commits could not land"
     );
+}
+
+/// Whether the log shows the partitions assigned again after the last lost assignment.
+fn reassigned_after_loss(p: &Process) -> bool {
+    let text = p.log_text();
+    let Some(loss) = text.rfind("assignment lost:") else { return false };
+    text[loss..].contains("partitions assigned")
 }
 
 /// Scenario 17: two durable brokers over one bucket, both given as bootstrap servers. The one the
