@@ -67,8 +67,8 @@ pub fn missing(field: &'static str) -> JsonError {
     JsonError { what: "a required property is missing", field, at: NOWHERE }
 }
 
-/// Checks that a Confluent-framed document was written with the reader schema (`format.json`
-/// has no registry yet: any other id is a record error).
+/// Checks that a Confluent-framed document was written with the reader schema when no registry
+/// is set (`format.json.registry`): any other id is a record error.
 #[inline]
 pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
     super::reader_schema_id(

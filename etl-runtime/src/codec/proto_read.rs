@@ -60,8 +60,8 @@ impl From<ProtoError> for RecordError {
     }
 }
 
-/// Checks that a Confluent-framed message was written with the reader schema (`format.protobuf`
-/// has no registry yet: any other id is a record error).
+/// Checks that a Confluent-framed message was written with the reader schema when no registry
+/// is set (`format.protobuf.registry`): any other id is a record error.
 #[inline]
 pub fn reader_schema_id(id: u32, reader_ids: &[u32]) -> Result<(), RecordError> {
     super::reader_schema_id(
