@@ -140,30 +140,27 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             let (schema_id, mut buf) = rt::avro::confluent(payload)?;
             rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
         ),
-        // With a registry, another id is decoded as it is if the registry's writer schema is one
-        // the reader reads (judged once per id), and is a record error otherwise.
-        (Wire::Confluent, Encoding::Json) if uses_registry => quote!(
-            let (schema_id, buf) = rt::avro::confluent(payload)?;
-            match &self.registry {
-                Some(registry) => registry.check(schema_id)?,
-                None => rt::json_read::reader_schema_id(schema_id, SCHEMA_IDS)?,
-            }
-        ),
-        (Wire::Confluent, Encoding::Protobuf) if uses_registry => quote!(
-            let (schema_id, buf) = rt::avro::confluent(payload)?;
-            match &self.registry {
-                Some(registry) => registry.check(schema_id)?,
-                None => rt::proto_read::reader_schema_id(schema_id, SCHEMA_IDS)?,
-            }
-        ),
-        (Wire::Confluent, Encoding::Json) => quote!(
-            let (schema_id, buf) = rt::avro::confluent(payload)?;
-            rt::json_read::reader_schema_id(schema_id, SCHEMA_IDS)?;
-        ),
-        (Wire::Confluent, Encoding::Protobuf) => quote!(
-            let (schema_id, buf) = rt::avro::confluent(payload)?;
-            rt::proto_read::reader_schema_id(schema_id, SCHEMA_IDS)?;
-        ),
+        // Without a registry only the reader schema's own ids can be decoded; with one, another
+        // id is decoded as it is if the registry's writer schema is one the reader reads (judged
+        // once per id), and is a record error otherwise.
+        (Wire::Confluent, Encoding::Json | Encoding::Protobuf) => {
+            let id_rule = match format.encoding {
+                Encoding::Json => quote!(rt::json_read::reader_schema_id),
+                _ => quote!(rt::proto_read::reader_schema_id),
+            };
+            let check = if uses_registry {
+                quote!(match &self.registry {
+                    Some(registry) => registry.check(schema_id)?,
+                    None => #id_rule(schema_id, SCHEMA_IDS)?,
+                })
+            } else {
+                quote!(#id_rule(schema_id, SCHEMA_IDS)?;)
+            };
+            quote!(
+                let (schema_id, buf) = rt::avro::confluent(payload)?;
+                #check
+            )
+        }
         (Wire::Raw, Encoding::Avro) => bench_framing.clone(),
         (Wire::Raw, Encoding::Json | Encoding::Protobuf) => quote!(let buf = payload;),
     };
