@@ -42,11 +42,6 @@ pub(crate) const CACHE_CAPACITY: usize = 1024;
 /// like any other failure.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[cfg(feature = "registry-protobuf")]
-/// How deep Protobuf references may nest (a schema that imports one that imports ...), so a
-/// reference cycle in a broken registry ends.
-const MAX_REFERENCE_DEPTH: usize = 16;
-
 /// The datum to decode: the message's own bytes, or the reader-shaped re-encoding.
 #[derive(Debug)]
 pub enum Datum<'a> {
@@ -256,10 +251,16 @@ impl Registry {
         if self.inner.reader_ids.contains(&id) {
             return Ok(());
         }
-        match self.entry(id)?.as_ref() {
+        // Per record: judged under the read lock, without taking a reference to the entry (an
+        // atomic count every thread would write).
+        let verdict = |entry: &Entry| match entry {
             Entry::Same | Entry::Writer(_) => Ok(()),
             Entry::Unreadable(why) => Err(RecordError::new(RecordErrorKind::Decode, why.clone())),
+        };
+        if let Some(entry) = self.inner.cache.read().expect("registry cache lock").get(&id) {
+            return verdict(entry);
         }
+        verdict(self.entry(id)?.as_ref())
     }
 
     /// What is known of `id`: cached, or fetched and judged now.
@@ -374,45 +375,16 @@ impl Registry {
             #[cfg(feature = "registry-protobuf")]
             Reader::Protobuf(message) => {
                 let mut imports = BTreeMap::new();
-                self.references(id, &answer, &mut imports, 0)?;
+                etl_schema::protobuf::fetch_references(&answer, &mut |path| self.get(id, path), &mut imports).map_err(
+                    |e| match e {
+                        etl_schema::protobuf::ReferenceError::Fetch(e) => e,
+                        // A registry mid-write may answer with less than it will: asked again.
+                        etl_schema::protobuf::ReferenceError::Malformed(what) => self.unavailable(id, &what),
+                    },
+                )?;
                 Ok(self.verdict(id, etl_schema::protobuf::compat::check(message, text, &imports)))
             }
         }
-    }
-
-    /// The texts of the schemas `answer` references (a `.proto`'s imports) and theirs, by the
-    /// name they are imported under, each from `/subjects/{subject}/versions/{version}`.
-    #[cfg(feature = "registry-protobuf")]
-    fn references(
-        &self,
-        id: u32,
-        answer: &serde_json::Value,
-        imports: &mut BTreeMap<String, String>,
-        depth: usize,
-    ) -> Result<(), RecordError> {
-        let Some(references) = answer.get("references").and_then(|r| r.as_array()) else { return Ok(()) };
-        for reference in references {
-            let field = |key: &str| reference.get(key).map(|v| v.as_str().map(str::to_owned).unwrap_or(v.to_string()));
-            let (Some(name), Some(subject), Some(version)) = (field("name"), field("subject"), field("version")) else {
-                return Err(
-                    self.unavailable(id, &format!("a reference without name, subject and version: {reference}"))
-                );
-            };
-            if imports.contains_key(&name) {
-                continue;
-            }
-            if depth >= MAX_REFERENCE_DEPTH {
-                return Err(self.unavailable(id, "references nest deeper than 16: a cycle?"));
-            }
-            let referenced =
-                self.get(id, &format!("/subjects/{}/versions/{version}", etl_schema::path_segment(&subject)))?;
-            let Some(text) = referenced.get("schema").and_then(|s| s.as_str()) else {
-                return Err(self.unavailable(id, &format!("reference `{name}`: the answer has no `schema`")));
-            };
-            imports.insert(name, text.to_owned());
-            self.references(id, &referenced, imports, depth + 1)?;
-        }
-        Ok(())
     }
 
     /// The entry of a writer schema with these findings, logged once (it is cached).

@@ -433,3 +433,63 @@ pub fn record_name(full_name: &str) -> String {
         })
         .collect()
 }
+
+/// Why [`fetch_references`] stopped: `get` failed, or an answer is not what the registry API
+/// says it is.
+#[derive(Debug)]
+pub enum ReferenceError<E> {
+    /// `get`'s own error.
+    Fetch(E),
+    /// A reference without name, subject or version, a loop deeper than [`MAX_REFERENCE_DEPTH`],
+    /// or a referenced version without a schema.
+    Malformed(String),
+}
+
+/// How deep references may nest: deep enough for any real import chain, and a bound on a
+/// registry whose references loop.
+pub const MAX_REFERENCE_DEPTH: usize = 16;
+
+/// Fetches the schemas a registry answer's `references` name (`{"name", "subject", "version"}`),
+/// and theirs, into `imports` by name, which is what the `.proto` imports them under. `get`
+/// answers a registry path (`/subjects/{subject}/versions/{version}`) with its JSON.
+pub fn fetch_references<E>(
+    answer: &serde_json::Value,
+    get: &mut dyn FnMut(&str) -> Result<serde_json::Value, E>,
+    imports: &mut BTreeMap<String, String>,
+) -> Result<(), ReferenceError<E>> {
+    references(answer, get, imports, 0)
+}
+
+fn references<E>(
+    answer: &serde_json::Value,
+    get: &mut dyn FnMut(&str) -> Result<serde_json::Value, E>,
+    imports: &mut BTreeMap<String, String>,
+    depth: usize,
+) -> Result<(), ReferenceError<E>> {
+    let malformed = |what: String| ReferenceError::Malformed(what);
+    let Some(list) = answer.get("references").and_then(|r| r.as_array()) else { return Ok(()) };
+    for reference in list {
+        let field =
+            |key: &str| reference.get(key).ok_or_else(|| malformed(format!("a reference has no `{key}`: {reference}")));
+        let name =
+            field("name")?.as_str().ok_or_else(|| malformed("a reference's name is not text".into()))?.to_owned();
+        if imports.contains_key(&name) {
+            continue;
+        }
+        if depth >= MAX_REFERENCE_DEPTH {
+            return Err(malformed(format!("references nest deeper than {MAX_REFERENCE_DEPTH} (at `{name}`)")));
+        }
+        let subject =
+            field("subject")?.as_str().ok_or_else(|| malformed("a reference's subject is not text".into()))?;
+        let version =
+            field("version")?.as_u64().ok_or_else(|| malformed("a reference's version is not a number".into()))?;
+        let referenced = get(&format!("/subjects/{}/versions/{version}", crate::path_segment(subject)))
+            .map_err(ReferenceError::Fetch)?;
+        let text = referenced.get("schema").and_then(|s| s.as_str()).ok_or_else(|| {
+            malformed(format!("the reference `{name}` (subject `{subject}` version {version}) has no schema"))
+        })?;
+        imports.insert(name, text.to_owned());
+        references(&referenced, get, imports, depth + 1)?;
+    }
+    Ok(())
+}

@@ -154,41 +154,12 @@ fn fetch(url: &str, subject: &str, encoding: Encoding) -> Result<Vec<WriterVersi
         let schema = body.get("schema").and_then(|s| s.as_str()).ok_or(format!("version {version} has no schema"))?;
         let id = body.get("id").and_then(|i| i.as_u64()).and_then(|i| u32::try_from(i).ok()).unwrap_or_default();
         let mut imports = BTreeMap::new();
-        references(&get, &body, &mut imports, 0).map_err(|e| format!("version {version}: {e}"))?;
+        etl_schema::protobuf::fetch_references(&body, &mut |path| get(path), &mut imports).map_err(|e| {
+            let (etl_schema::protobuf::ReferenceError::Fetch(e) | etl_schema::protobuf::ReferenceError::Malformed(e)) =
+                e;
+            format!("version {version}: {e}")
+        })?;
         versions.push(WriterVersion { version, id, schema: schema.to_owned(), imports });
     }
     Ok(versions)
-}
-
-/// Fetches the schemas `body`'s `references` name (`{"name", "subject", "version"}`), and theirs,
-/// into `imports` by name: a `.proto` imports them under those names.
-fn references(
-    get: &dyn Fn(&str) -> Result<serde_json::Value, String>,
-    body: &serde_json::Value,
-    imports: &mut BTreeMap<String, String>,
-    depth: usize,
-) -> Result<(), String> {
-    // Deep enough for any real import chain, and a bound on a registry whose references loop.
-    const MAX_DEPTH: usize = 16;
-    let Some(list) = body.get("references").and_then(|r| r.as_array()) else { return Ok(()) };
-    for reference in list {
-        let field = |key: &str| reference.get(key).ok_or(format!("a reference has no `{key}`: {reference}"));
-        let name = field("name")?.as_str().ok_or("a reference's name is not text")?.to_owned();
-        if imports.contains_key(&name) {
-            continue;
-        }
-        if depth >= MAX_DEPTH {
-            return Err(format!("references nest deeper than {MAX_DEPTH} (at `{name}`)"));
-        }
-        let subject = field("subject")?.as_str().ok_or("a reference's subject is not text")?;
-        let version = field("version")?.as_u64().ok_or("a reference's version is not a number")?;
-        let referenced = get(&format!("/subjects/{}/versions/{version}", etl_schema::path_segment(subject)))?;
-        let text = referenced
-            .get("schema")
-            .and_then(|s| s.as_str())
-            .ok_or(format!("the reference `{name}` (subject `{subject}` version {version}) has no schema"))?;
-        imports.insert(name, text.to_owned());
-        references(get, &referenced, imports, depth + 1)?;
-    }
-    Ok(())
 }
