@@ -17,7 +17,7 @@ pub fn stub_registry() -> String {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            answer(stream, &known, &["1"]);
+            answer_known(stream, &known, &["1"]);
         }
     });
     format!("http://{addr}")
@@ -58,7 +58,7 @@ impl StoppableRegistry {
                     match l.accept() {
                         Ok((stream, _)) => {
                             stream.set_nonblocking(false).unwrap();
-                            if answer(stream, &known, &["1", "2", "3"]) {
+                            if answer_known(stream, &known, &["1", "2", "3"]) {
                                 answered.fetch_add(1, Ordering::SeqCst);
                             }
                         }
@@ -99,23 +99,12 @@ pub fn serving_schemas(answers: Vec<(u32, String)>) -> (String, Arc<AtomicU64>) 
     let counter = answered.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 1024];
-            let n = stream.read(&mut request).unwrap_or(0);
-            let line = String::from_utf8_lossy(&request[..n]).into_owned();
-            let found = answers.iter().find(|(id, _)| line.starts_with(&format!("GET /schemas/ids/{id} ")));
-            let (status, body) = match found {
-                Some((_, body)) => {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    ("200 OK", body.as_str())
-                }
-                None => ("404 Not Found", "{}"),
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let Ok(stream) = stream else { continue };
+            let body_for =
+                |id: &str| answers.iter().find(|(known, _)| known.to_string() == id).map(|(_, b)| b.as_str());
+            if answer(stream, body_for) {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
         }
     });
     (format!("http://{addr}"), answered)
@@ -129,14 +118,23 @@ fn known_schema() -> String {
     format!("{{\"schema\":\"{escaped}\"}}")
 }
 
-/// Answers one request: the schema for `GET /schemas/ids/{id}` with `id` in `ids`, 404 otherwise.
-/// Returns whether it answered with the schema.
-fn answer(mut stream: TcpStream, known: &str, ids: &[&str]) -> bool {
+/// Answers one request: for `GET /schemas/ids/{id}`, what `body_for(id)` gives, or 404 when it
+/// gives nothing. Returns whether it answered with a schema.
+fn answer<'a>(mut stream: TcpStream, body_for: impl Fn(&str) -> Option<&'a str>) -> bool {
     let mut request = [0u8; 1024];
     let n = stream.read(&mut request).unwrap_or(0);
     let line = String::from_utf8_lossy(&request[..n]);
-    let found = ids.iter().any(|id| line.starts_with(&format!("GET /schemas/ids/{id} ")));
-    let (status, body) = if found { ("200 OK", known) } else { ("404 Not Found", "{}") };
+    let found =
+        line.strip_prefix("GET /schemas/ids/").and_then(|rest| rest.split_once(' ')).and_then(|(id, _)| body_for(id));
+    let (status, body) = match found {
+        Some(body) => ("200 OK", body),
+        None => ("404 Not Found", "{}"),
+    };
     let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-    found
+    found.is_some()
+}
+
+/// [`answer`] with the reader schema for the ids in `ids`.
+fn answer_known(stream: TcpStream, known: &str, ids: &[&str]) -> bool {
+    answer(stream, |id| ids.contains(&id).then_some(known))
 }
