@@ -360,6 +360,17 @@ impl<'a> Reader<'a> {
         // make each digit a multiplication and a branch); a longer run is out of range anyway,
         // as JSON has no leading zeros.
         let mut magnitude: u64 = 0;
+        // A word (eight bytes) at a time: the digits it starts with are counted and combined
+        // without a branch per digit, so the ten-digit ids and cents of most messages take two
+        // words instead of ten dependent multiply-adds. Near the end of the buffer, where no
+        // word is left, one digit at a time.
+        while let Some((value, n)) = digit_word(self.buf, i) {
+            magnitude = magnitude.wrapping_mul(POWERS_OF_TEN[n]).wrapping_add(value);
+            i += n;
+            if n < 8 {
+                break;
+            }
+        }
         while let Some(&b) = self.buf.get(i) {
             let d = b.wrapping_sub(b'0');
             if d > 9 {
@@ -368,17 +379,44 @@ impl<'a> Reader<'a> {
             magnitude = magnitude.wrapping_mul(10).wrapping_add(u64::from(d));
             i += 1;
         }
-        if i - digits_start > 19 {
-            self.pos = start;
+        let digits = i - digits_start;
+        // One test for the common case (1 to 19 digits, no leading zero, no fraction, in range);
+        // the rest (errors, and whole numbers written with a fraction or an exponent) is out of
+        // line, so the hot path stays small enough to keep its values in registers.
+        let limit = i64::MAX as u64 + u64::from(negative);
+        if digits == 0
+            || digits > 19
+            || (digits > 1 && self.buf[digits_start] == b'0')
+            || matches!(self.buf.get(i), Some(b'.' | b'e' | b'E'))
+            || magnitude > limit
+        {
+            return self.i64_unusual(start, digits_start, i, field);
+        }
+        self.pos = i;
+        Ok(if negative { (magnitude as i64).wrapping_neg() } else { magnitude as i64 })
+    }
+
+    /// [`Reader::i64`] for what is not a plain integer in range: the error that says why, or the
+    /// value of a whole number written with a fraction or an exponent (`digits_start..end` are
+    /// the digits read, `start` where the number begins).
+    #[cold]
+    #[inline(never)]
+    fn i64_unusual(
+        &mut self,
+        start: usize,
+        digits_start: usize,
+        end: usize,
+        field: &'static str,
+    ) -> Result<i64, JsonError> {
+        self.pos = start;
+        let digits = end - digits_start;
+        if digits > 19 {
             return Err(self.error("integer out of the range of Int64", field));
         }
-        let digits = i - digits_start;
         if digits == 0 || (digits > 1 && self.buf[digits_start] == b'0') {
-            self.pos = start;
             return Err(self.error("malformed number", field));
         }
-        if matches!(self.buf.get(i), Some(b'.' | b'e' | b'E')) {
-            self.pos = start;
+        if matches!(self.buf.get(end), Some(b'.' | b'e' | b'E')) {
             let f = self.f64(field)?;
             const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
             if f.fract() == 0.0 && f.abs() <= EXACT {
@@ -387,20 +425,7 @@ impl<'a> Reader<'a> {
             self.pos = start;
             return Err(self.error("expected an integer, found a number with a fraction", field));
         }
-        self.pos = i;
-        if negative {
-            if magnitude <= 1 << 63 {
-                Ok((magnitude as i64).wrapping_neg())
-            } else {
-                self.pos = start;
-                Err(self.error("integer out of the range of Int64", field))
-            }
-        } else {
-            i64::try_from(magnitude).map_err(|_| {
-                self.pos = start;
-                self.error("integer out of the range of Int64", field)
-            })
-        }
+        Err(self.error("integer out of the range of Int64", field))
     }
 
     /// Any number, as a double.
@@ -836,6 +861,34 @@ fn special(buf: &[u8], from: usize) -> Option<usize> {
     memchr::memchr2(b'"', b'\\', buf.get(i..)?).map(|j| i + j)
 }
 
+/// 10^n for the digit counts of [`digit_word`].
+const POWERS_OF_TEN: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+
+/// The ASCII digits that `buf[at..at + 8]` starts with: their value and how many there are (0 to
+/// 8); `None` when fewer than eight bytes are left. One word, no branch per digit: a byte is a
+/// digit when its high nibble is 3 and stays 3 after adding 6, and the first byte that is not
+/// gives the count (a carry from adding 6 only leaves a byte of at least 0xFA, itself not a
+/// digit, so the bytes below the first non-digit are judged exactly). The digits are shifted to
+/// the top of the word (the zero bytes below them read as leading zeros) and combined into
+/// pairs, quads and the eight by three multiply-adds; each lane's sum stays below the next lane
+/// (99, 9999, 99999999).
+#[inline(always)]
+fn digit_word(buf: &[u8], at: usize) -> Option<(u64, usize)> {
+    const NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    let chunk = buf.get(at..at + 8)?;
+    let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+    let not_digits = ((w & NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & NIBBLES) >> 4)) ^ 0x3333_3333_3333_3333;
+    // Little-endian: the first byte is the lowest, and the first digit the most significant.
+    let n = (not_digits.trailing_zeros() / 8) as usize;
+    if n == 0 {
+        return Some((0, 0));
+    }
+    let d = w.wrapping_sub(0x3030_3030_3030_3030) << (8 * (8 - n));
+    let d = (d * 10 + (d >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let d = (d * 100 + (d >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some(((d * 10_000 + (d >> 32)) & 0xFFFF_FFFF, n))
+}
+
 /// The end of the number starting at `start` by JSON's grammar, and whether it is a plain
 /// integer (no fraction, no exponent); `None` when it breaks the grammar.
 #[inline]
@@ -899,14 +952,16 @@ fn parse_date(s: &[u8]) -> Option<i64> {
     if s.len() != 10 {
         return None;
     }
-    date_prefix(s)
-}
-
-fn date_prefix(s: &[u8]) -> Option<i64> {
-    if s.get(4) != Some(&b'-') || s.get(7) != Some(&b'-') {
+    let (y, m, d) = (digits(s, 0, 4)?, digits(s, 5, 2)?, digits(s, 8, 2)?);
+    if s[4] != b'-' || s[7] != b'-' {
         return None;
     }
-    let (y, m, d) = (digits(s, 0, 4)?, digits(s, 5, 2)?, digits(s, 8, 2)?);
+    civil_days(y as u32, m as u32, d as u32)
+}
+
+/// Days since 1970-01-01 of a date with a four-digit year, checked against its month.
+#[inline(always)]
+fn civil_days(y: u32, m: u32, d: u32) -> Option<i64> {
     let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     let days_in_month = match m {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
@@ -918,20 +973,63 @@ fn date_prefix(s: &[u8]) -> Option<i64> {
     if d < 1 || d > days_in_month {
         return None;
     }
-    Some(super::days_from_civil(y, m as u32, d as u32))
+    // Howard Hinnant's `days_from_civil` (as `super::days_from_civil`) with the year moved up by
+    // one 400-year era, so that it is never negative and the divisions are unsigned ones, which
+    // compile to a multiplication and a shift without the sign fix-ups of `div_euclid`.
+    let y = u64::from(y) + 400 - u64::from(m <= 2);
+    let (era, yoe) = (y / 400, y % 400);
+    let m = u64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + u64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some((era * 146_097 + doe) as i64 - 719_468 - 146_097)
+}
+
+/// Whether the bytes of `w` that `mask` selects are all ASCII digits (see [`digit_word`] for the
+/// test; a carry out of an unselected byte only comes from a byte of at least 0xFA, which the
+/// callers reject as a separator anyway).
+#[inline(always)]
+fn all_digits(w: u64, mask: u64) -> bool {
+    const NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    ((w & NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & NIBBLES) >> 4)) & mask == 0x3333_3333_3333_3333 & mask
+}
+
+/// Byte `k` of `w`, less `'0'`.
+#[inline(always)]
+fn digit_of(w: u64, k: u32) -> u32 {
+    ((w >> (8 * k)) as u32 & 0xFF).wrapping_sub(u32::from(b'0'))
 }
 
 /// An RFC 3339 date-time (`T`, `t` or a space between date and time; `Z`, `z` or `±HH:MM`) as
 /// microseconds since the epoch, UTC.
+///
+/// The fixed head `YYYY-MM-DDTHH:MM` is read as two words: its twelve digits checked in two
+/// word tests and its separators in two masked comparisons, rather than a branch per byte.
 fn parse_rfc3339_micros(s: &[u8]) -> Option<i64> {
-    let days = date_prefix(s)?;
-    if !matches!(s.get(10), Some(b'T' | b't' | b' ')) || s.get(13) != Some(&b':') || s.get(16) != Some(&b':') {
+    let word = |at: usize| s.get(at..at + 8).map(|c| u64::from_le_bytes(c.try_into().expect("eight bytes")));
+    // `YYYY-MM-` and `DDTHH:MM` (the `T` is checked below, as it has three spellings).
+    let (w0, w1) = (word(0)?, word(8)?);
+    const DATE_DIGITS: u64 = 0x00FF_FF00_FFFF_FFFF;
+    const TIME_DIGITS: u64 = 0xFFFF_00FF_FF00_FFFF;
+    const DATE_DASHES: u64 = 0xFF00_00FF_0000_0000;
+    const TIME_COLON: u64 = 0x0000_FF00_0000_0000;
+    if !all_digits(w0, DATE_DIGITS)
+        || !all_digits(w1, TIME_DIGITS)
+        || w0 & DATE_DASHES != 0x2D00_002D_0000_0000
+        || w1 & TIME_COLON != 0x0000_3A00_0000_0000
+        || !matches!(s[10], b'T' | b't' | b' ')
+        || s.get(16) != Some(&b':')
+    {
         return None;
     }
-    let (h, mi, sec) = (digits(s, 11, 2)?, digits(s, 14, 2)?, digits(s, 17, 2)?);
+    let y = digit_of(w0, 0) * 1000 + digit_of(w0, 1) * 100 + digit_of(w0, 2) * 10 + digit_of(w0, 3);
+    let (m, d) = (digit_of(w0, 5) * 10 + digit_of(w0, 6), digit_of(w1, 0) * 10 + digit_of(w1, 1));
+    let (h, mi) = (digit_of(w1, 3) * 10 + digit_of(w1, 4), digit_of(w1, 6) * 10 + digit_of(w1, 7));
+    let sec = digits(s, 17, 2)?;
     if h > 23 || mi > 59 || sec > 59 {
         return None;
     }
+    let days = civil_days(y, m, d)?;
+    let (h, mi) = (i64::from(h), i64::from(mi));
     let mut i = 19;
     let mut micros = 0i64;
     if s.get(i) == Some(&b'.') {
@@ -1205,6 +1303,56 @@ mod tests {
         fn strings_agree_with_serde_json(s in ".*") {
             let text = serde_json::to_string(&s).unwrap();
             proptest::prop_assert_eq!(reader(&text).string("s").unwrap(), s);
+        }
+
+        // Integers of every length (the eight-digit words and the digits after them), followed
+        // by what may follow a value, read back as printed and leave the reader after them.
+        #[test]
+        fn integers_of_every_length_agree_with_std(n in proptest::prelude::any::<i64>(), shift in 0u32..64, tail in "[,}\\] a]{0,9}") {
+            let v = n >> shift;
+            let text = format!("{v}{tail}");
+            let mut r = reader(&text);
+            proptest::prop_assert_eq!(r.i64("n").unwrap(), v);
+            proptest::prop_assert_eq!(&text[r.pos..], tail.as_str());
+        }
+
+        #[test]
+        fn digit_words_agree_with_std(bytes in proptest::collection::vec(proptest::prop_oneof![4 => b'/'..=b':', 1 => proptest::prelude::any::<u8>()], 0..12), at in 0usize..4) {
+            let expected = bytes.get(at..at + 8).map(|w| {
+                let n = w.iter().take_while(|b| b.is_ascii_digit()).count();
+                (std::str::from_utf8(&w[..n]).unwrap().parse::<u64>().unwrap_or(0), n)
+            });
+            proptest::prop_assert_eq!(digit_word(&bytes, at), expected);
+        }
+
+        // Dates of four-digit years agree with the calendar's general `days_from_civil`.
+        #[test]
+        fn civil_days_agree_with_days_from_civil(y in 0u32..=9999, m in 1u32..=12, d in 1u32..=28) {
+            proptest::prop_assert_eq!(civil_days(y, m, d), Some(crate::codec::days_from_civil(i64::from(y), m, d)));
+        }
+
+        // Timestamps read back as the encoder wrote them, at each precision and with an offset;
+        // a head with any digit replaced by another byte is refused.
+        #[test]
+        fn timestamps_read_back_as_written(micros in -62_135_510_400_000_000i64..253_402_214_399_999_999, hours in -23i64..=23, at in 0usize..19, byte in proptest::prelude::any::<u8>()) {
+            for digits in [6u32, 3] {
+                let ticks = micros / 10i64.pow(6 - digits);
+                let mut text = Vec::new();
+                crate::codec::json::timestamp(&mut text, ticks, digits);
+                let body = &text[1..text.len() - 1];
+                proptest::prop_assert_eq!(parse_rfc3339_micros(body), Some(ticks * 10i64.pow(6 - digits)));
+                // The same instant written in another zone.
+                let mut local = Vec::new();
+                crate::codec::json::timestamp(&mut local, ticks + hours * 3600 * 10i64.pow(digits), digits);
+                let mut local = local[1..local.len() - 2].to_vec();
+                local.extend_from_slice(format!("{}{:02}:00", if hours < 0 { '-' } else { '+' }, hours.abs()).as_bytes());
+                proptest::prop_assert_eq!(parse_rfc3339_micros(&local), Some(ticks * 10i64.pow(6 - digits)));
+                let mut broken = body.to_vec();
+                if broken[at].is_ascii_digit() && !byte.is_ascii_digit() {
+                    broken[at] = byte;
+                    proptest::prop_assert_eq!(parse_rfc3339_micros(&broken), None);
+                }
+            }
         }
 
         // Numbers read back as they were printed.
