@@ -59,19 +59,6 @@ pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-/// (year, month, day) in the proleptic Gregorian calendar to days since 1970-01-01 (Howard
-/// Hinnant's `days_from_civil`, the inverse of [`civil_from_days`]).
-#[inline]
-pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// Checks a Confluent frame's schema id against the reader schema's ids (`key` names them in the
 /// error, `fix` says what to do): any other id is a record error, never decoded as if the reader
 /// schema had written it.
@@ -130,14 +117,6 @@ mod tests {
 
     use super::*;
 
-    proptest::proptest! {
-        // days_from_civil inverts civil_from_days over ±1,000,000 days.
-        #[test]
-        fn days_from_civil_inverts_civil_from_days(days in -1_000_000i64..1_000_000) {
-            let (y, m, d) = super::civil_from_days(days);
-            proptest::prop_assert_eq!(super::days_from_civil(y, m, d), days);
-        }
-    }
 
     #[test]
     fn civil_dates() {
