@@ -26,6 +26,41 @@ pub fn sample_payloads(schema: &Schema, encoding: Encoding, wire: Wire, seed: u6
         .collect()
 }
 
+/// Times each of `passes` (a name, and one pass over `records` records) in alternating rounds
+/// for about `budget`, and prints each one's median time per record and its ratio to the first.
+///
+/// Criterion measures one function after another, and on a shared machine a slow window of a few
+/// seconds then lands on one side of a comparison only (runs of the same build differed by a
+/// fifth). Alternating pass by pass puts every slow window on all sides alike, so the ratio is
+/// what the comparison means. Returns the medians, in nanoseconds per record.
+pub fn interleaved(passes: &mut [(&str, &mut dyn FnMut())], records: usize, budget: std::time::Duration) -> Vec<f64> {
+    let started = std::time::Instant::now();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); passes.len()];
+    // One warm-up round, then rounds until the budget is spent (at least 21, for a median).
+    for (_, pass) in passes.iter_mut() {
+        pass();
+    }
+    while times[0].len() < 21 || started.elapsed() < budget {
+        for (i, (_, pass)) in passes.iter_mut().enumerate() {
+            let t = std::time::Instant::now();
+            pass();
+            times[i].push(t.elapsed().as_nanos() as f64 / records.max(1) as f64);
+        }
+    }
+    let medians: Vec<f64> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
+    println!("interleaved: {} rounds, median per record", times[0].len());
+    for ((name, _), median) in passes.iter().zip(&medians) {
+        println!("  {name:<70} {median:>9.1} ns   {:>5.2}x the first", median / medians[0]);
+    }
+    medians
+}
+
 /// Runs a chain over records into per-shard buffers that are emptied as they fill, as a
 /// pipeline thread would (without sealing or sending).
 #[derive(Debug)]

@@ -110,7 +110,7 @@ pub use run::{RunOutcome, init_logging, run};
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::bench::{ChainHarness, fuzz_chain, sample_payloads};
+    pub use crate::bench::{ChainHarness, fuzz_chain, interleaved, sample_payloads};
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
     pub use crate::codec::{avro, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};

@@ -115,6 +115,20 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
             });
         )
     });
+    let interleaved_passes = generics.iter().enumerate().map(|(i, (_, _, _, body))| {
+        let pass = format_ident!("generic_{}", i);
+        quote!(
+            let mut #pass = || {
+                for p in &payloads {
+                    #body
+                }
+            };
+        )
+    });
+    let interleaved_names = generics.iter().enumerate().map(|(i, (_, _, name, _))| {
+        let pass = format_ident!("generic_{}", i);
+        quote!((#name, &mut #pass as &mut dyn FnMut()))
+    });
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -157,6 +171,21 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                 })
             });
             group.finish();
+            // The same comparison in alternating passes (see `rt::interleaved`): the ratio that
+            // docs/BENCHMARKS.md reports. Not while profiling one function.
+            if !std::env::args().any(|a| a == "--profile-time" || a == "--list") {
+                let mut generated = || {
+                    for p in &payloads {
+                        pipeline::bench_decode(p).unwrap();
+                    }
+                };
+                #(#interleaved_passes)*
+                rt::interleaved(
+                    &mut [("generated decoder", &mut generated as &mut dyn FnMut()), #(#interleaved_names),*],
+                    payloads.len(),
+                    std::time::Duration::from_secs(10),
+                );
+            }
         }
 
         criterion_group!(benches, chain);

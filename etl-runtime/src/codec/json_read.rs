@@ -505,6 +505,16 @@ impl<'a> Reader<'a> {
     /// UTC. Fractions beyond microseconds are truncated.
     #[inline]
     pub fn timestamp_micros(&mut self, field: &'static str) -> Result<i64, JsonError> {
+        // Read in place: the date-time's grammar says where it ends, so the string need not be
+        // scanned for its closing quote first. Anything else (escapes, errors) takes the
+        // general path, which also words the error.
+        if self.peek() == Some(b'"')
+            && let Some((micros, n)) = rfc3339_prefix(&self.buf[self.pos + 1..])
+            && self.buf.get(self.pos + 1 + n) == Some(&b'"')
+        {
+            self.pos += n + 2;
+            return Ok(micros);
+        }
         self.parsed(field, parse_rfc3339_micros, "expected an RFC 3339 date-time such as 2024-05-01T12:00:00Z")
     }
 
@@ -1002,10 +1012,17 @@ fn digit_of(w: u64, k: u32) -> u32 {
 
 /// An RFC 3339 date-time (`T`, `t` or a space between date and time; `Z`, `z` or `±HH:MM`) as
 /// microseconds since the epoch, UTC.
+fn parse_rfc3339_micros(s: &[u8]) -> Option<i64> {
+    rfc3339_prefix(s).and_then(|(micros, n)| (n == s.len()).then_some(micros))
+}
+
+/// The RFC 3339 date-time that `s` starts with (see [`parse_rfc3339_micros`]): its value and its
+/// length.
 ///
 /// The fixed head `YYYY-MM-DDTHH:MM` is read as two words: its twelve digits checked in two
 /// word tests and its separators in two masked comparisons, rather than a branch per byte.
-fn parse_rfc3339_micros(s: &[u8]) -> Option<i64> {
+#[inline]
+fn rfc3339_prefix(s: &[u8]) -> Option<(i64, usize)> {
     let word = |at: usize| s.get(at..at + 8).map(|c| u64::from_le_bytes(c.try_into().expect("eight bytes")));
     // `YYYY-MM-` and `DDTHH:MM` (the `T` is checked below, as it has three spellings).
     let (w0, w1) = (word(0)?, word(8)?);
@@ -1049,20 +1066,20 @@ fn parse_rfc3339_micros(s: &[u8]) -> Option<i64> {
             micros *= 10;
         }
     }
-    let offset_seconds = match s.get(i) {
-        Some(b'Z' | b'z') if s.len() == i + 1 => 0,
-        Some(sign @ (b'+' | b'-')) if s.len() == i + 6 && s[i + 3] == b':' => {
+    let (offset_seconds, end) = match s.get(i) {
+        Some(b'Z' | b'z') => (0, i + 1),
+        Some(sign @ (b'+' | b'-')) if s.get(i + 3) == Some(&b':') => {
             let (oh, om) = (digits(s, i + 1, 2)?, digits(s, i + 4, 2)?);
             if oh > 23 || om > 59 {
                 return None;
             }
             let offset = oh * 3600 + om * 60;
-            if *sign == b'+' { offset } else { -offset }
+            (if *sign == b'+' { offset } else { -offset }, i + 6)
         }
         _ => return None,
     };
     let seconds = days * 86_400 + h * 3600 + mi * 60 + sec - offset_seconds;
-    seconds.checked_mul(1_000_000)?.checked_add(micros)
+    Some((seconds.checked_mul(1_000_000)?.checked_add(micros)?, end))
 }
 
 #[cfg(test)]
@@ -1237,6 +1254,8 @@ mod tests {
         assert_eq!(reader(r#""1969-12-31 23:59:59.9999999z""#).timestamp_micros("t").unwrap(), -1);
         assert!(reader(r#""1970-01-01T00:00:00""#).timestamp_micros("t").is_err(), "no offset");
         assert!(reader(r#""1970-01-01T24:00:00Z""#).timestamp_micros("t").is_err());
+        assert!(reader(r#""1970-01-01T00:00:00Zx""#).timestamp_micros("t").is_err(), "more after the offset");
+        assert!(reader(r#""1970-01-01T00:00:00+01:00:00""#).timestamp_micros("t").is_err());
     }
 
     #[test]
@@ -1343,6 +1362,14 @@ mod tests {
                 crate::codec::json::timestamp(&mut text, ticks, digits);
                 let body = &text[1..text.len() - 1];
                 proptest::prop_assert_eq!(parse_rfc3339_micros(body), Some(ticks * 10i64.pow(6 - digits)));
+                // In a document, read in place, the reader left after its closing quote.
+                let doc = format!("{},1", std::str::from_utf8(&text).unwrap());
+                let mut r = reader(&doc);
+                proptest::prop_assert_eq!(r.timestamp_micros("t"), Ok(ticks * 10i64.pow(6 - digits)));
+                proptest::prop_assert_eq!(&doc[r.pos..], ",1");
+                // With its first digit escaped (`\u0032` for `2`), through the general path.
+                let escaped = format!("\"\\u00{:x}{}", doc.as_bytes()[1], &doc[2..]);
+                proptest::prop_assert_eq!(reader(&escaped).timestamp_micros("t"), Ok(ticks * 10i64.pow(6 - digits)));
                 // The same instant written in another zone.
                 let mut local = Vec::new();
                 crate::codec::json::timestamp(&mut local, ticks + hours * 3600 * 10i64.pow(digits), digits);
