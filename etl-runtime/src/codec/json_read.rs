@@ -144,6 +144,8 @@ pub struct Reader<'a> {
     /// reads a string (cheaper than checking each string, and not paid by documents whose read
     /// fields hold no text); `Some(None)`: not UTF-8 as a whole, each string is checked alone.
     text: Option<Option<&'a str>>,
+    /// Whether a string was checked for UTF-8 alone (see [`Reader::string`]).
+    one_string_checked: bool,
     pos: usize,
 }
 
@@ -151,7 +153,7 @@ impl<'a> Reader<'a> {
     /// A reader at the start of `buf`.
     #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, text: None, pos: 0 }
+        Reader { buf, text: None, one_string_checked: false, pos: 0 }
     }
 
     /// The document as text, if it is valid UTF-8 (checked on the first call).
@@ -347,7 +349,7 @@ impl<'a> Reader<'a> {
 
     /// An integer. A number written with a fraction or an exponent is accepted when its value is
     /// a whole number that a double holds exactly (JSON Schema counts `1.0` as an integer).
-    #[inline]
+    #[inline(always)]
     pub fn i64(&mut self, field: &'static str) -> Result<i64, JsonError> {
         let start = match self.peek() {
             Some(b'-' | b'0'..=b'9') => self.pos,
@@ -365,11 +367,16 @@ impl<'a> Reader<'a> {
         // words instead of ten dependent multiply-adds. Near the end of the buffer, where no
         // word is left, one digit at a time.
         while let Some((value, n)) = digit_word(self.buf, i) {
+            if n == 8 {
+                // A constant step, so that the next word's load waits on the branch prediction
+                // only, not on this word's digit count.
+                magnitude = magnitude.wrapping_mul(100_000_000).wrapping_add(value);
+                i += 8;
+                continue;
+            }
             magnitude = magnitude.wrapping_mul(POWERS_OF_TEN[n]).wrapping_add(value);
             i += n;
-            if n < 8 {
-                break;
-            }
+            break;
         }
         while let Some(&b) = self.buf.get(i) {
             let d = b.wrapping_sub(b'0');
@@ -464,13 +471,23 @@ impl<'a> Reader<'a> {
         }
         let start = self.pos;
         let body = start + 1;
-        // The common case, no escapes, in a document that is valid UTF-8: a slice of its text.
-        if let (Some(text), Some(end)) = (self.text(), special(self.buf, body))
+        // The common case, no escapes: a slice of the document's text. The first short string
+        // read is checked alone, so that a document with one text field pays for that field's
+        // bytes rather than its own; from the second on, the document is checked once and the
+        // strings sliced from its text.
+        if let Some(end) = special(self.buf, body)
             && self.buf[end] == b'"'
-            && let Some(s) = text.get(body..end)
         {
-            self.pos = end + 1;
-            return Ok(Cow::Borrowed(s));
+            let text = if self.text.is_none() && !self.one_string_checked && end - body <= 32 {
+                self.one_string_checked = true;
+                std::str::from_utf8(&self.buf[body..end]).ok()
+            } else {
+                self.text().and_then(|t| t.get(body..end))
+            };
+            if let Some(s) = text {
+                self.pos = end + 1;
+                return Ok(Cow::Borrowed(s));
+            }
         }
         match self.raw_string(field)? {
             Cow::Borrowed(b) => match std::str::from_utf8(b) {
