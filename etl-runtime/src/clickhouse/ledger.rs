@@ -146,6 +146,9 @@ impl ClickhouseLedger {
                 .param("hash", self.config.config_hash.as_str())
                 .param("epoch", epoch)
                 .with_setting("wait_end_of_query", "1")
+                // The ledger row must be written before the batch it names, whatever the
+                // server's default for async inserts (and whatever the data inserts use).
+                .with_setting("async_insert", "0")
                 // On a replicated ledger a row is acknowledged only once a majority of the shard's
                 // replicas has it, in one linear order, so the replica a later owner reads from
                 // (with sequential consistency) has it too; a non-replicated table ignores both.

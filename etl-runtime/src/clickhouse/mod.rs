@@ -60,6 +60,8 @@ use schema::RowLayout;
 ///   written" is "the INSERT returned success";
 /// * `insert_deduplication_token` = the batch token, the same on every attempt of that batch;
 /// * the `settings` of the configuration, verbatim (the sink refuses the few it owns);
+/// * `async_insert=0` unless those settings name `async_insert`: a server whose default turns
+///   async inserts on cannot change what an acknowledgement means;
 /// * `user` and `password` (as `X-ClickHouse-User`/`X-ClickHouse-Key` headers; the password never
 ///   appears in a log line, a metric or an error message);
 /// * the per-insert `timeout`, covering the whole request.
@@ -180,6 +182,14 @@ impl ClickhouseSink {
                 ));
             }
         }
+        // A server or user profile whose default turns async inserts on would otherwise decide
+        // what an acknowledgement means (with `wait_for_async_insert = 0` there, one that comes
+        // before the rows are written). Unless the pipeline chose async inserts itself, every
+        // insert pins them off, so a 200 answer means what Invariant 3 needs on any server.
+        let mut settings = config.settings;
+        if !settings.iter().any(|(key, _)| key == "async_insert") {
+            settings.push(("async_insert".to_owned(), "0".to_owned()));
+        }
         let layout = RowLayout::new(&config.columns);
         if layout.is_none() {
             tracing::warn!(
@@ -245,7 +255,7 @@ impl ClickhouseSink {
             database: config.database,
             table: config.table,
             columns: config.columns,
-            settings: config.settings,
+            settings,
             layout,
             timeout: config.timeout,
             password: config.password,

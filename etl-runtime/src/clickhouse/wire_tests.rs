@@ -166,6 +166,7 @@ async fn every_insert_carries_the_contract() {
     let line = decoded(&head);
     for needle in [
         "wait_end_of_query=1",
+        "async_insert=0",
         "insert_deduplication_token=tok-1",
         "max_partitions_per_insert_block=7",
         "decompress=1",
@@ -181,6 +182,20 @@ async fn every_insert_carries_the_contract() {
     // method byte, 0x82 for lz4.
     let data = &body[body.windows(2).position(|w| w == b"\r\n").unwrap() + 2..];
     assert_eq!(data[16], 0x82, "lz4 block framing");
+}
+
+// Async inserts are pinned off unless the pipeline's settings choose them: then the insert
+// carries the pipeline's choice, and no second, contradicting `async_insert`.
+#[tokio::test]
+async fn async_inserts_are_off_unless_chosen() {
+    let (url, requests) = fake_server(ok());
+    let chosen = vec![("async_insert".to_owned(), "1".to_owned())];
+    let sink = ClickhouseSink::new(ClickhouseSinkConfig { settings: chosen, ..config(vec![vec![url]]) }).unwrap();
+    sink.write(0, &batch("tok-async", 3)).await.unwrap();
+    let request = next(&requests);
+    let line = decoded(&split(&request).0);
+    assert!(line.contains("async_insert=1"), "{line}");
+    assert!(!line.contains("async_insert=0"), "{line}");
 }
 
 // A ClickHouse exception answer is classified by its code; the password is scrubbed from the
