@@ -2083,10 +2083,10 @@ fn protobuf_poison_fail() {
     poisons_are_fatal::<ProtoPoison>(Variant::ProtobufFail, "protobuf");
 }
 
-/// A `.proto` as the registry's answer for a Protobuf schema.
-fn protobuf_answer(text: &str) -> String {
+/// The registry's answer for a schema of `schema_type` (`PROTOBUF`, `JSON`) with this text.
+fn schema_answer(schema_type: &str, text: &str) -> String {
     let escaped = text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-    format!("{{\"schemaType\":\"PROTOBUF\",\"schema\":\"{escaped}\"}}")
+    format!("{{\"schemaType\":\"{schema_type}\",\"schema\":\"{escaped}\"}}")
 }
 
 /// Scenario 28: a schema registry for Protobuf (`pipeline-protobuf.yaml` with
@@ -2110,7 +2110,7 @@ fn protobuf_registry_judges_writer_schemas() {
     );
     let broken = reader.replace("int64 total_cents = 4;", "string total_cents = 4;");
     assert!(evolved != reader && broken != reader, "the e2e .proto changed: update the writers");
-    let (url, answered) = serving_schemas(vec![(2, protobuf_answer(&evolved)), (3, protobuf_answer(&broken))]);
+    let (url, answered) = serving_schemas(vec![(2, schema_answer("PROTOBUF", &evolved)), (3, schema_answer("PROTOBUF", &broken))]);
     let table = Variant::Protobuf.table();
     let (topic, group) = (unique("e2e-protobuf-registry"), unique("e2e-protobuf-registry"));
     // One partition: one lane asks the registry, so each id is looked up exactly once.
@@ -2135,5 +2135,52 @@ fn protobuf_registry_judges_writer_schemas() {
     assert!(
         verdicts.iter().any(|line| line.contains("total_cents = 4")),
         "the verdict on id 3 is logged once, with the field: {verdicts:?}"
+    );
+}
+
+
+/// Scenario 29: a schema registry for JSON Schema (`pipeline-json-registry.yaml`, Confluent
+/// framing, reader schema id 1). Documents framed with id 1, with id 2 (a writer that dropped the
+/// optional `coupon` and added a property: the reader reads it) and with id 3 (a writer whose
+/// `total_cents` is a string: it does not, though these documents happen to hold integers). The
+/// documents of ids 1 and 2 arrive exactly once; each of id 3 is a record error (skipped) and the
+/// log names the property; the registry is asked once per id.
+#[test]
+fn json_registry_judges_writer_schemas() {
+    let _serial = serial();
+    prepare(Variant::JsonRegistry);
+    let _t = Timer::start("json registry");
+    const N: i64 = 2_000;
+    const REFUSED: i64 = 50;
+    let reader = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/schemas/order.schema.json"))
+        .expect("the e2e JSON Schema");
+    let evolved = reader.replace(r#""coupon": { "type": ["string", "null"] },"#, r#""channel": { "type": "string" },"#);
+    let broken = reader.replace(r#""total_cents": { "type": "integer" }"#, r#""total_cents": { "type": "string" }"#);
+    assert!(evolved != reader && broken != reader, "the e2e JSON Schema changed: update the writers");
+    let (url, answered) = serving_schemas(vec![(2, schema_answer("JSON", &evolved)), (3, schema_answer("JSON", &broken))]);
+    let table = Variant::JsonRegistry.table();
+    let (topic, group) = (unique("e2e-json-registry"), unique("e2e-json-registry"));
+    // One partition: one lane asks the registry, so each id is looked up exactly once.
+    create_topic(&topic, 1);
+    let producer = Producer::json(&topic);
+    producer.send_orders_framed_over(0..N, 1, 1);
+    producer.send_orders_framed_over(N..2 * N, 2, 1);
+    producer.send_orders_framed_over(2 * N..2 * N + REFUSED, 3, 1);
+    producer.send_orders_framed_over(2 * N + REFUSED..3 * N + REFUSED, 1, 1);
+    let produced = producer.finish();
+    let mut p = spawn(Variant::JsonRegistry, "json-registry", &topic, &group, &[("SCHEMA_REGISTRY_URL", url.as_str())]);
+    let stats = await_rows(table, 3 * N, Duration::from_secs(120));
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    let m = p.metrics().expect("metrics");
+    let verdicts = p.log_lines("the reader schema cannot read this writer schema");
+    p.stop_cleanly();
+    assert_eq!(stats, ChStats { count: 3 * N, uniq: 3 * N }, "the documents of ids 1 and 2 once each");
+    let read: Vec<i64> = (0..2 * N).chain(2 * N + REFUSED..3 * N + REFUSED).collect();
+    assert_eq!(ch_checksum(table, "1"), checksum(read), "their values");
+    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), REFUSED as f64, "each document of id 3 refused");
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2, "one lookup per writer id");
+    assert!(
+        verdicts.iter().any(|line| line.contains("total_cents")),
+        "the verdict on id 3 is logged once, with the property: {verdicts:?}"
     );
 }

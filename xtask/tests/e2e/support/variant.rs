@@ -37,6 +37,8 @@ pub enum Variant {
     JsonDlq,
     /// `pipeline-json-fail.yaml`: `pipeline-json.yaml` with errors.policy and tombstones fail.
     JsonFail,
+    /// `pipeline-json-registry.yaml`: `pipeline-json.yaml` with Confluent framing and a registry.
+    JsonRegistry,
     /// `pipeline-protobuf.yaml`: `pipeline-eo.yaml` reading Protobuf messages (exactly once, skip).
     Protobuf,
     /// `pipeline-protobuf-dlq.yaml`: `pipeline-protobuf.yaml` with errors.policy dlq.
@@ -60,6 +62,7 @@ impl Variant {
             Variant::Json => "pipeline-json.yaml",
             Variant::JsonDlq => "pipeline-json-dlq.yaml",
             Variant::JsonFail => "pipeline-json-fail.yaml",
+            Variant::JsonRegistry => "pipeline-json-registry.yaml",
             Variant::Protobuf => "pipeline-protobuf.yaml",
             Variant::ProtobufDlq => "pipeline-protobuf-dlq.yaml",
             Variant::ProtobufFail => "pipeline-protobuf-fail.yaml",
@@ -80,6 +83,7 @@ impl Variant {
             Variant::Json => "e2e_orders_json",
             Variant::JsonDlq => "e2e_orders_json_dlq",
             Variant::JsonFail => "e2e_orders_json_fail",
+            Variant::JsonRegistry => "e2e_orders_json_registry",
             Variant::Protobuf => "e2e_orders_protobuf",
             Variant::ProtobufDlq => "e2e_orders_protobuf_dlq",
             Variant::ProtobufFail => "e2e_orders_protobuf_fail",
@@ -93,7 +97,7 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 14] = [const { OnceLock::new() }; 14];
+        static BINARIES: [OnceLock<PathBuf>; 15] = [const { OnceLock::new() }; 15];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
