@@ -540,7 +540,9 @@ pub struct ClickhouseSink {
     /// Rows are routed to shards by a hash of this output field; without it, round-robin.
     #[serde(default)]
     pub shard_key: Option<String>,
-    /// Extra ClickHouse settings sent with every insert.
+    /// Extra ClickHouse settings sent with every insert. Unless it names `async_insert`, every
+    /// insert sends `async_insert=0`, so a server whose default turns async inserts on cannot
+    /// change what an acknowledged insert means.
     #[serde(default)]
     pub settings: IndexMap<String, ScalarValue>,
     /// Time allowed for one insert.
