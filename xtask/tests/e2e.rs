@@ -2110,7 +2110,8 @@ fn protobuf_registry_judges_writer_schemas() {
     );
     let broken = reader.replace("int64 total_cents = 4;", "string total_cents = 4;");
     assert!(evolved != reader && broken != reader, "the e2e .proto changed: update the writers");
-    let (url, answered) = serving_schemas(vec![(2, schema_answer("PROTOBUF", &evolved)), (3, schema_answer("PROTOBUF", &broken))]);
+    let (url, answered) =
+        serving_schemas(vec![(2, schema_answer("PROTOBUF", &evolved)), (3, schema_answer("PROTOBUF", &broken))]);
     let table = Variant::Protobuf.table();
     let (topic, group) = (unique("e2e-protobuf-registry"), unique("e2e-protobuf-registry"));
     // One partition: one lane asks the registry, so each id is looked up exactly once.
@@ -2138,7 +2139,6 @@ fn protobuf_registry_judges_writer_schemas() {
     );
 }
 
-
 /// Scenario 29: a schema registry for JSON Schema (`pipeline-json-registry.yaml`, Confluent
 /// framing, reader schema id 1). Documents framed with id 1, with id 2 (a writer that dropped the
 /// optional `coupon` and added a property: the reader reads it) and with id 3 (a writer whose
@@ -2157,7 +2157,8 @@ fn json_registry_judges_writer_schemas() {
     let evolved = reader.replace(r#""coupon": { "type": ["string", "null"] },"#, r#""channel": { "type": "string" },"#);
     let broken = reader.replace(r#""total_cents": { "type": "integer" }"#, r#""total_cents": { "type": "string" }"#);
     assert!(evolved != reader && broken != reader, "the e2e JSON Schema changed: update the writers");
-    let (url, answered) = serving_schemas(vec![(2, schema_answer("JSON", &evolved)), (3, schema_answer("JSON", &broken))]);
+    let (url, answered) =
+        serving_schemas(vec![(2, schema_answer("JSON", &evolved)), (3, schema_answer("JSON", &broken))]);
     let table = Variant::JsonRegistry.table();
     let (topic, group) = (unique("e2e-json-registry"), unique("e2e-json-registry"));
     // One partition: one lane asks the registry, so each id is looked up exactly once.

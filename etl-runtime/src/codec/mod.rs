@@ -117,7 +117,6 @@ mod tests {
 
     use super::*;
 
-
     #[test]
     fn civil_dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
