@@ -7,13 +7,16 @@ use std::time::Instant;
 use super::procfs;
 use super::services::Infra;
 
-/// CPU seconds during one phase: the whole machine, the servers, the measured client, this
-/// driver; the rest is other work on the machine (another engineer's build, say).
+/// CPU seconds during one phase: the whole machine, the broker, ClickHouse, the measured client,
+/// this driver; the rest is other work on the machine (another engineer's build, say).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Load {
     wall: f64,
     busy: f64,
-    servers: f64,
+    /// The broker's CPU seconds in the phase.
+    pub(crate) broker: f64,
+    /// Both ClickHouse servers' CPU seconds in the phase.
+    pub(crate) clickhouse: f64,
     client: f64,
     driver: f64,
 }
@@ -21,31 +24,39 @@ pub(crate) struct Load {
 impl Load {
     /// Cores' worth of CPU that went to nothing this benchmark runs.
     pub(crate) fn other_cores(&self) -> f64 {
-        ((self.busy - self.servers - self.client - self.driver) / self.wall).max(0.0)
+        ((self.busy - self.broker - self.clickhouse - self.client - self.driver) / self.wall).max(0.0)
     }
 
     pub(crate) fn server_cores(&self) -> f64 {
-        self.servers / self.wall
+        (self.broker + self.clickhouse) / self.wall
     }
 }
 
 pub(crate) struct LoadMeter {
     started: Instant,
     busy: f64,
-    servers: f64,
+    broker: f64,
+    clickhouse: f64,
     driver: f64,
-    pids: Vec<u32>,
+    broker_pids: Vec<u32>,
+    clickhouse_pids: Vec<u32>,
+}
+
+/// The CPU seconds the processes `pids` used so far (those still running).
+fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().filter_map(|p| procfs::cpu_seconds(*p)).sum()
 }
 
 impl LoadMeter {
     pub(crate) fn start(infra: &Infra) -> LoadMeter {
-        let pids = infra.server_pids.clone();
         LoadMeter {
             started: Instant::now(),
             busy: procfs::machine_busy_seconds(),
-            servers: pids.iter().filter_map(|p| procfs::cpu_seconds(*p)).sum(),
+            broker: cpu_of(&infra.broker_pids),
+            clickhouse: cpu_of(&infra.clickhouse_pids),
             driver: procfs::own_cpu_seconds(),
-            pids,
+            broker_pids: infra.broker_pids.clone(),
+            clickhouse_pids: infra.clickhouse_pids.clone(),
         }
     }
 
@@ -54,7 +65,8 @@ impl LoadMeter {
         Load {
             wall: self.started.elapsed().as_secs_f64(),
             busy: procfs::machine_busy_seconds() - self.busy,
-            servers: self.pids.iter().filter_map(|p| procfs::cpu_seconds(*p)).sum::<f64>() - self.servers,
+            broker: cpu_of(&self.broker_pids) - self.broker,
+            clickhouse: cpu_of(&self.clickhouse_pids) - self.clickhouse,
             client,
             driver: procfs::own_cpu_seconds() - self.driver,
         }

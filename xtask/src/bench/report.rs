@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use super::load::Load;
-use super::rates::{cpu_target, per_second, ratio_to_limit};
+use super::rates::{cpu_target, per_million, per_second, ratio_to_limit};
 use super::variants::Variant;
 use super::{BenchArgs, MIB, Measured};
 
@@ -153,6 +153,7 @@ pub(crate) fn report(
             eo.cpu_per_million() / p.cpu_per_million()
         );
     }
+    whole_box(&mut out, args.records, m);
     if let Some(fit) = m.sizing.first() {
         let _ = writeln!(out, "\nSizing rule (the same saturated run, {} records):\n", args.records);
         let _ = writeln!(
@@ -185,6 +186,47 @@ pub(crate) fn report(
         args.partitions
     );
     out
+}
+
+/// The whole box's CPU per million records of the topic: the measured process's, the broker's
+/// and both ClickHouse servers', and their sum. On two shared cores the sum is what limits
+/// throughput, so a format that moves work from the client to the server (or back) shows here.
+/// Every case is divided by the topic's records (the raw sink inserts the rows they became).
+fn whole_box(out: &mut String, records: u64, m: &Measured) {
+    let _ = writeln!(
+        out,
+        "
+Whole-box CPU, s per M records of the topic (client = the measured process; sink: RowBinary, lz4):
+"
+    );
+    let _ = writeln!(out, "| case | client | broker | ClickHouse | sum |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let pm = |seconds: f64| per_million(seconds, records);
+    let row = |out: &mut String, name: &str, client: f64, broker: f64, clickhouse: f64| {
+        let _ = writeln!(
+            out,
+            "| {name} | {:.2} | {:.2} | {:.2} | **{:.2}** |",
+            pm(client),
+            pm(broker),
+            pm(clickhouse),
+            pm(client + broker + clickhouse)
+        );
+    };
+    let (c, i, p) = (&m.consume, &m.insert, &m.pipeline);
+    let raw_cpu = |r: &super::limits::Raw| r.values["cpu_seconds"];
+    row(out, "(a) raw source", raw_cpu(c), c.load.broker, c.load.clickhouse);
+    row(out, "(b) raw sink", raw_cpu(i), i.load.broker, i.load.clickhouse);
+    row(
+        out,
+        "(a) + (b)",
+        raw_cpu(c) + raw_cpu(i),
+        c.load.broker + i.load.broker,
+        c.load.clickhouse + i.load.clickhouse,
+    );
+    row(out, "(c) the pipeline", p.cpu_seconds, p.load.broker, p.load.clickhouse);
+    if let Some((eo, _)) = &m.exactly_once {
+        row(out, "(c) exactly-once", eo.cpu_seconds, eo.load.broker, eo.load.clickhouse);
+    }
 }
 
 /// The commit measured, and whether the work tree had changes on top of it (what was built).

@@ -15,8 +15,10 @@ use super::http;
 pub(crate) struct Infra {
     pub(crate) brokers: String,
     pub(crate) clickhouse: Vec<String>,
-    /// Broker and ClickHouse processes, for their CPU time.
-    pub(crate) server_pids: Vec<u32>,
+    /// The broker's processes, for their CPU time.
+    pub(crate) broker_pids: Vec<u32>,
+    /// The ClickHouse servers' processes (both shards), for their CPU time.
+    pub(crate) clickhouse_pids: Vec<u32>,
 }
 
 /// xtask built with `--release`, which runs every child of the bench: a debug librdkafka or lz4
@@ -74,15 +76,18 @@ pub(crate) fn run_infra_up(extra: &[&str]) -> anyhow::Result<InfraOutput> {
 pub(crate) fn infra_up() -> anyhow::Result<Infra> {
     let output = run_infra_up(&[])?;
     let value = |key: &str| output.value(key);
-    let server_pids = ["kafka", "clickhouse", "clickhouse-2"]
-        .iter()
-        .filter_map(|name| fs::read_to_string(crate::infra::state_dir().join(format!("{name}.pid"))).ok())
-        .filter_map(|pid| pid.trim().parse().ok())
-        .collect();
+    let pids = |names: &[&str]| -> Vec<u32> {
+        names
+            .iter()
+            .filter_map(|name| fs::read_to_string(crate::infra::state_dir().join(format!("{name}.pid"))).ok())
+            .filter_map(|pid| pid.trim().parse().ok())
+            .collect()
+    };
     Ok(Infra {
         brokers: value("KAFKA_BROKERS")?,
         clickhouse: vec![value("CLICKHOUSE_URL")?, value("CLICKHOUSE_URL_2")?],
-        server_pids,
+        broker_pids: pids(&["kafka"]),
+        clickhouse_pids: pids(&["clickhouse", "clickhouse-2"]),
     })
 }
 
