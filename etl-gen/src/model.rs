@@ -545,6 +545,11 @@ pub struct ClickhouseSink {
     /// change what an acknowledged insert means.
     #[serde(default)]
     pub settings: IndexMap<String, ScalarValue>,
+    /// How insert bodies are compressed (ClickHouse's block framing over HTTP): `lz4`, fast on
+    /// both sides; `zstd`, smaller bodies for more CPU on both sides (for a thin or metered
+    /// network); `none`, for a server on the same host.
+    #[serde(default)]
+    pub compression: Compression,
     /// Time allowed for one insert.
     #[serde(default = "defaults::insert_timeout")]
     pub timeout: Duration,
@@ -584,6 +589,19 @@ pub struct ClickhouseSink {
     /// The per-shard queue between pipeline threads and the sink.
     #[serde(default)]
     pub queue: Queue,
+}
+
+/// `sink.clickhouse.compression`: how insert bodies are compressed.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// LZ4 blocks.
+    #[default]
+    Lz4,
+    /// Zstandard blocks (level 3).
+    Zstd,
+    /// Uncompressed.
+    None,
 }
 
 /// One ClickHouse shard.

@@ -88,7 +88,7 @@ pub mod secret;
 mod testing;
 
 #[cfg(feature = "clickhouse")]
-pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, ledger_table};
+pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression, ledger_table};
 pub use crate::engine::chain::{Chain, RowOut};
 pub use crate::engine::chunk::{Batch, Chunk};
 pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErrorKind, SourceError, SourceErrorKind};
@@ -112,7 +112,7 @@ pub use run::{RunOutcome, init_logging, run};
 pub mod __private {
     pub use crate::bench::{ChainHarness, fuzz_chain, interleaved, sample_payloads};
     #[cfg(feature = "clickhouse")]
-    pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig};
+    pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression};
     pub use crate::codec::{avro, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,

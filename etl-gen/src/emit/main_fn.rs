@@ -157,6 +157,11 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             }
             let (database, table) = (&c.database, &c.table);
             let timeout = c.timeout.as_millis();
+            let compression = match c.compression {
+                crate::model::Compression::Lz4 => quote!(Lz4),
+                crate::model::Compression::Zstd => quote!(Zstd),
+                crate::model::Compression::None => quote!(None),
+            };
             let ca_file = match c.ca_file {
                 Some(_) => {
                     let ca_file = settings.value("sink.clickhouse.ca_file")?;
@@ -191,6 +196,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                         user: #user.to_owned(),
                         password: #password.to_owned(),
                         settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+                        compression: rt::InsertCompression::#compression,
                         timeout: ::std::time::Duration::from_millis(#timeout),
                         columns: vec![#(#columns),*],
                         ca_file: #ca_file,

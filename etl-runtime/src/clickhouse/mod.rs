@@ -33,8 +33,8 @@ use crate::engine::metrics::sink_metrics;
 use crate::engine::sink::Sink;
 use crate::secret::redact_url;
 
-pub use config::ClickhouseSinkConfig;
 use config::OWNED_SETTINGS;
+pub use config::{ClickhouseSinkConfig, InsertCompression};
 use errors::Class;
 pub use ledger::{ExactlyOnceConfig, ledger_table};
 use replicas::{Replica, Shard};
@@ -53,7 +53,8 @@ use schema::RowLayout;
 ///
 /// `INSERT INTO db.table (columns…) FORMAT RowBinary` with the generated encoders' bytes as the
 /// body, sent through [`clickhouse::Client::insert_formatted_with`] (the crate's raw-bytes insert:
-/// it streams the body in 256 KiB frames, each lz4-compressed with ClickHouse's block framing).
+/// it streams the body in 256 KiB frames, each compressed (lz4 by default, zstd, or not at all:
+/// `compression`) with ClickHouse's block framing).
 /// Every insert carries:
 ///
 /// * `wait_end_of_query=1`, so a 200 answer means the insert finished: Invariant 3's "durably
@@ -217,7 +218,11 @@ impl ClickhouseSink {
                     .client()
                     .with_url(url.as_str())
                     .with_database(config.database.as_str())
-                    .with_compression(Compression::Lz4)
+                    .with_compression(match config.compression {
+                        InsertCompression::Lz4 => Compression::Lz4,
+                        InsertCompression::Zstd => Compression::zstd(),
+                        InsertCompression::None => Compression::None,
+                    })
                     .with_user(config.user.as_str());
                 if !config.password.is_empty() {
                     client = client.with_password(config.password.as_str());
@@ -306,6 +311,7 @@ mod tests {
             user: "default".into(),
             password: "hunter2".into(),
             settings: vec![],
+            compression: InsertCompression::Lz4,
             timeout: Duration::from_secs(1),
             columns: vec![("id".into(), "Int64".into())],
             ca_file: None,

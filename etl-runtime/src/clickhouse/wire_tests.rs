@@ -94,6 +94,7 @@ fn config(shards: Vec<Vec<String>>) -> ClickhouseSinkConfig {
         user: "writer".into(),
         password: "hunter2".into(),
         settings: vec![("max_partitions_per_insert_block".into(), "7".into())],
+        compression: InsertCompression::Lz4,
         timeout: Duration::from_millis(300),
         columns: vec![("id".into(), "Int64".into()), ("name".into(), "String".into())],
         ca_file: None,
@@ -182,6 +183,33 @@ async fn every_insert_carries_the_contract() {
     // method byte, 0x82 for lz4.
     let data = &body[body.windows(2).position(|w| w == b"\r\n").unwrap() + 2..];
     assert_eq!(data[16], 0x82, "lz4 block framing");
+}
+
+// `compression`: zstd bodies carry ClickHouse's block framing with the zstd method byte (0x90)
+// and `decompress=1`; `none` sends the RowBinary body as it is, without `decompress`.
+#[tokio::test]
+async fn compression_is_what_the_pipeline_chose() {
+    let (url, requests) = fake_server(ok());
+    let zstd = ClickhouseSinkConfig { compression: InsertCompression::Zstd, ..config(vec![vec![url]]) };
+    ClickhouseSink::new(zstd).unwrap().write(0, &batch("tok-zstd", 100)).await.unwrap();
+    let request = next(&requests);
+    let (head, body) = split(&request);
+    assert!(decoded(&head).contains("decompress=1"), "{head}");
+    let data = &body[body.windows(2).position(|w| w == b"\r\n").unwrap() + 2..];
+    assert_eq!(data[16], 0x90, "zstd block framing");
+
+    let (url, requests) = fake_server(ok());
+    let none = ClickhouseSinkConfig { compression: InsertCompression::None, ..config(vec![vec![url]]) };
+    ClickhouseSink::new(none).unwrap().write(0, &batch("tok-none", 3)).await.unwrap();
+    let request = next(&requests);
+    let (head, body) = split(&request);
+    assert!(!decoded(&head).contains("decompress"), "{head}");
+    let mut rows = Vec::new();
+    for id in 0..3 {
+        crate::codec::rowbinary::i64(&mut rows, id);
+        crate::codec::rowbinary::string(&mut rows, format!("row {id}").as_bytes());
+    }
+    assert!(body.windows(rows.len()).any(|w| w == rows), "the rows as they are");
 }
 
 // Async inserts are pinned off unless the pipeline's settings choose them: then the insert
