@@ -15,7 +15,9 @@
 //! 5. the sizing rule's reason: the same saturated run with the smallest budget the rule allows,
 //!    then with one that breaks it (`--unsafe-budget`, built with `--allow-unsafe-sizing`);
 //! 6. the cost of exactly-once: the flagship with `exactly_once: true` (and the budget the sizing
-//!    rule then needs), the same records, compared with (3).
+//!    rule then needs), the same records, compared with (3);
+//! 7. the other insert compressions: the flagship with `compression: zstd`, then `none`, for the
+//!    whole box's CPU of each (the flagship is lz4, the default).
 //!
 //! Each child's CPU time is its whole process's (every thread), so the three figures compare.
 //! The servers' CPU and the machine's other load are reported per phase, since on two cores
@@ -52,7 +54,8 @@ use self::limits::Raw;
 use self::pipeline::{Run, run_pipeline};
 use self::services::{Infra, XTASK, delete_topic, infra_up, release_xtask, xtask};
 use self::variants::{
-    EXACTLY_ONCE, Variant, build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text,
+    COMPRESSIONS, EXACTLY_ONCE, Variant, build, compression_text, copy_dir, exactly_once_text, min_budget_mib, validate,
+    variant_text,
 };
 
 /// `bench` arguments.
@@ -73,6 +76,9 @@ pub(crate) struct BenchArgs {
     /// Skip the exactly-once run.
     #[arg(long)]
     no_exactly_once: bool,
+    /// Skip the runs with the other insert compressions (zstd, none).
+    #[arg(long)]
+    no_compressions: bool,
     /// Where the SVG plots go (default: docs/bench/).
     #[arg(long)]
     plots: Option<PathBuf>,
@@ -120,6 +126,11 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         let budget = min_budget_mib(&validate(&probe, true)?).max(flagship_budget);
         variants.push((EXACTLY_ONCE.to_owned(), Some(format!("{budget}MiB")), false));
     }
+    if !args.no_compressions {
+        for codec in COMPRESSIONS {
+            variants.push((codec.to_owned(), None, false));
+        }
+    }
     let mut built = Vec::new();
     for (label, budget, unsafe_sizing) in variants {
         let name = if label == "pipeline" { "bench-orders".to_owned() } else { format!("bench-orders-{label}") };
@@ -128,6 +139,9 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         let mut yaml_text = variant_text(&text, &name, &table, budget.as_deref())?;
         if label == EXACTLY_ONCE {
             yaml_text = exactly_once_text(&yaml_text)?;
+        }
+        if COMPRESSIONS.contains(&label.as_str()) {
+            yaml_text = compression_text(&yaml_text, &label)?;
         }
         fs::write(&yaml, yaml_text)?;
         let validated = validate(&yaml, unsafe_sizing)?;
@@ -140,6 +154,11 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         built.push(Variant { label, yaml, validated, table, binary });
     }
     let exactly_once = built.iter().position(|v| v.label == EXACTLY_ONCE).map(|i| built.remove(i));
+    let compressions: Vec<Variant> = {
+        let (codecs, rest) = built.into_iter().partition(|v| COMPRESSIONS.contains(&v.label.as_str()));
+        built = rest;
+        codecs
+    };
     let main = &built[0];
     let partitions = u64::from(args.partitions);
     let memory_text = etl_gen::memory::render(&main.validated, partitions);
@@ -160,12 +179,12 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     }
     let produce_seconds = started.elapsed().as_secs_f64();
     let places = Places { work: work.to_owned(), logs, plots: plots.clone() };
-    let result = measure(args, &infra, &built, exactly_once.as_ref(), &topic, &places);
+    let result = measure(args, &infra, &built, exactly_once.as_ref(), &compressions, &topic, &places);
     // Free the broker's memory (Tansu keeps topics in memory) and ClickHouse's disk either way.
     if let Err(e) = delete_topic(&infra.brokers, &topic) {
         eprintln!("bench: could not delete topic {topic}: {e:#}");
     }
-    let tables = built.iter().chain(&exactly_once).map(|v| v.table.clone());
+    let tables = built.iter().chain(&exactly_once).chain(&compressions).map(|v| v.table.clone());
     for table in tables.chain([RAW_TABLE.to_owned()]) {
         for url in &infra.clickhouse {
             let _ = http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"));
@@ -200,6 +219,8 @@ struct Measured {
     sizing: Vec<Run>,
     /// The exactly-once run, with its variant's budget.
     exactly_once: Option<(Run, u64)>,
+    /// The runs with the other insert compressions: (codec, run).
+    compressions: Vec<(String, Run)>,
 }
 
 fn measure(
@@ -207,6 +228,7 @@ fn measure(
     infra: &Infra,
     variants: &[Variant],
     exactly_once: Option<&Variant>,
+    compressions: &[Variant],
     topic: &str,
     places: &Places,
 ) -> anyhow::Result<Measured> {
@@ -246,7 +268,12 @@ fn measure(
         Some(v) => Some((run_pipeline(v, infra, topic, args.records, logs)?, v.budget())),
         None => None,
     };
-    Ok(Measured { consume, insert, pipeline, sizing, exactly_once })
+    // 7. The other insert compressions (the pipeline above is lz4).
+    let mut compressed = Vec::new();
+    for v in compressions {
+        compressed.push((v.label.clone(), run_pipeline(v, infra, topic, args.records, logs)?));
+    }
+    Ok(Measured { consume, insert, pipeline, sizing, exactly_once, compressions: compressed })
 }
 
 const MIB: f64 = 1024.0 * 1024.0;

@@ -227,6 +227,18 @@ Whole-box CPU, s per M records of the topic (client = the measured process; sink
     if let Some((eo, _)) = &m.exactly_once {
         row(out, "(c) exactly-once", eo.cpu_seconds, eo.load.broker, eo.load.clickhouse);
     }
+    for (codec, run) in &m.compressions {
+        row(out, &format!("(c) compression: {codec}"), run.cpu_seconds, run.load.broker, run.load.clickhouse);
+    }
+    for (codec, run) in &m.compressions {
+        let _ = writeln!(
+            out,
+            "\n- compression {codec}: {:.0} records/s ({:.2}× lz4's), mean batch {:.0} rows",
+            run.records_per_second(),
+            run.records_per_second() / p.records_per_second(),
+            run.batch_rows_mean
+        );
+    }
 }
 
 /// The commit measured, and whether the work tree had changes on top of it (what was built).

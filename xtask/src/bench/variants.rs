@@ -43,6 +43,18 @@ pub(crate) fn exactly_once_text(text: &str) -> anyhow::Result<String> {
     Ok(lines.join("\n") + "\n")
 }
 
+/// The insert compressions measured besides the flagship's lz4.
+pub(crate) const COMPRESSIONS: [&str; 2] = ["zstd", "none"];
+
+/// `text` with `sink.clickhouse.compression: codec` (after its `table:` line).
+pub(crate) fn compression_text(text: &str, codec: &str) -> anyhow::Result<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let i = lines.iter().position(|l| l.trim_start().starts_with("table:")).context("no `table:` line")?;
+    let indent = lines[i].len() - lines[i].trim_start().len();
+    lines.insert(i + 1, format!("{}compression: {codec}", " ".repeat(indent)));
+    Ok(lines.join("\n") + "\n")
+}
+
 pub(crate) fn validate(path: &Path, allow_unsafe_sizing: bool) -> anyhow::Result<Validated> {
     let outcome = etl_gen::validate_file(path, &etl_gen::Options { allow_unsafe_sizing })?;
     outcome.pipeline.with_context(|| outcome.report.render())
