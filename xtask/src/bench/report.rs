@@ -195,9 +195,8 @@ pub(crate) fn report(
 fn whole_box(out: &mut String, records: u64, m: &Measured) {
     let _ = writeln!(
         out,
-        "
-Whole-box CPU, s per M records of the topic (client = the measured process; sink: RowBinary, lz4):
-"
+        "\nWhole-box CPU, s per M records of the topic (client = the measured process; sink: RowBinary, lz4 unless \
+         named):\n"
     );
     let _ = writeln!(out, "| case | client | broker | ClickHouse | sum |");
     let _ = writeln!(out, "|---|---|---|---|---|");
@@ -230,10 +229,13 @@ Whole-box CPU, s per M records of the topic (client = the measured process; sink
     for (codec, run) in &m.compressions {
         row(out, &format!("(c) compression: {codec}"), run.cpu_seconds, run.load.broker, run.load.clickhouse);
     }
+    if !m.compressions.is_empty() {
+        let _ = writeln!(out);
+    }
     for (codec, run) in &m.compressions {
         let _ = writeln!(
             out,
-            "\n- compression {codec}: {:.0} records/s ({:.2}× lz4's), mean batch {:.0} rows",
+            "- compression {codec}: {:.0} records/s ({:.2}× lz4's), mean batch {:.0} rows",
             run.records_per_second(),
             run.records_per_second() / p.records_per_second(),
             run.batch_rows_mean
