@@ -2092,16 +2092,9 @@ fn schema_answer(schema_type: &str, text: &str) -> String {
 /// Scenario 28: a schema registry for Protobuf (`pipeline-protobuf.yaml` with
 /// `SCHEMA_REGISTRY_URL` set). Orders framed with the reader's id (1), with id 2 (a writer that
 /// renamed `customer_id` and added a field: the reader reads it) and with id 3 (a writer whose
-/// `total_cents` is a string: it does not). The orders of ids 1 and 2 arrive exactly once; each
-/// order of id 3 is a record error (skipped under `errors.policy: skip`) and the log names the
-/// field; the registry is asked once per id, its verdicts cached.
+/// `total_cents` is a string: it does not). See [`registry_judges_writer_schemas`].
 #[test]
 fn protobuf_registry_judges_writer_schemas() {
-    let _serial = serial();
-    prepare(Variant::Protobuf);
-    let _t = Timer::start("protobuf registry");
-    const N: i64 = 2_000;
-    const REFUSED: i64 = 50;
     let reader = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/schemas/order.proto"))
         .expect("the e2e .proto");
     let evolved = reader.replace("int64 customer_id = 2;", "int64 customer = 2;").replace(
@@ -2110,19 +2103,56 @@ fn protobuf_registry_judges_writer_schemas() {
     );
     let broken = reader.replace("int64 total_cents = 4;", "string total_cents = 4;");
     assert!(evolved != reader && broken != reader, "the e2e .proto changed: update the writers");
-    let (url, answered) =
-        serving_schemas(vec![(2, schema_answer("PROTOBUF", &evolved)), (3, schema_answer("PROTOBUF", &broken))]);
-    let table = Variant::Protobuf.table();
-    let (topic, group) = (unique("e2e-protobuf-registry"), unique("e2e-protobuf-registry"));
-    // One partition: one lane asks the registry, so each id is looked up exactly once.
+    let answers = [schema_answer("PROTOBUF", &evolved), schema_answer("PROTOBUF", &broken)];
+    registry_judges_writer_schemas(Variant::Protobuf, "protobuf", Producer::protobuf, answers, "total_cents = 4");
+}
+
+/// Scenario 29: a schema registry for JSON Schema (`pipeline-json-registry.yaml`, Confluent
+/// framing, reader schema id 1). Documents framed with id 1, with id 2 (a writer that dropped the
+/// optional `coupon` and added a property: the reader reads it) and with id 3 (a writer whose
+/// `total_cents` is a string: it does not, though these documents happen to hold integers). See
+/// [`registry_judges_writer_schemas`].
+#[test]
+fn json_registry_judges_writer_schemas() {
+    let reader = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/schemas/order.schema.json"))
+        .expect("the e2e JSON Schema");
+    let evolved = reader.replace(r#""coupon": { "type": ["string", "null"] },"#, r#""channel": { "type": "string" },"#);
+    let broken = reader.replace(r#""total_cents": { "type": "integer" }"#, r#""total_cents": { "type": "string" }"#);
+    assert!(evolved != reader && broken != reader, "the e2e JSON Schema changed: update the writers");
+    let answers = [schema_answer("JSON", &evolved), schema_answer("JSON", &broken)];
+    registry_judges_writer_schemas(Variant::JsonRegistry, "json", Producer::json, answers, "total_cents");
+}
+
+/// Scenarios 28 and 29: orders framed with the reader schema's id (1), then with id 2 (`answers[0]`,
+/// a writer the reader reads), then id 3 (`answers[1]`, one it does not), then id 1 again, into
+/// one partition (one lane asks the registry, so each id is looked up exactly once). The orders
+/// of ids 1 and 2 arrive exactly once; each order of id 3 is a record error (skipped under
+/// `errors.policy: skip`) and the log names the field (`names`); the registry is asked once per
+/// id, its verdicts cached.
+fn registry_judges_writer_schemas(
+    variant: Variant,
+    label: &str,
+    producer: fn(&str) -> Producer,
+    answers: [String; 2],
+    names: &str,
+) {
+    let _serial = serial();
+    prepare(variant);
+    let _t = Timer::start(format!("{label} registry"));
+    const N: i64 = 2_000;
+    const REFUSED: i64 = 50;
+    let [compatible, incompatible] = answers;
+    let (url, answered) = serving_schemas(vec![(2, compatible), (3, incompatible)]);
+    let table = variant.table();
+    let (topic, group) = (unique(&format!("e2e-{label}-registry")), unique(&format!("e2e-{label}-registry")));
     create_topic(&topic, 1);
-    let producer = Producer::protobuf(&topic);
-    producer.send_orders_over(0..N, 0, None, 1);
+    let producer = producer(&topic);
+    producer.send_orders_framed_over(0..N, 1, 1);
     producer.send_orders_framed_over(N..2 * N, 2, 1);
     producer.send_orders_framed_over(2 * N..2 * N + REFUSED, 3, 1);
-    producer.send_orders_over(2 * N + REFUSED..3 * N + REFUSED, 0, None, 1);
+    producer.send_orders_framed_over(2 * N + REFUSED..3 * N + REFUSED, 1, 1);
     let produced = producer.finish();
-    let mut p = spawn(Variant::Protobuf, "protobuf-registry", &topic, &group, &[("SCHEMA_REGISTRY_URL", url.as_str())]);
+    let mut p = spawn(variant, &format!("{label}-registry"), &topic, &group, &[("SCHEMA_REGISTRY_URL", url.as_str())]);
     let stats = await_rows(table, 3 * N, Duration::from_secs(120));
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
     let m = p.metrics().expect("metrics");
@@ -2130,58 +2160,11 @@ fn protobuf_registry_judges_writer_schemas() {
     p.stop_cleanly();
     assert_eq!(stats, ChStats { count: 3 * N, uniq: 3 * N }, "the orders of ids 1 and 2 once each");
     let read: Vec<i64> = (0..2 * N).chain(2 * N + REFUSED..3 * N + REFUSED).collect();
-    assert_eq!(ch_checksum(table, "1"), checksum(read), "their values, through the renamed field");
+    assert_eq!(ch_checksum(table, "1"), checksum(read), "their values, through the evolved writer");
     assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), REFUSED as f64, "each order of id 3 refused");
     assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2, "one lookup per writer id");
     assert!(
-        verdicts.iter().any(|line| line.contains("total_cents = 4")),
-        "the verdict on id 3 is logged once, with the field: {verdicts:?}"
-    );
-}
-
-/// Scenario 29: a schema registry for JSON Schema (`pipeline-json-registry.yaml`, Confluent
-/// framing, reader schema id 1). Documents framed with id 1, with id 2 (a writer that dropped the
-/// optional `coupon` and added a property: the reader reads it) and with id 3 (a writer whose
-/// `total_cents` is a string: it does not, though these documents happen to hold integers). The
-/// documents of ids 1 and 2 arrive exactly once; each of id 3 is a record error (skipped) and the
-/// log names the property; the registry is asked once per id.
-#[test]
-fn json_registry_judges_writer_schemas() {
-    let _serial = serial();
-    prepare(Variant::JsonRegistry);
-    let _t = Timer::start("json registry");
-    const N: i64 = 2_000;
-    const REFUSED: i64 = 50;
-    let reader = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/schemas/order.schema.json"))
-        .expect("the e2e JSON Schema");
-    let evolved = reader.replace(r#""coupon": { "type": ["string", "null"] },"#, r#""channel": { "type": "string" },"#);
-    let broken = reader.replace(r#""total_cents": { "type": "integer" }"#, r#""total_cents": { "type": "string" }"#);
-    assert!(evolved != reader && broken != reader, "the e2e JSON Schema changed: update the writers");
-    let (url, answered) =
-        serving_schemas(vec![(2, schema_answer("JSON", &evolved)), (3, schema_answer("JSON", &broken))]);
-    let table = Variant::JsonRegistry.table();
-    let (topic, group) = (unique("e2e-json-registry"), unique("e2e-json-registry"));
-    // One partition: one lane asks the registry, so each id is looked up exactly once.
-    create_topic(&topic, 1);
-    let producer = Producer::json(&topic);
-    producer.send_orders_framed_over(0..N, 1, 1);
-    producer.send_orders_framed_over(N..2 * N, 2, 1);
-    producer.send_orders_framed_over(2 * N..2 * N + REFUSED, 3, 1);
-    producer.send_orders_framed_over(2 * N + REFUSED..3 * N + REFUSED, 1, 1);
-    let produced = producer.finish();
-    let mut p = spawn(Variant::JsonRegistry, "json-registry", &topic, &group, &[("SCHEMA_REGISTRY_URL", url.as_str())]);
-    let stats = await_rows(table, 3 * N, Duration::from_secs(120));
-    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
-    let m = p.metrics().expect("metrics");
-    let verdicts = p.log_lines("the reader schema cannot read this writer schema");
-    p.stop_cleanly();
-    assert_eq!(stats, ChStats { count: 3 * N, uniq: 3 * N }, "the documents of ids 1 and 2 once each");
-    let read: Vec<i64> = (0..2 * N).chain(2 * N + REFUSED..3 * N + REFUSED).collect();
-    assert_eq!(ch_checksum(table, "1"), checksum(read), "their values");
-    assert_eq!(m.get("etl_records_dropped_total{reason=\"error\"}"), REFUSED as f64, "each document of id 3 refused");
-    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2, "one lookup per writer id");
-    assert!(
-        verdicts.iter().any(|line| line.contains("total_cents")),
-        "the verdict on id 3 is logged once, with the property: {verdicts:?}"
+        verdicts.iter().any(|line| line.contains(names)),
+        "the verdict on id 3 is logged once, naming `{names}`: {verdicts:?}"
     );
 }

@@ -54,8 +54,8 @@ use self::limits::Raw;
 use self::pipeline::{Run, run_pipeline};
 use self::services::{Infra, XTASK, delete_topic, infra_up, release_xtask, xtask};
 use self::variants::{
-    COMPRESSIONS, EXACTLY_ONCE, Variant, build, compression_text, copy_dir, exactly_once_text, min_budget_mib, validate,
-    variant_text,
+    COMPRESSIONS, EXACTLY_ONCE, Variant, build, compression_text, copy_dir, exactly_once_text, min_budget_mib,
+    validate, variant_text,
 };
 
 /// `bench` arguments.
