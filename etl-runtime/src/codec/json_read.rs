@@ -891,22 +891,27 @@ fn special(buf: &[u8], from: usize) -> Option<usize> {
 /// 10^n for the digit counts of [`digit_word`].
 const POWERS_OF_TEN: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
 
+/// The bytes of `w` that are not ASCII digits: each such byte is nonzero in the result, each
+/// digit byte zero. A byte is a digit when its high nibble is 3 and stays 3 after adding 6; a
+/// carry from adding 6 only leaves a byte of at least 0xFA, itself not a digit, so every byte
+/// below the first non-digit is judged exactly.
+#[inline(always)]
+fn non_digits(w: u64) -> u64 {
+    const NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    ((w & NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & NIBBLES) >> 4)) ^ 0x3333_3333_3333_3333
+}
+
 /// The ASCII digits that `buf[at..at + 8]` starts with: their value and how many there are (0 to
-/// 8); `None` when fewer than eight bytes are left. One word, no branch per digit: a byte is a
-/// digit when its high nibble is 3 and stays 3 after adding 6, and the first byte that is not
-/// gives the count (a carry from adding 6 only leaves a byte of at least 0xFA, itself not a
-/// digit, so the bytes below the first non-digit are judged exactly). The digits are shifted to
-/// the top of the word (the zero bytes below them read as leading zeros) and combined into
-/// pairs, quads and the eight by three multiply-adds; each lane's sum stays below the next lane
-/// (99, 9999, 99999999).
+/// 8); `None` when fewer than eight bytes are left. One word, no branch per digit: the first
+/// byte [`non_digits`] marks gives the count, the digits are shifted to the top of the word (the
+/// zero bytes below them read as leading zeros) and combined into pairs, quads and the eight by
+/// three multiply-adds; each lane's sum stays below the next lane (99, 9999, 99999999).
 #[inline(always)]
 fn digit_word(buf: &[u8], at: usize) -> Option<(u64, usize)> {
-    const NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
     let chunk = buf.get(at..at + 8)?;
     let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-    let not_digits = ((w & NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & NIBBLES) >> 4)) ^ 0x3333_3333_3333_3333;
     // Little-endian: the first byte is the lowest, and the first digit the most significant.
-    let n = (not_digits.trailing_zeros() / 8) as usize;
+    let n = (non_digits(w).trailing_zeros() / 8) as usize;
     if n == 0 {
         return Some((0, 0));
     }
@@ -1012,13 +1017,12 @@ fn civil_days(y: u32, m: u32, d: u32) -> Option<i64> {
     Some((era * 146_097 + doe) as i64 - 719_468 - 146_097)
 }
 
-/// Whether the bytes of `w` that `mask` selects are all ASCII digits (see [`digit_word`] for the
-/// test; a carry out of an unselected byte only comes from a byte of at least 0xFA, which the
-/// callers reject as a separator anyway).
+/// Whether the bytes of `w` that `mask` selects are all ASCII digits (a carry out of an
+/// unselected byte only comes from a byte of at least 0xFA, which the callers reject as a
+/// separator anyway).
 #[inline(always)]
 fn all_digits(w: u64, mask: u64) -> bool {
-    const NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    ((w & NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & NIBBLES) >> 4)) & mask == 0x3333_3333_3333_3333 & mask
+    non_digits(w) & mask == 0
 }
 
 /// Byte `k` of `w`, less `'0'`.
