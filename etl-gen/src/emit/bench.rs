@@ -104,19 +104,10 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
     };
     let generic_items = generics.iter().map(|g| &g.0);
     let generic_setups = generics.iter().map(|g| &g.1);
-    let generic_benches = generics.iter().map(|(_, _, name, body)| {
-        quote!(
-            group.bench_function(#name, |b| {
-                b.iter(|| {
-                    for p in &payloads {
-                        #body
-                    }
-                })
-            });
-        )
-    });
-    let interleaved_passes = generics.iter().enumerate().map(|(i, (_, _, _, body))| {
-        let pass = format_ident!("generic_{}", i);
+    // One closure per decoder (a pass over every payload), which criterion and the interleaved
+    // comparison both run.
+    let passes: Vec<proc_macro2::Ident> = (0..generics.len()).map(|i| format_ident!("generic_{}", i)).collect();
+    let generic_passes = generics.iter().zip(&passes).map(|((_, _, _, body), pass)| {
         quote!(
             let mut #pass = || {
                 for p in &payloads {
@@ -125,10 +116,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
             };
         )
     });
-    let interleaved_names = generics.iter().enumerate().map(|(i, (_, _, name, _))| {
-        let pass = format_ident!("generic_{}", i);
-        quote!((#name, &mut #pass as &mut dyn FnMut()))
-    });
+    let generic_names: Vec<&str> = generics.iter().map(|g| g.2).collect();
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -145,15 +133,15 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
             let payloads = rt::sample_payloads(&schema, #encoding, #wire, 7, 10_000);
             let mut group = c.benchmark_group("per record");
             group.throughput(Throughput::Elements(payloads.len() as u64));
-            group.bench_function("generated decoder", |b| {
-                b.iter(|| {
-                    for p in &payloads {
-                        pipeline::bench_decode(p).unwrap();
-                    }
-                })
-            });
+            let mut generated = || {
+                for p in &payloads {
+                    pipeline::bench_decode(p).unwrap();
+                }
+            };
             #(#generic_setups)*
-            #(#generic_benches)*
+            #(#generic_passes)*
+            group.bench_function("generated decoder", |b| b.iter(&mut generated));
+            #(group.bench_function(#generic_names, |b| b.iter(&mut #passes));)*
             let mut chain = pipeline::Chain::default();
             let mut harness = rt::ChainHarness::new(#shards);
             group.bench_function("generated chain (decode, operators, encode)", |b| {
@@ -174,14 +162,11 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
             // The same comparison in alternating passes (see `rt::interleaved`): the ratio that
             // docs/BENCHMARKS.md reports. Not while profiling one function.
             if !std::env::args().any(|a| a == "--profile-time" || a == "--list") {
-                let mut generated = || {
-                    for p in &payloads {
-                        pipeline::bench_decode(p).unwrap();
-                    }
-                };
-                #(#interleaved_passes)*
                 rt::interleaved(
-                    &mut [("generated decoder", &mut generated as &mut dyn FnMut()), #(#interleaved_names),*],
+                    &mut [
+                        ("generated decoder", &mut generated as &mut dyn FnMut()),
+                        #((#generic_names, &mut #passes as &mut dyn FnMut()),)*
+                    ],
                     payloads.len(),
                     std::time::Duration::from_secs(10),
                 );
