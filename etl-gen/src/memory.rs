@@ -8,6 +8,9 @@
 //! - the open buffer of each (lane, shard), sealed at `chunk.target_bytes` (plus one row);
 //! - librdkafka's prefetch, capped per split partition queue by `queued.max.messages.kbytes`
 //!   plus one fetched message set;
+//! - the batch each lane holds: messages taken from its queue in one non-blocking pass, so at
+//!   most what the queue held (the prefetch cap) plus one message set fetched during the pass.
+//!   They no longer count against the queue's cap, so librdkafka fetches more meanwhile;
 //! - the lz4 frames of inserts in flight;
 //! - under `errors.policy: dlq`, each row's source offset (8 bytes) beside the open buffers and
 //!   the chunk a lane may hold over the budget (sealed chunks' offsets count in the budget);
@@ -17,7 +20,7 @@ use crate::load::Validated;
 use crate::model::{ErrorPolicy, Source};
 
 /// The etl-runtime default of `queued.max.messages.kbytes` per split partition queue.
-pub const DEFAULT_QUEUED_MAX_KBYTES: u64 = 16 * 1024;
+pub const DEFAULT_QUEUED_MAX_KBYTES: u64 = 8 * 1024;
 /// librdkafka's default `fetch.message.max.bytes`.
 pub const DEFAULT_FETCH_MESSAGE_MAX_BYTES: u64 = 1 << 20;
 /// The process without data: code, runtime threads, allocator slack (measured idle RSS is
@@ -91,12 +94,20 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
             ),
             bytes: partitions * (kbytes * 1024 + fetch),
         });
+        terms.push(Term {
+            what: format!(
+                "{BATCHES}: {partitions} lanes × (queued.max.messages.kbytes ({kbytes}) × 1024 + 2 × fetch.message.max.bytes ({fetch}))"
+            ),
+            bytes: partitions * (kbytes * 1024 + 2 * fetch),
+        });
     }
     terms
 }
 
 /// The name of the prefetch term.
 const PREFETCH: &str = "librdkafka prefetch";
+/// The name of the term for the messages lanes have taken from their queues and not processed.
+const BATCHES: &str = "batches held by lanes";
 
 /// The bound as text: the terms, then the total in bytes and MiB (rounded up).
 pub fn render(v: &Validated, partitions: u64) -> String {
@@ -110,13 +121,14 @@ pub fn render(v: &Validated, partitions: u64) -> String {
     // With many partitions per instance librdkafka's prefetch, not the pipeline, sizes the
     // container (seen in docs/BENCHMARKS.md: 1 GiB at 64 partitions with the defaults), and a
     // paused lane never fills it: say so, and name the knob.
-    if let Some(prefetch) = terms.iter().find(|t| t.what.starts_with(PREFETCH))
-        && prefetch.bytes * 2 > total
-    {
+    let prefetch: u64 =
+        terms.iter().filter(|t| t.what.starts_with(PREFETCH) || t.what.starts_with(BATCHES)).map(|t| t.bytes).sum();
+    if prefetch * 2 > total {
         out.push_str(&format!(
-            "note: librdkafka's prefetch is {}% of the bound: with {partitions} partitions per instance, lower \
-             source.kafka.rdkafka.queued.max.messages.kbytes (it is per partition) or run more instances\n",
-            prefetch.bytes * 100 / total
+            "note: librdkafka's prefetch and the lanes' batches are {}% of the bound: with {partitions} partitions \
+             per instance, lower source.kafka.rdkafka.queued.max.messages.kbytes (it is per partition) or run more \
+             instances\n",
+            prefetch * 100 / total
         ));
     }
     if let Some(note) = exactly_once_note(v, partitions) {

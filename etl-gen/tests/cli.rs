@@ -61,8 +61,14 @@ fn memory_bound_lists_its_terms() {
         .map(|l| l.split_whitespace().next().unwrap().parse::<u64>().unwrap())
         .sum();
     // 512 MiB budget, 4 lanes × 256 KiB over it, 4 × 2 open buffers, 2 × 2 insert frames,
-    // 4 × (16 MiB + 1 MiB) prefetch, 64 MiB baseline.
-    let expected = (512u64 << 20) + 4 * (256 << 10) + 8 * (256 << 10) + 4 * (512 << 10) + 4 * (17 << 20) + (64 << 20);
+    // 4 × (8 MiB + 1 MiB) prefetch, 4 × (8 MiB + 2 MiB) held in batches, 64 MiB baseline.
+    let expected = (512u64 << 20)
+        + 4 * (256 << 10)
+        + 8 * (256 << 10)
+        + 4 * (512 << 10)
+        + 4 * (9 << 20)
+        + 4 * (10 << 20)
+        + (64 << 20);
     assert_eq!(terms, expected, "{text}");
     assert!(text.contains(&format!("total: {expected} bytes")), "{text}");
     let missing =
@@ -86,7 +92,7 @@ fn memory_bound_notes_a_dominant_prefetch() {
     };
     let few = at("4");
     assert!(!few.contains("note:"), "{few}");
-    // 256 × 17 MiB of prefetch against 512 MiB of budget and the rest.
+    // 256 × 19 MiB of prefetch and batches against 512 MiB of budget and the rest.
     let many = at("256");
     let note = many.lines().find(|l| l.starts_with("note:")).unwrap_or_else(|| panic!("no note:\n{many}"));
     assert!(note.contains("queued.max.messages.kbytes") && note.contains("256 partitions"), "{note}");

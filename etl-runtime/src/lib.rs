@@ -104,7 +104,9 @@ pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, Runt
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Encoding, Wire};
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
-pub use kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats};
+pub use kafka::{
+    BATCH_MESSAGES, BatchMessage, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats, PartitionBatches,
+};
 pub use run::{RunOutcome, init_logging, run};
 
 /// What generated crates use. Not a stable API: it changes with the code generator.

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::batches::PartitionBatches;
 use super::lane::{KafkaLane, LaneProgress, Start};
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
@@ -56,7 +56,7 @@ pub(crate) struct Startup {
 pub(crate) struct Deferred {
     /// Bumped by every revocation: a plan read for an earlier assignment is dropped.
     generation: u64,
-    waiting: HashMap<i32, PartitionQueue<SourceContext>>,
+    waiting: HashMap<i32, PartitionBatches<SourceContext>>,
     ready: Vec<(i32, Replay)>,
     /// The thread reading the plans: joined by a revocation, so that none of its claims lands
     /// after the assignment is over.
@@ -164,7 +164,7 @@ impl SourceContext {
         };
         let mut queues = Vec::with_capacity(partitions.len());
         for &partition in &partitions {
-            match shared.split_partition_queue(&self.topic, partition) {
+            match PartitionBatches::split(&shared, &self.topic, partition) {
                 Some(queue) => queues.push((partition, queue)),
                 None => {
                     self.pipeline.report_fatal(format!("could not split the queue of partition {partition}"));
@@ -220,7 +220,7 @@ impl SourceContext {
             for (partition, queue) in queues {
                 let lane_progress = Arc::new(LaneProgress::new());
                 progress.insert(partition, lane_progress.clone());
-                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), partition, lane_progress, start);
+                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), lane_progress, start);
                 self.pipeline.add_lane_replaying(Box::new(lane), replays.remove(&partition));
             }
         }
@@ -313,7 +313,7 @@ impl SourceContext {
     /// it between polls): each is positioned at its replay start first. It is still paused and was
     /// never fetched, so the seek decides where its lane starts.
     pub(crate) fn hand_over_planned(&self, consumer: &Arc<Consumer>) {
-        let planned: Vec<(i32, Replay, PartitionQueue<SourceContext>)> = {
+        let planned: Vec<(i32, Replay, PartitionBatches<SourceContext>)> = {
             let mut deferred = self.deferred.lock().expect("deferred lock");
             if deferred.ready.is_empty() {
                 return;
@@ -350,14 +350,8 @@ impl SourceContext {
             let lane_progress = Arc::new(LaneProgress::new());
             progress.insert(partition, lane_progress.clone());
             // Paused before the assignment, like every exactly-once partition.
-            let lane = KafkaLane::new(
-                consumer.clone(),
-                queue,
-                self.topic.clone(),
-                partition,
-                lane_progress,
-                Start::PausedAtAssign,
-            );
+            let lane =
+                KafkaLane::new(consumer.clone(), queue, self.topic.clone(), lane_progress, Start::PausedAtAssign);
             self.pipeline.add_lane_replaying(Box::new(lane), Some(plan));
         }
     }

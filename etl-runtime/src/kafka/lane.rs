@@ -3,16 +3,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
 
-use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
-use rdkafka::error::KafkaError;
-use rdkafka::message::Message as _;
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::engine::errors::SourceError;
 use crate::engine::lane::{Lane, Record};
+use crate::kafka::batches::PartitionBatches;
 
 /// How far a lane got, shared with the rebalance callback so a revocation can tell how many handed-out
 /// records a drain timeout abandoned.
@@ -57,16 +55,13 @@ impl LaneProgress {
     }
 }
 
-/// A lane over one partition's split queue.
-///
-/// It copies each message's payload and key into buffers it reuses before handing the record over:
-/// a `BorrowedMessage` borrows the queue the lane owns, and keeping both in one struct would need
-/// unsafe code. The copy is one `memcpy` per message, with no allocation once the buffers have grown.
+/// A lane over one partition's split queue, read in batches ([`PartitionBatches`]): a record
+/// borrows its message in librdkafka's memory, which the lane destroys when it takes the next one.
 ///
 /// Generic over the consumer's context so that the lane does not depend on the source's context
 /// (which creates lanes); the source uses one context type.
 pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
-    queue: PartitionQueue<C>,
+    batches: PartitionBatches<C>,
     consumer: Arc<BaseConsumer<C>>,
     partition: i32,
     /// The one-partition list used for pause and resume.
@@ -76,8 +71,6 @@ pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
     topic: Arc<str>,
     /// How pause and resume reach the consumer; see [`Start`].
     start: Start,
-    payload: Vec<u8>,
-    key: Vec<u8>,
     progress: Arc<LaneProgress>,
 }
 
@@ -164,36 +157,38 @@ impl Start {
 impl<C: ConsumerContext + 'static> KafkaLane<C> {
     pub(crate) fn new(
         consumer: Arc<BaseConsumer<C>>,
-        queue: PartitionQueue<C>,
+        batches: PartitionBatches<C>,
         topic: Arc<str>,
-        partition: i32,
         progress: Arc<LaneProgress>,
         start: Start,
     ) -> Self {
+        let partition = batches.partition();
         let mut this = TopicPartitionList::with_capacity(1);
         this.add_partition(&topic, partition);
         let mut store = TopicPartitionList::with_capacity(1);
         store.add_partition(&topic, partition);
-        KafkaLane {
-            queue,
-            consumer,
-            partition,
-            this,
-            store,
-            topic,
-            start,
-            payload: Vec::new(),
-            key: Vec::new(),
-            progress,
-        }
+        KafkaLane { batches, consumer, partition, this, store, topic, start, progress }
     }
 
     fn set_paused(&self, paused: bool) {
-        let result = if paused { self.consumer.pause(&self.this) } else { self.consumer.resume(&self.this) };
-        if let Err(error) = result {
-            // A partition being revoked can no longer be paused; its lane is about to be dropped.
-            tracing::warn!(topic = %self.topic, partition = self.partition, paused, %error, "pause/resume failed");
-        }
+        set_paused(&self.consumer, &self.this, &self.topic, self.partition, paused);
+    }
+}
+
+/// Pauses or resumes the one partition of `this` at the consumer. librdkafka keeps fetching from
+/// the application's position on a resume, which is past the batch a lane holds, so the batch
+/// stays valid across a pause.
+fn set_paused<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    this: &TopicPartitionList,
+    topic: &str,
+    partition: i32,
+    paused: bool,
+) {
+    let result = if paused { consumer.pause(this) } else { consumer.resume(this) };
+    if let Err(error) = result {
+        // A partition being revoked can no longer be paused; its lane is about to be dropped.
+        tracing::warn!(topic, partition, paused, %error, "pause/resume failed");
     }
 }
 
@@ -206,32 +201,25 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
         if let Some(paused) = self.start.before_poll() {
             self.set_paused(paused);
         }
-        let message = match self.queue.poll(Duration::ZERO)? {
+        let KafkaLane { batches, consumer, this, topic, start, progress, partition, .. } = self;
+        let message = match batches.poll()? {
             Ok(message) => message,
-            Err(error) => return Some(Err(lane_error(self.partition, error))),
+            // Only with `enable.partition.eof`, which the source does not set: nothing to hand out.
+            Err(RDKafkaErrorCode::PartitionEOF) => return None,
+            Err(code) => return Some(Err(lane_error(*partition, code))),
         };
-        if let Some(paused) = self.start.on_message() {
-            self.set_paused(paused);
+        if let Some(paused) = start.on_message() {
+            set_paused(consumer, this, topic, *partition, paused);
         }
         let offset = message.offset();
-        let timestamp_ms = message.timestamp().to_millis();
-        let has_payload = message.payload().map(|p| {
-            self.payload.clear();
-            self.payload.extend_from_slice(p);
-        });
-        let has_key = message.key().map(|k| {
-            self.key.clear();
-            self.key.extend_from_slice(k);
-        });
-        debug_assert_eq!(message.partition(), self.partition);
-        drop(message);
-        self.progress.handed(offset);
+        debug_assert_eq!(message.partition(), *partition);
+        progress.handed(offset);
         Some(Ok(Record {
-            payload: has_payload.map(|()| self.payload.as_slice()),
-            key: has_key.map(|()| self.key.as_slice()),
-            partition: self.partition,
+            payload: message.payload(),
+            key: message.key(),
+            partition: *partition,
             offset,
-            timestamp_ms,
+            timestamp_ms: message.timestamp_ms(),
         }))
     }
 
@@ -261,12 +249,10 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
     }
 }
 
-fn lane_error(partition: i32, error: KafkaError) -> SourceError {
-    match error {
-        KafkaError::MessageConsumptionFatal(code) => {
-            SourceError::fatal(format!("partition {partition}: fatal consumer error: {code}"))
-        }
-        other => SourceError::transient(format!("partition {partition}: {other}")),
+fn lane_error(partition: i32, code: RDKafkaErrorCode) -> SourceError {
+    match code {
+        RDKafkaErrorCode::Fatal => SourceError::fatal(format!("partition {partition}: fatal consumer error: {code}")),
+        other => SourceError::transient(format!("partition {partition}: message consumption error: {other}")),
     }
 }
 

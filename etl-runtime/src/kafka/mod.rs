@@ -7,7 +7,12 @@
 //! source thread (`etl-kafka`) polls the consumer's main queue forever, every 100 ms at most, until
 //! [`Source::shutdown`]: rebalance callbacks, commit results, statistics and errors are served there.
 //! Messages never arrive on the main queue: each assigned partition's queue is split off
-//! (`split_partition_queue`) and polled, without blocking, by the pipeline thread that owns its lane.
+//! ([`PartitionBatches::split`]) and polled, without blocking, by the pipeline thread that owns its
+//! lane, up to [`BATCH_MESSAGES`] messages per librdkafka call (`rd_kafka_consume_batch_queue`, so
+//! its per-poll bookkeeping is paid per batch). A lane hands the messages of its batch out one at a
+//! time, each borrowed from librdkafka until the next; a paused or revoked lane still holds the rest
+//! of its batch, which `gen --memory` counts, and a revoked lane's are dropped unprocessed (they were
+//! never stored, so the next owner reads them).
 //! A `None` from the main queue's `poll` does not mean idle (it also follows every rebalance), so the
 //! loop never draws conclusions from it. Because the main queue is polled all the time, a paused
 //! pipeline never exceeds `max.poll.interval.ms` (Invariant 6).
@@ -64,24 +69,26 @@
 //!
 //! Once a partition's queue is split, librdkafka applies `queued.max.messages.kbytes` and
 //! `queued.min.messages` to that partition queue alone. The defaults here (overridable with the
-//! `rdkafka:` passthrough) are `queued.max.messages.kbytes=16384` (16 MiB),
+//! `rdkafka:` passthrough) are `queued.max.messages.kbytes=8192` (8 MiB),
 //! `queued.min.messages=10000` and `fetch.queue.backoff.ms=10` (with librdkafka's 1000 ms a small cap
 //! collapses consumption about 40-fold). Pausing a partition purges its queue; once resumed it waits
 //! for the fetch in flight, which the broker may hold up to `fetch.wait.max.ms` when nothing else has
 //! new data, so that default is lowered to 100 ms (librdkafka: 500 ms, which made a pause cost
 //! ~140 ms of stall per partition in the tests). A partition stops fetching once its queue holds
-//! 10 000 messages or 16 MiB; the fetch in flight can add one more response for it, up to
+//! 10 000 messages or 8 MiB; the fetch in flight can add one more response for it, up to
 //! `fetch.message.max.bytes` (1 MiB by default; some brokers ignore it and send up to `fetch.max.bytes`,
-//! 50 MiB by default, per broker connection). So the prefetch bound is about
-//! `partitions × (queued.max.messages.kbytes + fetch.message.max.bytes)` + `brokers × fetch.max.bytes`,
-//! i.e. 17 MiB per owned partition with the defaults, plus the pipeline's in-flight budget.
+//! 50 MiB by default, per broker connection). A lane's batch is taken from the queue in one
+//! non-blocking pass: at most what the queue held plus a response landing meanwhile, and no longer
+//! counted by the queue, which refills. So the bound is about
+//! `partitions × (2 × queued.max.messages.kbytes + 3 × fetch.message.max.bytes)` + `brokers × fetch.max.bytes`,
+//! i.e. 19 MiB per owned partition with the defaults, plus the pipeline's in-flight budget.
 //!
 //! # Records
 //!
 //! A record carries the message's payload (`None` for a tombstone, to which the runtime applies
 //! `errors.tombstones`), key, partition, offset and timestamp (create or log-append time, in ms); the
-//! runtime derives `etl_source_lag_seconds` from the timestamps. Payload and key are copied into
-//! buffers the lane reuses (see [`lane`]). `statistics_interval` (`statistics.interval.ms`; 0 disables)
+//! runtime derives `etl_source_lag_seconds` from the timestamps. Payload and key are borrowed from
+//! librdkafka's message until the lane takes the next one (see [`lane`]). `statistics_interval` (`statistics.interval.ms`; 0 disables)
 //! feeds `etl_source_lag_records{partition}` from librdkafka's `consumer_lag`; commit results feed
 //! `etl_source_commits_total` and `etl_source_committed_offset`.
 //!
@@ -91,6 +98,9 @@
 //! (`*password*`, `*secret*`, `ssl.key.*`, `sasl.oauthbearer.config`) are masked in the configuration
 //! log line, in `Debug` output and in configuration errors.
 
+// The runtime's only unsafe code: librdkafka's batch consumption, which rdkafka does not wrap.
+#[allow(unsafe_code)]
+mod batches;
 mod context;
 mod dead_letter;
 mod lane;
@@ -114,6 +124,7 @@ use crate::engine::errors::SourceError;
 use crate::engine::handle::PipelineHandle;
 use crate::engine::source::Source;
 
+pub use self::batches::{BATCH_MESSAGES, BatchMessage, PartitionBatches};
 pub use self::dead_letter::KafkaDeadLetter;
 
 /// The default drain bound of a revocation, `checkpoint.drain_timeout`'s default.

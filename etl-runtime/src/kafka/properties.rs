@@ -10,9 +10,11 @@ use rdkafka::error::KafkaError;
 use crate::engine::errors::SourceError;
 use crate::secret::{MASK, is_secret_property, mask_userinfo, redact_message};
 
-/// Default `queued.max.messages.kbytes`: 16 MiB. With split partition queues librdkafka applies it
-/// per partition queue, so it is the prefetch bound per owned partition (see the module docs).
-pub(crate) const DEFAULT_QUEUED_MAX_KBYTES: u64 = 16 * 1024;
+/// Default `queued.max.messages.kbytes`: 8 MiB. With split partition queues librdkafka applies it
+/// per partition queue, so it is the prefetch bound per owned partition (see the module docs). A
+/// lane's batch, taken from the queue, can hold as much again while the queue refills: 8 MiB keeps
+/// the two together near the 17 MiB per partition of the 16 MiB cap before batches.
+pub(crate) const DEFAULT_QUEUED_MAX_KBYTES: u64 = 8 * 1024;
 
 /// Default `queued.min.messages`: librdkafka fetches ahead until a partition queue holds this many
 /// messages or the kbytes cap is reached, whichever comes first.

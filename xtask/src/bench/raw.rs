@@ -3,9 +3,9 @@
 //! the same way as the pipeline's. Each prints one `bench-result key=value ...` line last.
 //!
 //! - `consume`: librdkafka consume-and-discard of the topic, read the way the Kafka source reads it
-//!   (its prefetch settings, one split queue per partition, polled without blocking by as many
-//!   threads as the pipeline has), from the first message to the last: what the broker and
-//!   librdkafka can deliver.
+//!   (its prefetch settings, one split queue per partition read in batches with the source's own
+//!   `PartitionBatches`, polled without blocking by as many threads as the pipeline has), from the
+//!   first message to the last: what the broker and librdkafka can deliver.
 //! - `insert`: the rows the pipeline wrote, read back as RowBinary, inserted with the `clickhouse`
 //!   crate the way the sink inserts (lz4, `wait_end_of_query`, a deduplication token, as many
 //!   inserts in flight per shard as the pipeline allows), in batches of the pipeline's maximum size.
@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use etl_runtime::PartitionBatches;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -108,7 +109,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
             .set("group.id", format!("bench-raw-{}", std::process::id()))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
-            .set("queued.max.messages.kbytes", "16384")
+            .set("queued.max.messages.kbytes", "8192")
             .set("queued.min.messages", "10000")
             .set("fetch.queue.backoff.ms", "10")
             .set("fetch.wait.max.ms", "100")
@@ -120,7 +121,8 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     let mut assignment = TopicPartitionList::new();
     for partition in 0..args.partitions {
         // Split before assigning, so no message of the partition lands in the main queue.
-        let queue = consumer.split_partition_queue(&args.topic, partition).context("splitting a partition queue")?;
+        let queue =
+            PartitionBatches::split(&consumer, &args.topic, partition).context("splitting a partition queue")?;
         queues[partition as usize % threads].push(queue);
         assignment.add_partition_offset(&args.topic, partition, Offset::Beginning)?;
     }
@@ -134,16 +136,18 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         .map(|queues| {
             let (count, first, bytes, records) = (count.clone(), first.clone(), bytes.clone(), args.records);
             std::thread::spawn(move || -> anyhow::Result<()> {
-                // The pipeline thread's loop (etl-runtime/src/engine/pipeline/turn.rs): up to 256 records per
-                // lane per round without blocking, a 2 ms wait when a round found nothing.
+                // The pipeline thread's loop (etl-runtime/src/engine/pipeline/turn.rs) over the
+                // lanes' batched queues: up to 256 records per lane per round without blocking, a
+                // 2 ms wait when a round found nothing.
+                let mut queues = queues;
                 while count.load(Ordering::Relaxed) < records {
                     let (mut got, mut got_bytes) = (0u64, 0u64);
-                    for queue in &queues {
+                    for queue in &mut queues {
                         for _ in 0..256 {
-                            match queue.poll(Duration::ZERO) {
+                            match queue.poll() {
                                 Some(Ok(message)) => {
                                     got += 1;
-                                    got_bytes += message.payload_len() as u64;
+                                    got_bytes += message.payload().map_or(0, <[u8]>::len) as u64;
                                 }
                                 Some(Err(e)) => bail!("consuming: {e}"),
                                 None => break,
