@@ -36,6 +36,7 @@ pub struct PartitionBatches<C: ConsumerContext + 'static> {
     len: usize,
     cursor: usize,
     handed: bool,
+    position: Position,
     partition: i32,
     /// Kept alive while the queue and its messages are.
     _consumer: Arc<BaseConsumer<C>>,
@@ -104,6 +105,7 @@ impl<C: ConsumerContext + 'static> PartitionBatches<C> {
             len: 0,
             cursor: 0,
             handed: false,
+            position: Position::default(),
             partition,
             _consumer: consumer.clone(),
         })
@@ -131,13 +133,19 @@ impl<C: ConsumerContext + 'static> PartitionBatches<C> {
             let taken = unsafe {
                 rdsys::rd_kafka_consume_batch_queue(self.queue.as_ptr(), 0, self.messages.as_mut_ptr(), BATCH_MESSAGES)
             };
-            if taken < 0 {
-                // SAFETY: reads librdkafka's thread-local last error.
-                return Some(Err(unsafe { rdsys::rd_kafka_last_error() }.into()));
-            }
-            self.len = (taken as usize).min(BATCH_MESSAGES);
+            // librdkafka 2.12 returns a count, never an error.
+            self.len = taken.clamp(0, BATCH_MESSAGES as isize) as usize;
             if self.len == 0 {
                 return None;
+            }
+            for &message in &self.messages[..self.len] {
+                // SAFETY: just taken, alive and ours.
+                let message = unsafe { &*message };
+                if message.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    self.position.message(message.offset);
+                } else {
+                    self.position.error(message.offset);
+                }
             }
         }
         // SAFETY: `cursor < len`, so this slot holds a live message that only this struct owns.
@@ -150,12 +158,62 @@ impl<C: ConsumerContext + 'static> PartitionBatches<C> {
         Some(Ok(BatchMessage(message)))
     }
 
+    /// Where fetching must restart after the partition is resumed, when librdkafka's own restart
+    /// position would skip a message: see [`Position`]. The lane seeks there after each resume
+    /// while this is `Some`.
+    pub fn rewind(&self) -> Option<i64> {
+        self.position.rewind()
+    }
+
     fn release_handed(&mut self) {
         if std::mem::take(&mut self.handed) {
             // SAFETY: the message handed out last is alive (`handed`), and no view of it is (the
             // caller gave up its borrow to call us).
             unsafe { rdsys::rd_kafka_message_destroy(self.messages[self.cursor - 1]) };
         }
+    }
+}
+
+/// What a partition's batches took, against librdkafka's application position.
+///
+/// A batch call sets librdkafka's application position (where a resumed partition is fetched
+/// from) one past the highest offset of every message it returns, error messages included
+/// (`rd_kafka_q_serve_rkmessages`), and a fetch error carries the offset not fetched yet. A batch
+/// that ends with such an error leaves the position one past a message nobody has taken: pause
+/// and resume the partition before that message arrives, and it would never be fetched. So the
+/// lane tracks what it took, and seeks back after a resume while the position is ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    /// One past the last message taken (errors excluded), or -1 before the first.
+    taken: i64,
+    /// librdkafka's position, while an error message has put it past `taken`.
+    ahead: Option<i64>,
+}
+
+impl Default for Position {
+    fn default() -> Self {
+        Position { taken: -1, ahead: None }
+    }
+}
+
+impl Position {
+    fn message(&mut self, offset: i64) {
+        self.taken = self.taken.max(offset + 1);
+        if self.ahead.is_some_and(|ahead| self.taken >= ahead) {
+            self.ahead = None;
+        }
+    }
+
+    fn error(&mut self, offset: i64) {
+        if offset >= 0 && offset + 1 > self.taken {
+            self.ahead = Some(self.ahead.map_or(offset + 1, |ahead| ahead.max(offset + 1)));
+        }
+    }
+
+    /// The offset to fetch from after a resume: the next message not taken. Before any message
+    /// was taken, that is the error's own offset (the one not fetched yet).
+    fn rewind(&self) -> Option<i64> {
+        self.ahead.map(|ahead| if self.taken >= 0 { self.taken } else { ahead - 1 })
     }
 }
 
@@ -169,5 +227,65 @@ impl<C: ConsumerContext + 'static> Drop for PartitionBatches<C> {
         // SAFETY: every message is destroyed; the queue handle is ours and the consumer (a field,
         // dropped after this) is still alive.
         unsafe { rdsys::rd_kafka_queue_destroy(self.queue.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::Position;
+
+    /// One thing a batch can return: a message at the next offset of the partition (after a gap
+    /// of `gap` offsets, as compaction or transaction markers leave), or a fetch error carrying
+    /// the offset not fetched yet.
+    #[derive(Debug, Clone, Copy)]
+    enum Taken {
+        Message { gap: i64 },
+        Error,
+    }
+
+    fn taken() -> impl Strategy<Value = Taken> {
+        prop_oneof![3 => (0i64..3).prop_map(|gap| Taken::Message { gap }), 1 => Just(Taken::Error)]
+    }
+
+    proptest! {
+        /// Invariant 3 at the batch level: whatever messages and fetch errors the batches took,
+        /// a partition paused and resumed at that moment is fetched again from an offset no
+        /// higher than the next message not taken (nothing is skipped) and, once a message was
+        /// taken, no lower than one past it (nothing taken is fetched twice). librdkafka's own
+        /// restart position is modelled as it is computed: one past the highest offset taken,
+        /// errors included.
+        #[test]
+        fn a_resume_never_skips_a_message_nor_refetches_one(
+            start in 0i64..1000,
+            sequence in proptest::collection::vec(taken(), 0..30),
+        ) {
+            let mut position = Position::default();
+            let (mut next_fetch, mut librdkafka) = (start, -1i64);
+            let mut last_taken: Option<i64> = None;
+            for step in sequence {
+                match step {
+                    Taken::Message { gap } => {
+                        let offset = next_fetch + gap;
+                        next_fetch = offset + 1;
+                        position.message(offset);
+                        librdkafka = librdkafka.max(offset + 1);
+                        last_taken = Some(offset);
+                    }
+                    Taken::Error => {
+                        position.error(next_fetch);
+                        librdkafka = librdkafka.max(next_fetch + 1);
+                    }
+                }
+                let restart = position.rewind().unwrap_or(librdkafka);
+                if librdkafka >= 0 {
+                    prop_assert!(restart <= next_fetch, "restarts at {restart}, past the next message at {next_fetch}");
+                }
+                if let Some(last) = last_taken {
+                    prop_assert!(restart > last, "restarts at {restart}, refetching {last}");
+                }
+            }
+        }
     }
 }

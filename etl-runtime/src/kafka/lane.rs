@@ -172,6 +172,23 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
 
     fn set_paused(&self, paused: bool) {
         set_paused(&self.consumer, &self.this, &self.topic, self.partition, paused);
+        if paused {
+            return;
+        }
+        if let Some(offset) = self.batches.rewind() {
+            // A fetch error moved librdkafka's restart position past a message not taken yet.
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.partition,
+                offset,
+                "resumed after a fetch error; seeking back to the next offset not read"
+            );
+            if let Err(error) =
+                self.consumer.seek(&self.topic, self.partition, Offset::Offset(offset), std::time::Duration::ZERO)
+            {
+                tracing::error!(topic = %self.topic, partition = self.partition, offset, %error, "seek failed");
+            }
+        }
     }
 }
 

@@ -12,7 +12,9 @@
 //! its per-poll bookkeeping is paid per batch). A lane hands the messages of its batch out one at a
 //! time, each borrowed from librdkafka until the next; a paused or revoked lane still holds the rest
 //! of its batch, which `gen --memory` counts, and a revoked lane's are dropped unprocessed (they were
-//! never stored, so the next owner reads them).
+//! never stored, so the next owner reads them). A resumed partition is fetched from librdkafka's
+//! application position, past the batch; a fetch error in a batch can put that position past a
+//! message not read yet, so the lane then seeks back after the resume (`batches.rs`, `Position`).
 //! A `None` from the main queue's `poll` does not mean idle (it also follows every rebalance), so the
 //! loop never draws conclusions from it. Because the main queue is polled all the time, a paused
 //! pipeline never exceeds `max.poll.interval.ms` (Invariant 6).
