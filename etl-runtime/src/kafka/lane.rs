@@ -63,7 +63,6 @@ impl LaneProgress {
 pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
     batches: PartitionBatches<C>,
     consumer: Arc<BaseConsumer<C>>,
-    partition: i32,
     /// The one-partition list used for pause and resume.
     this: TopicPartitionList,
     /// The one-partition list used to store offsets; its offset is set before each store.
@@ -167,11 +166,11 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
         this.add_partition(&topic, partition);
         let mut store = TopicPartitionList::with_capacity(1);
         store.add_partition(&topic, partition);
-        KafkaLane { batches, consumer, partition, this, store, topic, start, progress }
+        KafkaLane { batches, consumer, this, store, topic, start, progress }
     }
 
     fn set_paused(&self, paused: bool) {
-        set_paused(&self.consumer, &self.this, &self.topic, self.partition, paused);
+        set_paused(&self.consumer, &self.this, &self.topic, self.partition(), paused);
         if paused {
             return;
         }
@@ -179,14 +178,14 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
             // A fetch error moved librdkafka's restart position past a message not taken yet.
             tracing::warn!(
                 topic = %self.topic,
-                partition = self.partition,
+                partition = self.partition(),
                 offset,
                 "resumed after a fetch error; seeking back to the next offset not read"
             );
             if let Err(error) =
-                self.consumer.seek(&self.topic, self.partition, Offset::Offset(offset), std::time::Duration::ZERO)
+                self.consumer.seek(&self.topic, self.partition(), Offset::Offset(offset), std::time::Duration::ZERO)
             {
-                tracing::error!(topic = %self.topic, partition = self.partition, offset, %error, "seek failed");
+                tracing::error!(topic = %self.topic, partition = self.partition(), offset, %error, "seek failed");
             }
         }
     }
@@ -211,30 +210,31 @@ fn set_paused<C: ConsumerContext>(
 
 impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
     fn partition(&self) -> i32 {
-        self.partition
+        self.batches.partition()
     }
 
     fn next(&mut self) -> Option<Result<Record<'_>, SourceError>> {
         if let Some(paused) = self.start.before_poll() {
             self.set_paused(paused);
         }
-        let KafkaLane { batches, consumer, this, topic, start, progress, partition, .. } = self;
+        let partition = self.partition();
+        let KafkaLane { batches, consumer, this, topic, start, progress, .. } = self;
         let message = match batches.poll()? {
             Ok(message) => message,
             // Only with `enable.partition.eof`, which the source does not set: nothing to hand out.
             Err(RDKafkaErrorCode::PartitionEOF) => return None,
-            Err(code) => return Some(Err(lane_error(*partition, code))),
+            Err(code) => return Some(Err(lane_error(partition, code))),
         };
         if let Some(paused) = start.on_message() {
-            set_paused(consumer, this, topic, *partition, paused);
+            set_paused(consumer, this, topic, partition, paused);
         }
         let offset = message.offset();
-        debug_assert_eq!(message.partition(), *partition);
+        debug_assert_eq!(message.partition(), partition);
         progress.handed(offset);
         Some(Ok(Record {
             payload: message.payload(),
             key: message.key(),
-            partition: *partition,
+            partition,
             offset,
             timestamp_ms: message.timestamp_ms(),
         }))
@@ -256,10 +256,10 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
     /// offset to consume, unlike `store_offset(topic, partition, offset)` which adds one.
     fn store_offset(&mut self, next_offset: i64) -> Result<(), SourceError> {
         self.store
-            .set_partition_offset(&self.topic, self.partition, Offset::Offset(next_offset))
-            .map_err(|e| SourceError::transient(format!("partition {}: {e}", self.partition)))?;
+            .set_partition_offset(&self.topic, self.partition(), Offset::Offset(next_offset))
+            .map_err(|e| SourceError::transient(format!("partition {}: {e}", self.partition())))?;
         self.consumer.store_offsets(&self.store).map_err(|e| {
-            SourceError::transient(format!("storing offset {next_offset} of partition {}: {e}", self.partition))
+            SourceError::transient(format!("storing offset {next_offset} of partition {}: {e}", self.partition()))
         })?;
         self.progress.stored.store(next_offset, Ordering::Release);
         Ok(())
