@@ -11,7 +11,7 @@
 //! - the batch each lane holds: messages taken from its queue in one non-blocking pass, so at
 //!   most what the queue held (the prefetch cap) plus one message set fetched during the pass.
 //!   They no longer count against the queue's cap, so librdkafka fetches more meanwhile;
-//! - the lz4 frames of inserts in flight;
+//! - the frames of inserts in flight (under `format: native`, also the block's columns);
 //! - under `errors.policy: dlq`, each row's source offset (8 bytes) beside the open buffers and
 //!   the chunk a lane may hold over the budget (sealed chunks' offsets count in the budget);
 //! - the process itself (code, tokio, librdkafka's threads, the allocator's slack).
@@ -28,6 +28,10 @@ pub const DEFAULT_FETCH_MESSAGE_MAX_BYTES: u64 = 1 << 20;
 pub const BASELINE_BYTES: u64 = 64 << 20;
 /// Per insert in flight: the sink streams 256 KiB frames, compressed copies included.
 pub const INSERT_FRAME_BYTES: u64 = 512 << 10;
+/// Per insert in flight under `format: native`: a 256 KiB block's columns, the block in the
+/// insert's buffer and its compressed frame, each overshooting by the row that crossed 256 KiB
+/// (rounded up to 1 MiB: rows of the size that would make that wrong are rows of megabytes).
+pub const NATIVE_INSERT_BYTES: u64 = 1 << 20;
 
 /// One term of the bound.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +55,12 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
         (flow.chunk.target_bytes.bytes(), "chunk.target_bytes")
     };
     let budget = m.backpressure.max_inflight_bytes.bytes();
+    let (per_insert, format) = match &m.sink {
+        crate::model::Sink::Clickhouse(c) if c.format == crate::model::InsertFormat::Native => {
+            (NATIVE_INSERT_BYTES, "format native: block columns, buffer, compressed frame")
+        }
+        _ => (INSERT_FRAME_BYTES, "RowBinary frames, compressed copies included"),
+    };
     let mut terms = vec![
         Term { what: "baseline: code, threads, allocator slack".into(), bytes: BASELINE_BYTES },
         Term { what: format!("in-flight budget: backpressure.max_inflight_bytes ({budget})"), bytes: budget },
@@ -64,10 +74,10 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
         },
         Term {
             what: format!(
-                "insert frames: {shards} shards × inflight.max_per_shard ({}) × {INSERT_FRAME_BYTES}",
+                "insert frames: {shards} shards × inflight.max_per_shard ({}) × {per_insert} ({format})",
                 flow.inflight.max_per_shard
             ),
-            bytes: shards * flow.inflight.max_per_shard * INSERT_FRAME_BYTES,
+            bytes: shards * flow.inflight.max_per_shard * per_insert,
         },
     ];
     if m.errors.policy == ErrorPolicy::Dlq {

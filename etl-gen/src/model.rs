@@ -545,6 +545,12 @@ pub struct ClickhouseSink {
     /// change what an acknowledged insert means.
     #[serde(default)]
     pub settings: IndexMap<String, ScalarValue>,
+    /// The ClickHouse input format of insert bodies: `native`, columns, which ClickHouse stores
+    /// with a copy per column (about half the server CPU of `rowbinary` in docs/BENCHMARKS.md,
+    /// for one more copy of every value here); `rowbinary`, rows, which ClickHouse parses value by
+    /// value. Batches, refused-row isolation and exactly-once work the same with either.
+    #[serde(default)]
+    pub format: InsertFormat,
     /// How insert bodies are compressed (ClickHouse's block framing over HTTP): `lz4`, fast on
     /// both sides; `zstd`, smaller bodies for more CPU on both sides (for a thin or metered
     /// network); `none`, for a server on the same host.
@@ -589,6 +595,17 @@ pub struct ClickhouseSink {
     /// The per-shard queue between pipeline threads and the sink.
     #[serde(default)]
     pub queue: Queue,
+}
+
+/// `sink.clickhouse.format`: the input format of insert bodies.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InsertFormat {
+    /// ClickHouse's columnar Native format, made from the rows as each insert is sent.
+    #[default]
+    Native,
+    /// Rows as the generated encoders write them.
+    Rowbinary,
 }
 
 /// `sink.clickhouse.compression`: how insert bodies are compressed.

@@ -88,7 +88,9 @@ pub mod secret;
 mod testing;
 
 #[cfg(feature = "clickhouse")]
-pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression, ledger_table};
+pub use crate::clickhouse::{
+    ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression, InsertFormat, ledger_table,
+};
 pub use crate::engine::chain::{Chain, RowOut};
 pub use crate::engine::chunk::{Batch, Chunk};
 pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErrorKind, SourceError, SourceErrorKind};
@@ -113,8 +115,13 @@ pub use run::{RunOutcome, init_logging, run};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bench::{ChainHarness, fuzz_chain, interleaved, sample_payloads};
+    /// The RowBinary-to-Native transposition, for `cargo xtask bench`'s raw inserter.
     #[cfg(feature = "clickhouse")]
-    pub use crate::clickhouse::{ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression};
+    pub use crate::clickhouse::native::{NATIVE_BLOCK_BYTES, NativeEncoder};
+    #[cfg(feature = "clickhouse")]
+    pub use crate::clickhouse::{
+        ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression, InsertFormat,
+    };
     pub use crate::codec::{avro, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etl_runtime::__private::{rowbinary as rb, shard_hash};
-use etl_runtime::{Batch, ClickhouseSink, Sink, SinkError, SinkErrorKind};
+use etl_runtime::{Batch, ClickhouseSink, ClickhouseSinkConfig, InsertFormat, Sink, SinkError, SinkErrorKind};
 use serde_json::json;
 use support_clickhouse::{
     Row, clickhouse_https, clickhouse_urls, exec, freeze, metric_sum, own_servers, run_pipeline, runtime_config,
@@ -75,6 +75,9 @@ impl Sink for Observed {
     }
 }
 
+/// `sink.clickhouse.format`: the tests of types, refused rows and retries run in both.
+const FORMATS: [InsertFormat; 2] = [InsertFormat::RowBinary, InsertFormat::Native];
+
 /// Every type of the mapping in docs/configuration.md, as the DDL `gen --ddl` emits them.
 const ALL_TYPES: &[(&str, &str)] = &[
     ("id", "Int64"),
@@ -120,6 +123,14 @@ fn create_table(url: &str, table: &str, columns: &[(&str, &str)], extra: &str, s
 fn every_type_round_trips() {
     let _servers = share_servers();
     let (url, _) = clickhouse_urls();
+    for format in FORMATS {
+        every_type_round_trips_in(&url, format);
+    }
+}
+
+/// [`every_type_round_trips`] with inserts in `format`.
+fn every_type_round_trips_in(url: &str, format: InsertFormat) {
+    let url = url.to_owned();
     let table = unique_table("ch_types");
     create_table(&url, &table, ALL_TYPES, "", "");
 
@@ -183,14 +194,15 @@ fn every_type_round_trips() {
     rb::decimal(&mut second, 38, -(10i128.pow(37)));
     rb::uuid(&mut second, u128::MAX);
 
-    let sink = ClickhouseSink::new(sink_config(&[&url], &table, ALL_TYPES)).unwrap();
+    let sink = ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, ALL_TYPES) }).unwrap();
     block_on(sink.check()).expect("the table made from the mapping passes the check");
     let end =
         run_pipeline(runtime_config(1), sink, vec![vec![(None, first), (None, second)]], None, Duration::from_secs(20));
-    assert_eq!(end.fatal, None);
+    assert_eq!(end.fatal, None, "{format:?}");
     assert_eq!(end.stored, BTreeMap::from([(0, 2)]));
 
     let rows = select(&url, &format!("SELECT * FROM default.`{table}` ORDER BY id"));
+    assert_eq!(rows.len(), 2, "{format:?}");
     assert_eq!(
         rows[0],
         json!({
@@ -201,7 +213,8 @@ fn every_type_round_trips() {
             "ts_ms": "2024-02-29 12:34:56.789", "ts_us": "2024-02-29 12:34:56.123456", "day": "2024-02-29",
             "d9": "-123.45", "d18": "12345678901234.5678", "d38": "1234567890123456789012345678.9012345678",
             "uid": "01234567-89ab-cdef-fedc-ba9876543210",
-        })
+        }),
+        "{format:?}"
     );
     assert_eq!(
         rows[1],
@@ -212,9 +225,9 @@ fn every_type_round_trips() {
             "ts_ms": "1969-12-31 23:59:59.999", "ts_us": "1969-12-31 23:59:58.999999", "day": "1900-01-01",
             "d9": "9999999.99", "d18": "-0.0001", "d38": "-1000000000000000000000000000.0000000000",
             "uid": "ffffffff-ffff-ffff-ffff-ffffffffffff",
-        })
+        }),
+        "{format:?}"
     );
-    assert_eq!(rows.len(), 2);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
 
@@ -400,6 +413,14 @@ fn amount_row_len(bytes: &[u8]) -> usize {
 fn refused_rows_are_isolated_one_by_one() {
     let _servers = share_servers();
     let (url, _) = clickhouse_urls();
+    for format in FORMATS {
+        refused_rows_are_isolated_in(&url, format);
+    }
+}
+
+/// [`refused_rows_are_isolated_one_by_one`] with inserts in `format`.
+fn refused_rows_are_isolated_in(url: &str, format: InsertFormat) {
+    let url = url.to_owned();
     let table = unique_table("ch_refused");
     let columns = [("id", "Int64"), ("payload", "String"), ("amount", "Int32")];
     create_table(&url, &table, &columns, ", CONSTRAINT positive CHECK amount > 0", "");
@@ -412,7 +433,9 @@ fn refused_rows_are_isolated_one_by_one() {
         rb::i32(&mut row, if bad.contains(&id) { -1 } else { 10 });
         rows.push((None, row));
     }
-    let mut sink = Observed::new(ClickhouseSink::new(sink_config(&[&url], &table, &columns)).unwrap());
+    let mut sink = Observed::new(
+        ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, &columns) }).unwrap(),
+    );
     sink.row_reader = amount_row_len;
     let refused = sink.refused.clone();
     let mut config = runtime_config(1);
@@ -428,11 +451,11 @@ fn refused_rows_are_isolated_one_by_one() {
         .iter()
         .flat_map(|(_, rows)| rows.iter().map(|r| i64::from_le_bytes(r[..8].try_into().unwrap())))
         .collect();
-    assert_eq!(refused_ids, bad, "exactly the rows the constraint refuses: {refused:?}");
+    assert_eq!(refused_ids, bad, "{format:?}: exactly the rows the constraint refuses: {refused:?}");
     let stored = select(&url, &format!("SELECT id FROM default.`{table}` ORDER BY id"));
     let stored: BTreeSet<i64> = stored.iter().map(|r| r["id"].as_i64().unwrap()).collect();
     let expected: BTreeSet<i64> = (0..200).filter(|id| !bad.contains(id)).collect();
-    assert_eq!(stored, expected, "every other row once");
+    assert_eq!(stored, expected, "{format:?}: every other row once");
     assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), 198);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
@@ -445,17 +468,24 @@ fn a_retried_batch_lands_once() {
     let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let n = 3_000i64;
-    for (dedup, expected) in [(true, n), (false, 2 * n)] {
+    let runs =
+        [(true, n, InsertFormat::RowBinary), (true, n, InsertFormat::Native), (false, 2 * n, InsertFormat::default())];
+    for (dedup, expected, format) in runs {
         let table = unique_table("ch_dedup");
         create_table(&url, &table, ID_COLUMNS, "", if dedup { DEDUP } else { "" });
-        let inner = ClickhouseSink::new(sink_config(&[&url], &table, ID_COLUMNS)).unwrap();
+        let inner =
+            ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, ID_COLUMNS) }).unwrap();
         // At least once, a table that does not deduplicate is warned about, not refused.
         block_on(inner.check()).expect("the start-up check passes either way");
         let mut sink = Observed::new(inner);
         sink.twice = true;
         let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), None, Duration::from_secs(30));
         assert_eq!(end.fatal, None);
-        assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), expected, "dedup {dedup}");
+        assert_eq!(
+            scalar(&url, &format!("SELECT count() FROM default.`{table}`")),
+            expected,
+            "dedup {dedup}, {format:?}"
+        );
         exec(&url, &format!("DROP TABLE default.`{table}`"));
     }
 }

@@ -157,6 +157,10 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             }
             let (database, table) = (&c.database, &c.table);
             let timeout = c.timeout.as_millis();
+            let format = match c.format {
+                crate::model::InsertFormat::Rowbinary => quote!(RowBinary),
+                crate::model::InsertFormat::Native => quote!(Native),
+            };
             let compression = match c.compression {
                 crate::model::Compression::Lz4 => quote!(Lz4),
                 crate::model::Compression::Zstd => quote!(Zstd),
@@ -196,6 +200,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                         user: #user.to_owned(),
                         password: #password.to_owned(),
                         settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+                        format: rt::InsertFormat::#format,
                         compression: rt::InsertCompression::#compression,
                         timeout: ::std::time::Duration::from_millis(#timeout),
                         columns: vec![#(#columns),*],

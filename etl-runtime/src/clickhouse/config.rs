@@ -35,6 +35,8 @@ pub struct ClickhouseSinkConfig {
     pub password: String,
     /// `settings`: ClickHouse settings sent with every insert, verbatim.
     pub settings: Vec<(String, String)>,
+    /// `format`: how rows travel in insert bodies.
+    pub format: InsertFormat,
     /// `compression`: how insert bodies are compressed.
     pub compression: InsertCompression,
     /// `timeout`: the bound on one insert request, from connecting to the server's answer.
@@ -45,6 +47,18 @@ pub struct ClickhouseSinkConfig {
     pub ca_file: Option<std::path::PathBuf>,
     /// `exactly_once: true`: the ledger's identity (`None`: at-least-once).
     pub exactly_once: Option<ExactlyOnceConfig>,
+}
+
+/// `sink.clickhouse.format`: the ClickHouse input format of insert bodies. Batches are RowBinary
+/// either way (chunks, refused-row isolation and exactly-once replays work on rows); `Native` is
+/// what the sink sends, made from them as the body streams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InsertFormat {
+    /// Rows as the generated encoders wrote them; ClickHouse parses every value of every row.
+    RowBinary,
+    /// Columns: more work here (one copy of every value), much less in ClickHouse.
+    #[default]
+    Native,
 }
 
 /// `sink.clickhouse.compression`: how insert bodies travel. Each is ClickHouse's own block
@@ -70,6 +84,7 @@ impl fmt::Debug for ClickhouseSinkConfig {
             .field("user", &self.user)
             .field("password", &if self.password.is_empty() { "" } else { "********" })
             .field("settings", &self.settings)
+            .field("format", &self.format)
             .field("compression", &self.compression)
             .field("timeout", &self.timeout)
             .field("columns", &self.columns)

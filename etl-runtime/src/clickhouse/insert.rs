@@ -29,6 +29,25 @@ impl Failure {
     }
 }
 
+/// Why an insert request did not succeed.
+enum Sent {
+    /// The request failed or ClickHouse refused it.
+    Failed(::clickhouse::error::Error),
+    /// `format: native`: the batch's bytes are not rows of the declared types, so no Native block
+    /// could be made of them; nothing was sent to completion.
+    NotRows,
+}
+
+impl From<::clickhouse::error::Error> for Sent {
+    fn from(error: ::clickhouse::error::Error) -> Self {
+        Sent::Failed(error)
+    }
+}
+
+const NOT_ROWS: Sent = Sent::NotRows;
+const NOT_ROWS_TEXT: &str = "the batch's bytes do not decode as rows of the declared column types (an encoder \
+                             and the types disagree), so no Native block could be made of them";
+
 impl ClickhouseSink {
     /// One INSERT of `parts` (whole rows, back to back) under `token`, on the shard's current
     /// replica, bounded by the timeout; the replica's health follows the outcome.
@@ -47,27 +66,63 @@ impl ClickhouseSink {
         }
         let request = async move {
             let mut insert = insert.buffered();
-            for part in parts {
-                let mut rest = *part;
-                while !rest.is_empty() {
-                    let written = insert.write(rest).await?;
-                    rest = &rest[written..];
+            match &self.native {
+                None => {
+                    for part in parts {
+                        let mut rest = *part;
+                        while !rest.is_empty() {
+                            let written = insert.write(rest).await?;
+                            rest = &rest[written..];
+                        }
+                    }
+                }
+                Some((empty, pool)) => {
+                    let mut encoder = pool.lock().expect("encoder pool").pop().unwrap_or_else(|| empty.clone());
+                    for part in parts {
+                        let mut rest = *part;
+                        while !rest.is_empty() {
+                            // An encoder and the declared types disagree. The body sent so far
+                            // is dropped unfinished, which aborts the insert.
+                            let taken = encoder.take_rows(rest).ok_or(NOT_ROWS)?;
+                            rest = &rest[taken..];
+                            if encoder.is_full() {
+                                encoder.finish(|bytes| insert.write_buffered(bytes));
+                                insert.flush().await?;
+                            }
+                        }
+                    }
+                    if encoder.rows() > 0 {
+                        encoder.finish(|bytes| insert.write_buffered(bytes));
+                    }
+                    pool.lock().expect("encoder pool").push(encoder);
                 }
             }
-            insert.end().await
+            insert.end().await.map_err(Sent::Failed)
         };
         let result = match tokio::time::timeout(self.timeout, request).await {
             Ok(result) => result,
             // Dropping the request aborts it; the retry carries the same token in case the server
             // still completes this one.
-            Err(_) => Err(::clickhouse::error::Error::TimedOut),
+            Err(_) => Err(Sent::Failed(::clickhouse::error::Error::TimedOut)),
         };
         match result {
             Ok(()) => {
                 state.succeeded(index);
                 Ok(())
             }
-            Err(error) => {
+            Err(Sent::NotRows) => {
+                state.errors[Class::Data.index()].inc();
+                tracing::warn!(
+                    shard,
+                    token,
+                    "the rows do not decode as the declared column types; nothing was inserted"
+                );
+                Err(Failure {
+                    class: Class::Data,
+                    message: format!("{NOT_ROWS_TEXT} (insert {token} on shard {shard})"),
+                })
+            }
+            Err(Sent::Failed(error)) => {
                 let failure = self.failure(&error);
                 state.errors[failure.class.index()].inc();
                 if failure.class == Class::Retryable {

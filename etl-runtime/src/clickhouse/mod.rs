@@ -14,6 +14,7 @@ mod http;
 mod insert;
 mod isolate;
 mod ledger;
+pub(crate) mod native;
 mod replicas;
 mod schema;
 #[cfg(test)]
@@ -34,7 +35,7 @@ use crate::engine::sink::Sink;
 use crate::secret::redact_url;
 
 use config::OWNED_SETTINGS;
-pub use config::{ClickhouseSinkConfig, InsertCompression};
+pub use config::{ClickhouseSinkConfig, InsertCompression, InsertFormat};
 use errors::Class;
 pub use ledger::{ExactlyOnceConfig, ledger_table};
 use replicas::{Replica, Shard};
@@ -142,6 +143,9 @@ pub struct ClickhouseSink {
     /// The query that probes a failed replica (`replicas::probe_query`).
     probe: std::sync::Arc<str>,
     layout: Option<RowLayout>,
+    /// `format: native`: an empty encoder of the columns, and the ones inserts have finished
+    /// with, kept so their buffers are reused.
+    native: Option<(native::NativeEncoder, Mutex<Vec<native::NativeEncoder>>)>,
     timeout: Duration,
     /// Kept only to scrub it from error texts that might echo a request.
     password: String,
@@ -198,6 +202,19 @@ impl ClickhouseSink {
                 "a column type has no known RowBinary layout; refused rows will be isolated by chunk, not by row"
             );
         }
+        let native = match config.format {
+            InsertFormat::RowBinary => None,
+            InsertFormat::Native => match native::NativeEncoder::new(&config.columns) {
+                Some(encoder) => Some((encoder, Mutex::new(Vec::new()))),
+                None => {
+                    return Err(SinkError::fatal(format!(
+                        "sink.clickhouse.format: native needs the encoding of every column type, and one of {:?} \
+                         has none known to the sink; use `format: rowbinary`",
+                        config.columns.iter().map(|(_, ty)| ty.as_str()).collect::<Vec<_>>()
+                    )));
+                }
+            },
+        };
         let metrics = sink_metrics();
         let connector = http::Connector::new(config.ca_file.as_deref())?;
         let mut shards = Vec::with_capacity(config.shards.len());
@@ -255,13 +272,14 @@ impl ClickhouseSink {
         Ok(ClickhouseSink {
             ledger,
             shards,
-            insert_sql: schema::insert_sql(&config.database, &config.table, &config.columns),
+            insert_sql: schema::insert_sql(&config.database, &config.table, &config.columns, config.format),
             probe: replicas::probe_query(&config.database, &config.table).into(),
             database: config.database,
             table: config.table,
             columns: config.columns,
             settings,
             layout,
+            native,
             timeout: config.timeout,
             password: config.password,
         })
@@ -311,6 +329,7 @@ mod tests {
             user: "default".into(),
             password: "hunter2".into(),
             settings: vec![],
+            format: InsertFormat::Native,
             compression: InsertCompression::Lz4,
             timeout: Duration::from_secs(1),
             columns: vec![("id".into(), "Int64".into())],

@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 
+use crate::clickhouse::InsertFormat;
+
 /// A column type, as far as its RowBinary encoding is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ty {
@@ -100,7 +102,7 @@ impl RowLayout {
 }
 
 /// An unsigned LEB128 number and the number of bytes it took.
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+pub(crate) fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
     let mut value = 0u64;
     for (i, &byte) in bytes.iter().enumerate().take(10) {
         value |= u64::from(byte & 0x7f) << (7 * i);
@@ -289,13 +291,16 @@ pub(crate) fn quote_ident(name: &str) -> String {
     out
 }
 
-/// The INSERT statement for `columns` of `database.table`, in RowBinary.
-pub(crate) fn insert_sql(database: &str, table: &str, columns: &[(String, String)]) -> String {
+/// The INSERT statement for `columns` of `database.table`, its body in `format`.
+pub(crate) fn insert_sql(database: &str, table: &str, columns: &[(String, String)], format: InsertFormat) -> String {
     let mut sql = format!("INSERT INTO {}.{} (", quote_ident(database), quote_ident(table));
     for (i, (name, _)) in columns.iter().enumerate() {
         let _ = write!(sql, "{}{}", if i == 0 { "" } else { ", " }, quote_ident(name));
     }
-    sql.push_str(") FORMAT RowBinary");
+    sql.push_str(match format {
+        InsertFormat::RowBinary => ") FORMAT RowBinary",
+        InsertFormat::Native => ") FORMAT Native",
+    });
     sql
 }
 
@@ -396,8 +401,12 @@ mod tests {
     #[test]
     fn insert_statement_quotes_identifiers() {
         assert_eq!(
-            insert_sql("db", "we`ird", &cols(&[("a", "Int32"), ("b c", "String")])),
+            insert_sql("db", "we`ird", &cols(&[("a", "Int32"), ("b c", "String")]), InsertFormat::RowBinary),
             "INSERT INTO `db`.`we\\`ird` (`a`, `b c`) FORMAT RowBinary"
+        );
+        assert_eq!(
+            insert_sql("db", "t", &cols(&[("a", "Int32")]), InsertFormat::Native),
+            "INSERT INTO `db`.`t` (`a`) FORMAT Native"
         );
     }
 }

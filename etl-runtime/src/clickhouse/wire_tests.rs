@@ -94,6 +94,7 @@ fn config(shards: Vec<Vec<String>>) -> ClickhouseSinkConfig {
         user: "writer".into(),
         password: "hunter2".into(),
         settings: vec![("max_partitions_per_insert_block".into(), "7".into())],
+        format: InsertFormat::RowBinary,
         compression: InsertCompression::Lz4,
         timeout: Duration::from_millis(300),
         columns: vec![("id".into(), "Int64".into()), ("name".into(), "String".into())],
@@ -210,6 +211,49 @@ async fn compression_is_what_the_pipeline_chose() {
         crate::codec::rowbinary::string(&mut rows, format!("row {id}").as_bytes());
     }
     assert!(body.windows(rows.len()).any(|w| w == rows), "the rows as they are");
+}
+
+// `format: native`: the statement says Native and the body is one Native block of the batch's
+// rows, column by column: the ids, then the names (uncompressed here, to read it).
+#[tokio::test]
+async fn native_bodies_are_the_rows_column_by_column() {
+    let (url, requests) = fake_server(ok());
+    let native = ClickhouseSinkConfig {
+        format: InsertFormat::Native,
+        compression: InsertCompression::None,
+        ..config(vec![vec![url]])
+    };
+    ClickhouseSink::new(native).unwrap().write(0, &batch("tok-native", 3)).await.unwrap();
+    let request = next(&requests);
+    let (head, body) = split(&request);
+    assert!(decoded(&head).contains("(`id`, `name`) format native"), "{head}");
+    let mut block = vec![2, 3];
+    crate::codec::rowbinary::string(&mut block, b"id");
+    crate::codec::rowbinary::string(&mut block, b"Int64");
+    for id in 0..3 {
+        crate::codec::rowbinary::i64(&mut block, id);
+    }
+    crate::codec::rowbinary::string(&mut block, b"name");
+    crate::codec::rowbinary::string(&mut block, b"String");
+    for id in 0..3 {
+        crate::codec::rowbinary::string(&mut block, format!("row {id}").as_bytes());
+    }
+    assert!(body.windows(block.len()).any(|w| w == block), "one Native block of the three rows");
+}
+
+// `format: native` and bytes that are not rows of the declared types (an encoder and the types
+// disagree): no Native block can be made, nothing reaches the server, and the rows come back as
+// refused data, as ClickHouse's parse error would make them under RowBinary.
+#[tokio::test]
+async fn native_refuses_bytes_that_are_not_rows_without_sending_them() {
+    let (url, requests) = fake_server(ok());
+    let native = ClickhouseSinkConfig { format: InsertFormat::Native, ..config(vec![vec![url]]) };
+    let mut bad = batch("tok-bad", 4);
+    bad.chunks[0].bytes.pop();
+    let error = ClickhouseSink::new(native).unwrap().write(0, &bad).await.unwrap_err();
+    assert_eq!(error.kind, SinkErrorKind::Data { rows: vec![0, 1, 2, 3] }, "{}", error.message);
+    assert!(error.message.contains("do not decode as rows"), "{}", error.message);
+    assert!(requests.recv_timeout(Duration::from_millis(300)).is_err(), "no request was sent");
 }
 
 // Async inserts are pinned off unless the pipeline's settings choose them: then the insert

@@ -127,6 +127,7 @@ pub fn sink_config(shards: &[&str], table: &str, columns: &[(&str, &str)]) -> Cl
         user: "default".into(),
         password: String::new(),
         settings: Vec::new(),
+        format: etl_runtime::InsertFormat::default(),
         compression: etl_runtime::InsertCompression::Lz4,
         timeout: Duration::from_secs(10),
         columns: columns.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),

@@ -48,6 +48,9 @@ pub(crate) fn insert(args: &BenchArgs, infra: &Infra, main: &Variant, work: &Pat
         insert.arg("--url").arg(url).arg("--data").arg(&file);
     }
     let flow = main.validated.model.sink.flow();
+    if let etl_gen::model::Sink::Clickhouse(c) = &main.validated.model.sink {
+        insert.args(["--format", &format!("{:?}", c.format).to_lowercase()]);
+    }
     insert.args([
         "--batch-bytes",
         &flow.batch.max_bytes.bytes().to_string(),

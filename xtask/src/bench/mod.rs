@@ -16,8 +16,9 @@
 //!    then with one that breaks it (`--unsafe-budget`, built with `--allow-unsafe-sizing`);
 //! 6. the cost of exactly-once: the flagship with `exactly_once: true` (and the budget the sizing
 //!    rule then needs), the same records, compared with (3);
-//! 7. the other insert compressions: the flagship with `compression: zstd`, then `none`, for the
-//!    whole box's CPU of each (the flagship is lz4, the default).
+//! 7. every other insert format and compression: the flagship with `format: native|rowbinary`
+//!    and `compression: lz4|zstd|none` (the flagship has the defaults, native and lz4), for the
+//!    whole box's CPU of each.
 //!
 //! Each child's CPU time is its whole process's (every thread), so the three figures compare.
 //! The servers' CPU and the machine's other load are reported per phase, since on two cores
@@ -54,8 +55,8 @@ use self::limits::Raw;
 use self::pipeline::{Run, run_pipeline};
 use self::services::{Infra, XTASK, delete_topic, infra_up, release_xtask, xtask};
 use self::variants::{
-    COMPRESSIONS, EXACTLY_ONCE, Variant, build, compression_text, copy_dir, exactly_once_text, min_budget_mib,
-    validate, variant_text,
+    COMPRESSIONS, EXACTLY_ONCE, FORMATS, Variant, build, copy_dir, exactly_once_text, min_budget_mib, sink_label,
+    sink_of, sink_text, validate, variant_text,
 };
 
 /// `bench` arguments.
@@ -76,7 +77,7 @@ pub(crate) struct BenchArgs {
     /// Skip the exactly-once run.
     #[arg(long)]
     no_exactly_once: bool,
-    /// Skip the runs with the other insert compressions (zstd, none).
+    /// Skip the runs with the other insert formats and compressions (five more pipeline runs).
     #[arg(long)]
     no_compressions: bool,
     /// Where the SVG plots go (default: docs/bench/).
@@ -127,21 +128,36 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         variants.push((EXACTLY_ONCE.to_owned(), Some(format!("{budget}MiB")), false));
     }
     if !args.no_compressions {
-        for codec in COMPRESSIONS {
-            variants.push((codec.to_owned(), None, false));
+        let flagship_sink = match &flagship_validated.model.sink {
+            etl_gen::model::Sink::Clickhouse(c) => {
+                sink_label(&format!("{:?}", c.format).to_lowercase(), &format!("{:?}", c.compression).to_lowercase())
+            }
+            etl_gen::model::Sink::File(_) => String::new(),
+        };
+        for format in FORMATS {
+            for codec in COMPRESSIONS {
+                let label = sink_label(format, codec);
+                if label != flagship_sink {
+                    variants.push((label, None, false));
+                }
+            }
         }
     }
     let mut built = Vec::new();
     for (label, budget, unsafe_sizing) in variants {
-        let name = if label == "pipeline" { "bench-orders".to_owned() } else { format!("bench-orders-{label}") };
+        let name = if label == "pipeline" {
+            "bench-orders".to_owned()
+        } else {
+            format!("bench-orders-{}", label.replace('+', "-"))
+        };
         let table = name.replace('-', "_");
         let yaml = work.join(format!("{name}.yaml"));
         let mut yaml_text = variant_text(&text, &name, &table, budget.as_deref())?;
         if label == EXACTLY_ONCE {
             yaml_text = exactly_once_text(&yaml_text)?;
         }
-        if COMPRESSIONS.contains(&label.as_str()) {
-            yaml_text = compression_text(&yaml_text, &label)?;
+        if let Some((format, codec)) = sink_of(&label) {
+            yaml_text = sink_text(&yaml_text, format, codec)?;
         }
         fs::write(&yaml, yaml_text)?;
         let validated = validate(&yaml, unsafe_sizing)?;
@@ -155,7 +171,7 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     }
     let exactly_once = built.iter().position(|v| v.label == EXACTLY_ONCE).map(|i| built.remove(i));
     let compressions: Vec<Variant> = {
-        let (codecs, rest) = built.into_iter().partition(|v| COMPRESSIONS.contains(&v.label.as_str()));
+        let (codecs, rest) = built.into_iter().partition(|v| sink_of(&v.label).is_some());
         built = rest;
         codecs
     };
@@ -219,7 +235,7 @@ struct Measured {
     sizing: Vec<Run>,
     /// The exactly-once run, with its variant's budget.
     exactly_once: Option<(Run, u64)>,
-    /// The runs with the other insert compressions: (codec, run).
+    /// The runs with the other insert formats and compressions: (`format+codec`, run).
     compressions: Vec<(String, Run)>,
 }
 
@@ -268,7 +284,7 @@ fn measure(
         Some(v) => Some((run_pipeline(v, infra, topic, args.records, logs)?, v.budget())),
         None => None,
     };
-    // 7. The other insert compressions (the pipeline above is lz4).
+    // 7. The other insert formats and compressions (the pipeline above has the defaults).
     let mut compressed = Vec::new();
     for v in compressions {
         compressed.push((v.label.clone(), run_pipeline(v, infra, topic, args.records, logs)?));

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use etl_runtime::__private::NativeEncoder;
 use etl_runtime::PartitionBatches;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -67,6 +68,10 @@ pub(crate) struct InsertArgs {
     /// Inserts in flight per shard.
     #[arg(long)]
     inflight: usize,
+    /// The insert format (`sink.clickhouse.format`). Native batches are made from the rows before
+    /// the clock starts: the limit is the server's, the transposition is the pipeline's work.
+    #[arg(long, default_value = "rowbinary")]
+    format: String,
 }
 
 pub(crate) fn run(command: RawCommand) -> anyhow::Result<()> {
@@ -202,19 +207,34 @@ fn insert(args: &InsertArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         bail!("one --data per --url");
     }
     let describe = http::clickhouse_text(&args.url[0], &format!("DESCRIBE TABLE default.`{}` FORMAT TSV", args.table))?;
-    let (mut names, mut types) = (Vec::new(), Vec::new());
+    let (mut names, mut types, mut columns) = (Vec::new(), Vec::new(), Vec::new());
     for line in describe.lines() {
         let mut fields = line.split('\t');
         let (Some(name), Some(ty)) = (fields.next(), fields.next()) else { continue };
         names.push(format!("`{name}`"));
         types.push(rowbinary::Ty::parse(ty)?);
+        columns.push((name.to_owned(), ty.to_owned()));
     }
-    let sql = format!("INSERT INTO default.`{}` ({}) FORMAT RowBinary", args.table, names.join(", "));
+    let native = match args.format.as_str() {
+        "rowbinary" => None,
+        "native" => Some(NativeEncoder::new(&columns).context("a column type the Native encoder does not know")?),
+        other => bail!("--format {other}: expected rowbinary or native"),
+    };
+    let sql = format!(
+        "INSERT INTO default.`{}` ({}) FORMAT {}",
+        args.table,
+        names.join(", "),
+        if native.is_some() { "Native" } else { "RowBinary" }
+    );
     let mut shards = Vec::new();
     let (mut rows, mut total_bytes, mut batch_count) = (0usize, 0usize, 0usize);
     for (url, path) in args.url.iter().zip(&args.data) {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let batches = rowbinary::batches(&data, &types, args.batch_bytes, args.batch_rows)?;
+        let (data, batches) = match native.clone() {
+            None => (data, batches),
+            Some(encoder) => to_native(encoder, &data, batches)?,
+        };
         rows += batches.iter().map(|(_, n)| n).sum::<usize>();
         total_bytes += data.len();
         batch_count += batches.len();
@@ -253,6 +273,36 @@ fn insert(args: &InsertArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         ("cpu_total_seconds", procfs::own_cpu_seconds()),
         ("peak_rss", procfs::peak_rss(std::process::id()) as f64),
     ]))
+}
+
+/// A batch: its bytes' range and its rows.
+type Cut = (std::ops::Range<usize>, usize);
+
+/// Each batch of `data` (RowBinary rows) as the sink sends it under `format: native`: Native blocks
+/// of the sink's block size; the batches' ranges in the returned bytes.
+fn to_native(
+    mut encoder: NativeEncoder,
+    data: &[u8],
+    batches: Vec<Cut>,
+) -> anyhow::Result<(Vec<u8>, Vec<Cut>)> {
+    let mut out = Vec::with_capacity(data.len() + data.len() / 4);
+    let mut ranges = Vec::with_capacity(batches.len());
+    for (range, rows) in batches {
+        let start = out.len();
+        let mut rest = &data[range];
+        while !rest.is_empty() {
+            let taken = encoder.take_rows(rest).context("the rows do not decode as the table's column types")?;
+            rest = &rest[taken..];
+            if encoder.is_full() {
+                encoder.finish(|bytes| out.extend_from_slice(bytes));
+            }
+        }
+        if encoder.rows() > 0 {
+            encoder.finish(|bytes| out.extend_from_slice(bytes));
+        }
+        ranges.push((start..out.len(), rows));
+    }
+    Ok((out, ranges))
 }
 
 /// One shard's rows, cut into batches that the shard's insert slots take in turn.

@@ -195,8 +195,8 @@ pub(crate) fn report(
 fn whole_box(out: &mut String, records: u64, m: &Measured) {
     let _ = writeln!(
         out,
-        "\nWhole-box CPU, s per M records of the topic (client = the measured process; sink: RowBinary, lz4 unless \
-         named):\n"
+        "\nWhole-box CPU, s per M records of the topic (client = the measured process; sink: the flagship's format \
+         and compression unless named):\n"
     );
     let _ = writeln!(out, "| case | client | broker | ClickHouse | sum |");
     let _ = writeln!(out, "|---|---|---|---|---|");
@@ -227,7 +227,7 @@ fn whole_box(out: &mut String, records: u64, m: &Measured) {
         row(out, "(c) exactly-once", eo.cpu_seconds, eo.load.broker, eo.load.clickhouse);
     }
     for (codec, run) in &m.compressions {
-        row(out, &format!("(c) compression: {codec}"), run.cpu_seconds, run.load.broker, run.load.clickhouse);
+        row(out, &format!("(c) sink: {codec}"), run.cpu_seconds, run.load.broker, run.load.clickhouse);
     }
     if !m.compressions.is_empty() {
         let _ = writeln!(out);
@@ -235,7 +235,7 @@ fn whole_box(out: &mut String, records: u64, m: &Measured) {
     for (codec, run) in &m.compressions {
         let _ = writeln!(
             out,
-            "- compression {codec}: {:.0} records/s ({:.2}× lz4's), mean batch {:.0} rows",
+            "- sink {codec}: {:.0} records/s ({:.2}× the pipeline's), mean batch {:.0} rows",
             run.records_per_second(),
             run.records_per_second() / p.records_per_second(),
             run.batch_rows_mean

@@ -43,15 +43,29 @@ pub(crate) fn exactly_once_text(text: &str) -> anyhow::Result<String> {
     Ok(lines.join("\n") + "\n")
 }
 
-/// The insert compressions measured besides the flagship's lz4.
-pub(crate) const COMPRESSIONS: [&str; 2] = ["zstd", "none"];
+/// Every `sink.clickhouse.format` and `compression`, each pair a run of its own besides the
+/// flagship (which keeps the defaults).
+pub(crate) const FORMATS: [&str; 2] = ["native", "rowbinary"];
+pub(crate) const COMPRESSIONS: [&str; 3] = ["lz4", "zstd", "none"];
 
-/// `text` with `sink.clickhouse.compression: codec` (after its `table:` line).
-pub(crate) fn compression_text(text: &str, codec: &str) -> anyhow::Result<String> {
+/// The label of the sink variant with `format` and `codec`.
+pub(crate) fn sink_label(format: &str, codec: &str) -> String {
+    format!("{format}+{codec}")
+}
+
+/// `sink.clickhouse.format` and `compression` of a sink variant's label.
+pub(crate) fn sink_of(label: &str) -> Option<(&str, &str)> {
+    let (format, codec) = label.split_once('+')?;
+    (FORMATS.contains(&format) && COMPRESSIONS.contains(&codec)).then_some((format, codec))
+}
+
+/// `text` with `sink.clickhouse.format` and `compression` set (after its `table:` line).
+pub(crate) fn sink_text(text: &str, format: &str, codec: &str) -> anyhow::Result<String> {
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let i = lines.iter().position(|l| l.trim_start().starts_with("table:")).context("no `table:` line")?;
-    let indent = lines[i].len() - lines[i].trim_start().len();
-    lines.insert(i + 1, format!("{}compression: {codec}", " ".repeat(indent)));
+    let indent = " ".repeat(lines[i].len() - lines[i].trim_start().len());
+    lines.insert(i + 1, format!("{indent}compression: {codec}"));
+    lines.insert(i + 1, format!("{indent}format: {format}"));
     Ok(lines.join("\n") + "\n")
 }
 
