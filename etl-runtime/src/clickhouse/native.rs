@@ -31,6 +31,9 @@ use crate::codec::rowbinary;
 /// the block in the insert's buffer, its compressed frame (`gen --memory`'s insert term).
 pub const NATIVE_BLOCK_BYTES: usize = 256 << 10;
 
+/// How often [`NativeEncoder::take_rows`] checks whether the block is full, in rows.
+const FULL_CHECK_ROWS: u64 = 16;
+
 /// One column being filled.
 #[derive(Debug, Clone)]
 enum Column {
@@ -81,9 +84,26 @@ impl Column {
     /// took, `None` if `bytes` does not start with a whole value of this type.
     fn take(&mut self, bytes: &[u8]) -> Option<usize> {
         match self {
+            // The common widths as arrays, so the copy is a load and a store rather than a call.
+            Column::Fixed { width: 8, data } => {
+                let value: &[u8; 8] = bytes.first_chunk()?;
+                data.extend_from_slice(value);
+                Some(8)
+            }
+            Column::Fixed { width: 4, data } => {
+                let value: &[u8; 4] = bytes.first_chunk()?;
+                data.extend_from_slice(value);
+                Some(4)
+            }
             Column::Fixed { width, data } => {
                 data.extend_from_slice(bytes.get(..*width)?);
                 Some(*width)
+            }
+            // Most strings are shorter than 128 bytes: a one-byte length.
+            Column::String { data } if bytes.first().is_some_and(|&len| len < 0x80) => {
+                let end = 1 + usize::from(bytes[0]);
+                data.extend_from_slice(bytes.get(..end)?);
+                Some(end)
             }
             Column::String { data } => {
                 let (len, head) = varint(bytes)?;
@@ -223,11 +243,19 @@ impl NativeEncoder {
     /// must be abandoned.
     pub fn take_rows(&mut self, bytes: &[u8]) -> Option<usize> {
         let mut at = 0;
-        while at < bytes.len() && !self.is_full() {
+        if self.is_full() {
+            return Some(0);
+        }
+        while at < bytes.len() {
             for column in &mut self.columns {
                 at += column.take(&bytes[at..])?;
             }
             self.rows += 1;
+            // Summing the columns' sizes costs as much as taking a row, so it is done every
+            // `FULL_CHECK_ROWS` rows: a block overshoots by at most that many rows.
+            if self.rows.is_multiple_of(FULL_CHECK_ROWS) && self.is_full() {
+                break;
+            }
         }
         Some(at)
     }

@@ -213,7 +213,8 @@ fn insert(args: &InsertArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         let (Some(name), Some(ty)) = (fields.next(), fields.next()) else { continue };
         names.push(format!("`{name}`"));
         types.push(rowbinary::Ty::parse(ty)?);
-        columns.push((name.to_owned(), ty.to_owned()));
+        // TSV escapes the quotes of `DateTime64(3, 'UTC')`.
+        columns.push((name.to_owned(), ty.replace("\\'", "'")));
     }
     let native = match args.format.as_str() {
         "rowbinary" => None,
@@ -280,11 +281,7 @@ type Cut = (std::ops::Range<usize>, usize);
 
 /// Each batch of `data` (RowBinary rows) as the sink sends it under `format: native`: Native blocks
 /// of the sink's block size; the batches' ranges in the returned bytes.
-fn to_native(
-    mut encoder: NativeEncoder,
-    data: &[u8],
-    batches: Vec<Cut>,
-) -> anyhow::Result<(Vec<u8>, Vec<Cut>)> {
+fn to_native(mut encoder: NativeEncoder, data: &[u8], batches: Vec<Cut>) -> anyhow::Result<(Vec<u8>, Vec<Cut>)> {
     let mut out = Vec::with_capacity(data.len() + data.len() / 4);
     let mut ranges = Vec::with_capacity(batches.len());
     for (range, rows) in batches {
