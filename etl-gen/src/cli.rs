@@ -29,6 +29,29 @@ pub enum Command {
     /// daemon); prints `binary: <path>` (the static binary the image holds, to test before
     /// pushing), `image: <path>` and `digest: sha256:<hex>` last.
     Image(ImageArgs),
+    /// Print a first pipeline.yaml for a schema (.avsc, .json or .proto): every key at its
+    /// default, the sizing rule worked out beside its knobs; it passes `gen --check` as it is.
+    Init(InitArgs),
+}
+
+/// `init` arguments.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The schema: Avro (.avsc), JSON Schema (.json) or Protobuf (.proto), relative to the
+    /// directory the pipeline will be saved in (run `init` there).
+    pub schema: String,
+    /// The Kafka topic.
+    #[arg(long)]
+    pub topic: String,
+    /// The ClickHouse table (the pipeline's name is made from it).
+    #[arg(long)]
+    pub table: String,
+    /// ClickHouse shards (one replica URL each, from `CLICKHOUSE_URL`, `CLICKHOUSE_URL_2`, ...).
+    #[arg(long, default_value_t = 1)]
+    pub shards: u32,
+    /// The Protobuf message each Kafka message holds (needed when the file declares several).
+    #[arg(long)]
+    pub message: Option<String>,
 }
 
 /// `gen` arguments.
@@ -130,6 +153,7 @@ pub fn run(command: Command) -> ExitCode {
             Err(code) => code,
         },
         Command::Build(args) => build_command(&args),
+        Command::Init(args) => init_command(&args),
         Command::Image(args) => match image(&args) {
             Ok(Imaged { archive: path, digest, binary }) => {
                 println!("binary: {}", binary.display());
@@ -139,6 +163,32 @@ pub fn run(command: Command) -> ExitCode {
             }
             Err(code) => code,
         },
+    }
+}
+
+/// `init`: the pipeline on stdout, or why there is none on stderr (exit 1; 2 for a schema file
+/// `init` cannot place).
+fn init_command(args: &InitArgs) -> ExitCode {
+    let request = crate::init::InitRequest {
+        schema: &args.schema,
+        topic: &args.topic,
+        table: &args.table,
+        shards: args.shards,
+        message: args.message.as_deref(),
+        base_dir: Path::new("."),
+    };
+    match crate::init::init(&request) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            match error {
+                crate::init::InitError::UnknownExtension(_) | crate::init::InitError::Read { .. } => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            }
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod diag;
 pub mod docs;
 pub mod emit;
 mod expr;
+pub mod init;
 mod ir;
 mod json_schema;
 pub mod load;

@@ -1,7 +1,8 @@
 //! examples/k8s/orders.yaml agrees with the flagship's pipeline.yaml: the memory limit
 //! covers `gen --memory --partitions N` for the N it states, the grace period outlasts
 //! `checkpoint.drain_timeout`, the probes hit /healthz and /readyz on admin.listen's port,
-//! secrets come from the Secret, and the autoscaler scales on lag, capped at the partitions.
+//! secrets come from the Secret, the autoscaler scales on lag, capped at the partitions, one
+//! replica per step and no faster than a drain, and disruptions take one replica at a time.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,7 @@ fn flagship() -> etl_gen::Validated {
 fn the_manifests_parse_and_agree_with_the_flagship_config() {
     let docs = documents();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["Secret", "Deployment", "Service", "ScaledObject"]);
+    assert_eq!(kinds, ["Secret", "Deployment", "Service", "PodDisruptionBudget", "ScaledObject"]);
     let pipeline = flagship();
     let deployment = kind(&docs, "Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
@@ -116,4 +117,22 @@ fn the_manifests_parse_and_agree_with_the_flagship_config() {
     assert_eq!(trigger["metadata"]["consumerGroup"].as_str().map(str::to_owned), value("ORDERS_GROUP"));
     assert_eq!(trigger["metadata"]["topic"].as_str().map(str::to_owned), value("ORDERS_TOPIC"));
     assert_eq!(trigger["metadata"]["allowIdleConsumers"], "false");
+
+    // Each scaling step is one eager rebalance: one replica per step, and steps further apart
+    // than a revocation's drain, so that one step's drain ends before the next rebalance.
+    let behavior = &scaler["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"];
+    for direction in ["scaleUp", "scaleDown"] {
+        let policies = behavior[direction]["policies"].as_sequence().unwrap_or_else(|| panic!("{direction} policies"));
+        for policy in policies {
+            assert_eq!(policy["type"], "Pods", "{direction}");
+            assert_eq!(policy["value"].as_u64(), Some(1), "{direction}: one replica per step");
+            let period = policy["periodSeconds"].as_u64().unwrap();
+            assert!(period > drain, "{direction}: a step every {period}s, not longer than drain_timeout {drain}s");
+        }
+    }
+
+    // Voluntary disruptions: one replica of this Deployment at a time.
+    let budget = kind(&docs, "PodDisruptionBudget");
+    assert_eq!(budget["spec"]["maxUnavailable"].as_u64(), Some(1));
+    assert_eq!(budget["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
 }
