@@ -63,7 +63,7 @@ pub(crate) fn report(
     );
     row(
         &mut out,
-        "(b) raw sink: clickhouse crate, RowBinary inserts",
+        "(b) raw sink: clickhouse crate, inserts in the pipeline's format",
         i.records_per_second(),
         i.values["seconds"],
         i.cpu_per_million(),
