@@ -87,16 +87,10 @@ pub fn init(request: &InitRequest<'_>) -> Result<String, InitError> {
     Ok(text)
 }
 
-/// `table` as a pipeline name: lowercase, `-` for anything else, from the first letter on.
+/// `table` as a pipeline name (E0201's suggestion), without trailing `-`s.
 fn pipeline_name(table: &str) -> Option<String> {
-    let name: String = table
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .skip_while(|c| !c.is_ascii_lowercase())
-        .collect();
-    let name = name.trim_end_matches('-').to_owned();
-    (!name.is_empty()).then_some(name)
+    let name = crate::rules::pipeline_name::suggest(table).trim_end_matches('-').to_owned();
+    crate::rules::pipeline_name::is_valid(&name).then_some(name)
 }
 
 /// The one top-level message of a `.proto` file, fully qualified with its package.

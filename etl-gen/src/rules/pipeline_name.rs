@@ -19,15 +19,20 @@ pub(crate) fn is_valid(name: &str) -> bool {
     matches!(chars.next(), Some('a'..='z')) && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
 }
 
+/// `name` made into a pipeline name: lowercase, `-` for anything else, from the first letter on
+/// (not necessarily valid: check with [`is_valid`]).
+pub(crate) fn suggest(name: &str) -> String {
+    name.to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .skip_while(|c| !c.is_ascii_lowercase())
+        .collect()
+}
+
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let name = &cx.model.pipeline.name;
     if !is_valid(name) {
-        let suggestion: String = name
-            .to_ascii_lowercase()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .skip_while(|c| !c.is_ascii_lowercase())
-            .collect();
+        let suggestion = suggest(name);
         let mut d = Diagnostic::error(
             &RULE,
             "pipeline.name",
