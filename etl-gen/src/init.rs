@@ -14,22 +14,22 @@ use crate::units::ByteSize;
 
 /// What `init` was asked for.
 #[derive(Debug, Clone)]
-pub struct InitRequest<'a> {
+pub(crate) struct InitRequest<'a> {
     /// The schema file as the user named it; the pipeline refers to it by that path, so the
     /// pipeline is meant to be saved in the directory `init` ran in.
-    pub schema: &'a str,
-    pub topic: &'a str,
-    pub table: &'a str,
-    pub shards: u32,
+    pub(crate) schema: &'a str,
+    pub(crate) topic: &'a str,
+    pub(crate) table: &'a str,
+    pub(crate) shards: u32,
     /// The Protobuf message, when the `.proto` file declares more than one.
-    pub message: Option<&'a str>,
+    pub(crate) message: Option<&'a str>,
     /// The directory the schema path is relative to (the working directory).
-    pub base_dir: &'a Path,
+    pub(crate) base_dir: &'a Path,
 }
 
 /// Why `init` wrote nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum InitError {
+pub(crate) enum InitError {
     #[error("{0}: the format is chosen by the extension: .avsc (Avro), .json (JSON Schema) or .proto (Protobuf)")]
     UnknownExtension(String),
     #[error("{path}: {source}")]
@@ -61,7 +61,7 @@ enum Kind {
 }
 
 /// The pipeline.yaml for `request`, validated.
-pub fn init(request: &InitRequest<'_>) -> Result<String, InitError> {
+pub(crate) fn init(request: &InitRequest<'_>) -> Result<String, InitError> {
     let kind = match Path::new(request.schema).extension().and_then(|e| e.to_str()) {
         Some("avsc") => Kind::Avro,
         Some("json") => Kind::Json,

@@ -18,7 +18,8 @@ mod diag;
 pub mod docs;
 pub mod emit;
 mod expr;
-pub mod init;
+#[cfg(feature = "cli")]
+mod init;
 mod ir;
 mod json_schema;
 pub mod load;

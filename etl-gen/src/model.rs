@@ -609,6 +609,16 @@ pub enum InsertFormat {
     Rowbinary,
 }
 
+impl InsertFormat {
+    /// The value as pipeline.yaml writes it.
+    pub fn key(self) -> &'static str {
+        match self {
+            InsertFormat::Native => "native",
+            InsertFormat::Rowbinary => "rowbinary",
+        }
+    }
+}
+
 /// `sink.clickhouse.compression`: how insert bodies are compressed.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -620,6 +630,17 @@ pub enum Compression {
     Zstd,
     /// Uncompressed.
     None,
+}
+
+impl Compression {
+    /// The value as pipeline.yaml writes it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+            Compression::None => "none",
+        }
+    }
 }
 
 /// One ClickHouse shard.

@@ -42,15 +42,7 @@ fn transpose(c: &mut Criterion) {
     group.bench_function("transpose", |b| {
         b.iter(|| {
             out.clear();
-            let mut rest = &bytes[..];
-            while !rest.is_empty() {
-                let taken = encoder.take_rows(rest).expect("rows");
-                rest = &rest[taken..];
-                if encoder.is_full() {
-                    encoder.finish(|piece| out.extend_from_slice(piece));
-                }
-            }
-            encoder.finish(|piece| out.extend_from_slice(piece));
+            encoder.encode(&bytes, |piece| out.extend_from_slice(piece)).expect("rows");
             out.len()
         });
     });

@@ -44,7 +44,6 @@ impl From<::clickhouse::error::Error> for Sent {
     }
 }
 
-const NOT_ROWS: Sent = Sent::NotRows;
 const NOT_ROWS_TEXT: &str = "the batch's bytes do not decode as rows of the declared column types (an encoder \
                              and the types disagree), so no Native block could be made of them";
 
@@ -83,7 +82,7 @@ impl ClickhouseSink {
                         while !rest.is_empty() {
                             // An encoder and the declared types disagree. The body sent so far
                             // is dropped unfinished, which aborts the insert.
-                            let taken = encoder.take_rows(rest).ok_or(NOT_ROWS)?;
+                            let taken = encoder.take_rows(rest).ok_or(Sent::NotRows)?;
                             rest = &rest[taken..];
                             if encoder.is_full() {
                                 encoder.finish(|bytes| insert.write_buffered(bytes));

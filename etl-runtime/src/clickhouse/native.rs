@@ -270,6 +270,23 @@ impl NativeEncoder {
         self.rows
     }
 
+    /// All of `bytes` (whole rows) as Native blocks handed to `out`, the last one finished too;
+    /// `None` if the bytes are not rows of the columns' types. For callers that hold a body
+    /// whole (the sink streams, flushing between blocks, and runs the same loop itself).
+    pub fn encode(&mut self, bytes: &[u8], mut out: impl FnMut(&[u8])) -> Option<()> {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            rest = &rest[self.take_rows(rest)?..];
+            if self.is_full() {
+                self.finish(&mut out);
+            }
+        }
+        if self.rows > 0 {
+            self.finish(out);
+        }
+        Some(())
+    }
+
     /// Hands the block to `out`, piece by piece (so it is copied once, into the insert's
     /// buffer), and starts the next one.
     pub fn finish(&mut self, mut out: impl FnMut(&[u8])) {

@@ -49,7 +49,7 @@ pub(crate) fn insert(args: &BenchArgs, infra: &Infra, main: &Variant, work: &Pat
     }
     let flow = main.validated.model.sink.flow();
     if let etl_gen::model::Sink::Clickhouse(c) = &main.validated.model.sink {
-        insert.args(["--format", &format!("{:?}", c.format).to_lowercase()]);
+        insert.args(["--format", c.format.key()]);
     }
     insert.args([
         "--batch-bytes",

@@ -129,9 +129,7 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     }
     if !args.no_compressions {
         let flagship_sink = match &flagship_validated.model.sink {
-            etl_gen::model::Sink::Clickhouse(c) => {
-                sink_label(&format!("{:?}", c.format).to_lowercase(), &format!("{:?}", c.compression).to_lowercase())
-            }
+            etl_gen::model::Sink::Clickhouse(c) => sink_label(c.format.key(), c.compression.key()),
             etl_gen::model::Sink::File(_) => String::new(),
         };
         for format in FORMATS {

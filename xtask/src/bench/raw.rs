@@ -286,17 +286,9 @@ fn to_native(mut encoder: NativeEncoder, data: &[u8], batches: Vec<Cut>) -> anyh
     let mut ranges = Vec::with_capacity(batches.len());
     for (range, rows) in batches {
         let start = out.len();
-        let mut rest = &data[range];
-        while !rest.is_empty() {
-            let taken = encoder.take_rows(rest).context("the rows do not decode as the table's column types")?;
-            rest = &rest[taken..];
-            if encoder.is_full() {
-                encoder.finish(|bytes| out.extend_from_slice(bytes));
-            }
-        }
-        if encoder.rows() > 0 {
-            encoder.finish(|bytes| out.extend_from_slice(bytes));
-        }
+        encoder
+            .encode(&data[range], |bytes| out.extend_from_slice(bytes))
+            .context("the rows do not decode as the table's column types")?;
         ranges.push((start..out.len(), rows));
     }
     Ok((out, ranges))
