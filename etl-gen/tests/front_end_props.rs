@@ -131,6 +131,18 @@ fn front_end(dir: &Path, text: &str) {
         // bound and the emission of every file of the crate (in memory; nothing is written).
         let _ = etl_gen::ddl::create_table(v);
         let _ = etl_gen::memory::render(v, 4);
+        // The binary exports the bound as fixed + per-partition × lanes (`etl_memory_bound_bytes`),
+        // which is right only while every term is linear in the partitions.
+        let fixed = etl_gen::memory::total(v, 0);
+        let per_partition = etl_gen::memory::total(v, 1) - fixed;
+        for partitions in [2, 7, 64] {
+            assert_eq!(
+                etl_gen::memory::total(v, partitions),
+                fixed + per_partition * partitions,
+                "the memory bound is not linear in the partitions:\n{}",
+                etl_gen::memory::render(v, partitions)
+            );
+        }
         let options = etl_gen::emit::GenOptions {
             source_name: "mutated.yaml".into(),
             crate_dir: std::env::temp_dir().join("etl-front-end-props"),

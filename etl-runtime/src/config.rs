@@ -49,6 +49,27 @@ pub struct RuntimeConfig {
     /// schema registry lookup that fails) is held and retried, its lane paused, before it
     /// becomes a record error under `errors.policy`.
     pub unavailable_timeout: Duration,
+    /// The bound `gen --memory` computes for this build, exported as `etl_memory_bound_bytes`
+    /// so that an alert can compare the process's RSS with it (`None`: not exported).
+    pub memory_bound: Option<MemoryBound>,
+}
+
+/// `gen --memory`'s bound, which is linear in the partitions an instance owns: the generated
+/// `main` passes its two coefficients, and the runtime applies them to the most lanes it has
+/// owned at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryBound {
+    /// The bound with no partition: the budget, the inserts in flight, the process itself.
+    pub fixed_bytes: u64,
+    /// What each owned partition adds: its open buffers, librdkafka's prefetch, its batch.
+    pub per_partition_bytes: u64,
+}
+
+impl MemoryBound {
+    /// The bound for an instance that owns `partitions` partitions.
+    pub fn for_partitions(&self, partitions: u64) -> u64 {
+        self.fixed_bytes.saturating_add(self.per_partition_bytes.saturating_mul(partitions))
+    }
 }
 
 /// `backpressure.*`: the in-flight byte budget and the pause controller.
@@ -128,6 +149,7 @@ impl Default for RuntimeConfig {
             admin_listen: None,
             exactly_once: false,
             unavailable_timeout: defaults::REGISTRY_TIMEOUT,
+            memory_bound: None,
         }
     }
 }

@@ -102,7 +102,9 @@ pub use crate::engine::shared::PipelineStats;
 pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, ErasedSink, Sink};
 pub use crate::engine::source::Source;
 pub use crate::engine::start::{Pipeline, ShutdownReport, StartError, Wake};
-pub use config::{BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy};
+pub use config::{
+    BackpressureConfig, BatchConfig, ErrorPolicy, MemoryBound, RetryConfig, RuntimeConfig, TombstonePolicy,
+};
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Encoding, Wire};
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
@@ -124,7 +126,7 @@ pub mod __private {
     };
     pub use crate::codec::{avro, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
-        BackpressureConfig, BatchConfig, ErrorPolicy, RetryConfig, RuntimeConfig, TombstonePolicy,
+        BackpressureConfig, BatchConfig, ErrorPolicy, MemoryBound, RetryConfig, RuntimeConfig, TombstonePolicy,
     };
     pub use crate::datagen::{DatagenConfig, DatagenSource, Encoding, Wire};
     pub use crate::engine::chain::{Chain, RowOut};

@@ -358,6 +358,8 @@ fn mock_cluster_fetch_and_commit_errors_are_survived() {
         let stats = run.source.stats();
         stats.commit_failures >= 1 && stats.commits > 0
     }));
+    let text = run.pipeline.metrics_text();
+    assert!(common::metric(&text, "etl_source_commit_failures_total") >= 1.0, "failed commits are counted:\n{text}");
     let sink = run.sink.clone();
     let (_, source) = run.stop();
     let rows = rows(&sink);

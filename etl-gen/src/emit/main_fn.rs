@@ -94,6 +94,10 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     // Every value read from the environment, with its key, for `--check` and start-up.
     let settings = Settings::new(settings(m)?);
     let drain = m.checkpoint.drain_timeout.as_millis();
+    // `gen --memory`'s bound is linear in the partitions an instance owns; the binary applies it
+    // to the lanes it owns for `etl_memory_bound_bytes`.
+    let memory_fixed = crate::memory::total(inputs.pipeline, 0);
+    let memory_per_partition = crate::memory::total(inputs.pipeline, 1) - memory_fixed;
     let source = match &m.source {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
@@ -418,6 +422,10 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 admin_listen: Some(admin_listen),
                 exactly_once: #exactly_once_runtime,
                 unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
+                memory_bound: Some(rt::MemoryBound {
+                    fixed_bytes: #memory_fixed,
+                    per_partition_bytes: #memory_per_partition,
+                }),
             };
             #source
             #sink

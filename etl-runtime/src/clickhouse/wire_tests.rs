@@ -121,6 +121,7 @@ fn batch(token: &str, rows: i64) -> Batch {
         row_offsets: Vec::new(),
         recorded: None,
         fence: None,
+        first_timestamp_ms: None,
     };
     Batch { shard: 0, token: token.into(), chunks: vec![chunk], rows: rows as u64, bytes: len, held: len, span: None }
 }

@@ -72,6 +72,9 @@ pub(crate) struct OpenBuffer {
     /// Set by the exactly-once delivery only: the recorded span whose rows the buffer holds
     /// (`None`: a new batch).
     pub(crate) recorded: Option<(i64, i64)>,
+    /// The Kafka timestamp of the first record with a timestamp whose rows entered the buffer,
+    /// for `etl_end_to_end_latency_seconds`.
+    pub(crate) first_timestamp_ms: Option<i64>,
     /// Set by the exactly-once delivery only: when the buffer's first row came, for `batch.linger`.
     pub(crate) opened_at: Option<std::time::Instant>,
 }

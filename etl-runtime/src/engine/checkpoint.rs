@@ -1,6 +1,7 @@
 //! The per-partition checkpointer: turns out-of-order chunk acks into a contiguous watermark.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// Tracks one partition's progress on the pipeline thread that owns the lane (no locks).
 ///
@@ -23,6 +24,10 @@ pub(crate) struct Checkpointer {
     /// The watermark never passes this: set when an exactly-once lane gives up a partly replayed
     /// batch at a drain (its rows are replayed by the next owner, from its first offset).
     cap: Option<i64>,
+    /// Since when the stored offset has stood still with records past it waiting (`None`: none
+    /// waits). Read for `etl_checkpoint_watermark_age_seconds`; the clock is read when the
+    /// offset is stored and when a record arrives at a settled lane, never per record otherwise.
+    waiting_since: Option<Instant>,
 }
 
 impl Checkpointer {
@@ -59,6 +64,9 @@ impl Checkpointer {
     pub(crate) fn processed(&mut self, offset: i64) {
         debug_assert!(self.processed_through.is_none_or(|p| p < offset));
         self.processed_through = Some(offset);
+        if self.waiting_since.is_none() {
+            self.waiting_since = Some(Instant::now());
+        }
     }
 
     /// The last offset whose record is fully processed, if any.
@@ -88,6 +96,15 @@ impl Checkpointer {
 
     pub(crate) fn mark_stored(&mut self, next_offset: i64) {
         self.stored = Some(next_offset);
+        let waiting = self.processed_through.is_some_and(|p| p >= next_offset);
+        self.waiting_since = waiting.then(Instant::now);
+    }
+
+    /// How long the stored offset has stood still while records past it wait, at `now`; zero
+    /// while none waits. The wait starts when a record arrives at a lane whose records were all
+    /// stored, and again each time the offset moves with records still past it.
+    pub(crate) fn standing_still(&self, now: Instant) -> Duration {
+        self.waiting_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
     }
 
     /// The last stored `next_offset`.
@@ -253,6 +270,46 @@ mod tests {
         assert_eq!(cp.watermark(), Some(11));
         cp.processed(20);
         assert_eq!(cp.offset_to_store(), Some(12));
+    }
+
+    // The watermark's age: zero while nothing waits, growing while an unacknowledged chunk holds
+    // the stored offset, and restarting when the offset moves with records still waiting.
+    #[test]
+    fn the_watermark_age_counts_only_while_records_wait() {
+        let mut cp = Checkpointer::default();
+        let start = Instant::now();
+        assert_eq!(cp.standing_still(start + Duration::from_secs(60)), Duration::ZERO);
+        cp.register(0);
+        cp.processed(0);
+        cp.processed(1);
+        assert_eq!(cp.offset_to_store(), Some(0), "the chunk of offset 0 holds the watermark at 0");
+        cp.mark_stored(0);
+        assert_eq!(cp.offset_to_store(), None);
+        let since = cp.waiting_since.expect("records wait");
+        assert_eq!(cp.standing_still(since + Duration::from_secs(30)), Duration::from_secs(30));
+
+        // Offset 0's chunk is durable: the offset moves to 2, past everything; nothing waits.
+        assert!(cp.ack(0));
+        cp.mark_stored(cp.offset_to_store().expect("the watermark moved"));
+        assert_eq!(cp.standing_still(since + Duration::from_secs(90)), Duration::ZERO);
+
+        // A record past the stored offset waits again, from when it arrived.
+        cp.register(2);
+        cp.processed(2);
+        let again = cp.waiting_since.expect("a record waits");
+        assert!(again >= since);
+        assert_eq!(cp.standing_still(again + Duration::from_secs(5)), Duration::from_secs(5));
+
+        // The offset moves but a record past it still waits: the age starts again.
+        cp.register(4);
+        cp.processed(3);
+        cp.processed(4);
+        assert!(cp.ack(2));
+        cp.mark_stored(cp.offset_to_store().expect("the watermark moved to 4"));
+        assert_eq!(cp.stored(), Some(4));
+        let moved = cp.waiting_since.expect("offset 4 still waits");
+        assert!(moved >= again);
+        assert!(cp.standing_still(moved) < Duration::from_secs(1));
     }
 
     // Invariant 3: an unknown ack is refused instead of silently moving the watermark.

@@ -22,6 +22,8 @@ pub struct Chunk {
     pub(crate) recorded: Option<(i64, i64)>,
     /// Under exactly-once: the lane's fence, closed when the lane is handed over.
     pub(crate) fence: Option<Arc<Fence>>,
+    /// The Kafka timestamp (ms) of the chunk's first record that had one.
+    pub(crate) first_timestamp_ms: Option<i64>,
 }
 
 /// Where a chunk's acknowledgement goes, and which offsets its rows come from.
@@ -82,6 +84,12 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The oldest first-record timestamp of the batch's chunks: where its end-to-end latency
+    /// starts.
+    pub(crate) fn oldest_timestamp_ms(&self) -> Option<i64> {
+        self.chunks.iter().filter_map(|c| c.first_timestamp_ms).min()
+    }
+
     /// The shard this batch goes to.
     pub fn shard(&self) -> usize {
         self.shard

@@ -1,5 +1,6 @@
 //! The Prometheus metrics (docs/METRICS.md, generated from the catalogue here), registered in one registry the runtime owns.
 
+use crate::config::RuntimeConfig;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
@@ -70,6 +71,18 @@ const CATALOGUE: &[MetricDoc] = &[
         kind: "gauge",
         labels: &[],
         help: "Bytes sealed into chunks and not yet durably written (queued chunks plus batches being written).",
+    },
+    MetricDoc {
+        name: "etl_backpressure_high_watermark_bytes",
+        kind: "gauge",
+        labels: &[],
+        help: "The budget's high watermark (backpressure.max_inflight_bytes × high_ratio): every lane pauses when in-flight bytes reach it.",
+    },
+    MetricDoc {
+        name: "etl_backpressure_low_watermark_bytes",
+        kind: "gauge",
+        labels: &[],
+        help: "The budget's low watermark (backpressure.max_inflight_bytes × low_ratio): paused lanes resume only below it.",
     },
     MetricDoc {
         name: "etl_source_lag_records",
@@ -152,6 +165,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Offset commits reported by the source.",
     },
     MetricDoc {
+        name: "etl_source_commit_failures_total",
+        kind: "counter",
+        labels: &[],
+        help: "Offset commits that failed (a whole commit, or one partition of it). The stored offsets stay and go with the next commit; while commits fail, a restart or rebalance replays everything since the last committed offset.",
+    },
+    MetricDoc {
         name: "etl_source_abandoned_records_total",
         kind: "counter",
         labels: &[],
@@ -168,6 +187,24 @@ const CATALOGUE: &[MetricDoc] = &[
         kind: "gauge",
         labels: &["partition"],
         help: "The last committed offset per partition, as reported by the source.",
+    },
+    MetricDoc {
+        name: "etl_end_to_end_latency_seconds",
+        kind: "histogram",
+        labels: &["shard"],
+        help: "Per written batch: from the Kafka timestamp of its oldest chunk's first record to the moment the batch is durable (the sink acknowledged it). Records without a timestamp are not observed; a producer clock ahead of this one counts as 0.",
+    },
+    MetricDoc {
+        name: "etl_checkpoint_watermark_age_seconds",
+        kind: "gauge",
+        labels: &["partition"],
+        help: "How long the partition's stored offset has stood still while records past it wait (taken and not yet durable, or durable and not yet stored); 0 while nothing waits. Updated every second. It grows while a shard is down, a lane is held, or a drain's give-up capped the watermark.",
+    },
+    MetricDoc {
+        name: "etl_memory_bound_bytes",
+        kind: "gauge",
+        labels: &[],
+        help: "The resident-memory bound `gen --memory` computes for this build, for the most partitions this process has owned at once (before its first assignment: for none). Compare process_resident_memory_bytes with it. Absent when the binary was not generated (a hand-written pipeline).",
     },
     MetricDoc {
         name: "etl_exactly_once_spans_recorded_total",
@@ -193,6 +230,33 @@ const CATALOGUE: &[MetricDoc] = &[
         labels: &["pipeline", "config_hash", "version"],
         help: "Always 1; the labels name the pipeline, its config hash and the binary version.",
     },
+    MetricDoc {
+        name: "process_resident_memory_bytes",
+        kind: "gauge",
+        labels: &[],
+        help: "Resident memory (RSS) of the process, from /proc (Linux).",
+    },
+    MetricDoc {
+        name: "process_virtual_memory_bytes",
+        kind: "gauge",
+        labels: &[],
+        help: "Virtual memory of the process, from /proc (Linux).",
+    },
+    MetricDoc {
+        name: "process_start_time_seconds",
+        kind: "gauge",
+        labels: &[],
+        help: "When the process started, in seconds since the Unix epoch; changes() of it counts restarts.",
+    },
+    MetricDoc {
+        name: "process_cpu_seconds_total",
+        kind: "counter",
+        labels: &[],
+        help: "User and system CPU time the process used, from /proc (Linux).",
+    },
+    MetricDoc { name: "process_open_fds", kind: "gauge", labels: &[], help: "Open file descriptors." },
+    MetricDoc { name: "process_max_fds", kind: "gauge", labels: &[], help: "The limit on open file descriptors." },
+    MetricDoc { name: "process_threads", kind: "gauge", labels: &[], help: "Threads of the process." },
 ];
 
 fn help(name: &str) -> &'static str {
@@ -248,7 +312,11 @@ pub(crate) struct Metrics {
     pub(crate) batch_rows: Vec<Histogram>,
     pub(crate) batch_bytes: Vec<Histogram>,
     pub(crate) insert_duration: Vec<Histogram>,
+    pub(crate) end_to_end_latency: Vec<Histogram>,
+    pub(crate) watermark_age: prometheus::GaugeVec,
+    pub(crate) memory_bound: IntGauge,
     pub(crate) commits: IntCounter,
+    pub(crate) commit_failures: IntCounter,
     pub(crate) abandoned: IntCounter,
     pub(crate) assignments_lost: IntCounter,
     pub(crate) committed_offset: IntGaugeVec,
@@ -258,12 +326,8 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(
-        shards: usize,
-        pipeline: &str,
-        config_hash: &str,
-        version: &str,
-    ) -> Result<Self, prometheus::Error> {
+    pub(crate) fn new(config: &RuntimeConfig) -> Result<Self, prometheus::Error> {
+        let RuntimeConfig { shards, pipeline, config_hash, version, backpressure, .. } = config;
         let registry = Registry::new();
         let reg = |c: Box<dyn prometheus::core::Collector>| registry.register(c);
         let per_shard_gauge = IntGaugeVec::new(opts("etl_queue_depth"), &["shard"])?;
@@ -287,7 +351,20 @@ impl Metrics {
         let batch_bytes = hist("etl_sink_batch_bytes", prometheus::exponential_buckets(1024.0, 4.0, 10)?)?;
         let insert_duration =
             hist("etl_sink_insert_duration_seconds", prometheus::exponential_buckets(0.001, 2.0, 16)?)?;
+        let end_to_end_latency =
+            hist("etl_end_to_end_latency_seconds", prometheus::exponential_buckets(0.01, 2.0, 17)?)?;
+        let watermark_age = prometheus::GaugeVec::new(opts("etl_checkpoint_watermark_age_seconds"), &["partition"])?;
+        let memory_bound = IntGauge::with_opts(opts("etl_memory_bound_bytes"))?;
+        if let Some(bound) = config.memory_bound {
+            memory_bound.set(i64::try_from(bound.for_partitions(0)).unwrap_or(i64::MAX));
+        }
+        let high_watermark = IntGauge::with_opts(opts("etl_backpressure_high_watermark_bytes"))?;
+        let low_watermark = IntGauge::with_opts(opts("etl_backpressure_low_watermark_bytes"))?;
+        let max = backpressure.max_inflight_bytes as f64;
+        high_watermark.set((max * backpressure.high_ratio) as i64);
+        low_watermark.set((max * backpressure.low_ratio) as i64);
         let commits = IntCounter::with_opts(opts("etl_source_commits_total"))?;
+        let commit_failures = IntCounter::with_opts(opts("etl_source_commit_failures_total"))?;
         let abandoned = IntCounter::with_opts(opts("etl_source_abandoned_records_total"))?;
         let assignments_lost = IntCounter::with_opts(opts("etl_source_assignments_lost_total"))?;
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
@@ -295,7 +372,7 @@ impl Metrics {
         let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
         let superseded_batches = IntCounter::with_opts(opts("etl_exactly_once_superseded_batches_total"))?;
         let build_info = IntGaugeVec::new(opts("etl_build_info"), &["pipeline", "config_hash", "version"])?;
-        build_info.with_label_values(&[pipeline, config_hash, version]).set(1);
+        build_info.with_label_values(&[pipeline.as_str(), config_hash.as_str(), version.as_str()]).set(1);
 
         reg(Box::new(per_shard_gauge.clone()))?;
         reg(Box::new(queue_full.clone()))?;
@@ -314,7 +391,13 @@ impl Metrics {
         reg(Box::new(batch_rows.clone()))?;
         reg(Box::new(batch_bytes.clone()))?;
         reg(Box::new(insert_duration.clone()))?;
+        reg(Box::new(end_to_end_latency.clone()))?;
+        reg(Box::new(watermark_age.clone()))?;
+        reg(Box::new(memory_bound.clone()))?;
+        reg(Box::new(high_watermark))?;
+        reg(Box::new(low_watermark))?;
         reg(Box::new(commits.clone()))?;
+        reg(Box::new(commit_failures.clone()))?;
         reg(Box::new(abandoned.clone()))?;
         reg(Box::new(assignments_lost.clone()))?;
         reg(Box::new(committed_offset.clone()))?;
@@ -324,8 +407,10 @@ impl Metrics {
         reg(Box::new(build_info))?;
         reg(Box::new(sink_metrics().replica_healthy.clone()))?;
         reg(Box::new(sink_metrics().errors_by_class.clone()))?;
+        // RSS and start time for the memory-bound and restart alerts (examples/monitoring).
+        reg(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
 
-        let labels: Vec<String> = (0..shards).map(|s| s.to_string()).collect();
+        let labels: Vec<String> = (0..*shards).map(|s| s.to_string()).collect();
         let each = |f: &dyn Fn(&str) -> IntCounter| labels.iter().map(|l| f(l)).collect::<Vec<_>>();
         Ok(Metrics {
             queue_depth: labels.iter().map(|l| per_shard_gauge.with_label_values(&[l.as_str()])).collect(),
@@ -349,7 +434,11 @@ impl Metrics {
             batch_rows: labels.iter().map(|l| batch_rows.with_label_values(&[l.as_str()])).collect(),
             batch_bytes: labels.iter().map(|l| batch_bytes.with_label_values(&[l.as_str()])).collect(),
             insert_duration: labels.iter().map(|l| insert_duration.with_label_values(&[l.as_str()])).collect(),
+            end_to_end_latency: labels.iter().map(|l| end_to_end_latency.with_label_values(&[l.as_str()])).collect(),
+            watermark_age,
+            memory_bound,
             commits,
+            commit_failures,
             abandoned,
             assignments_lost,
             committed_offset,
@@ -376,7 +465,14 @@ mod tests {
     // Every name of the catalogue is registered and rendered, so scrapes and dashboards find them.
     #[test]
     fn catalogue_matches_registry() {
-        let metrics = Metrics::new(2, "orders", "abc", "0.1.0").unwrap();
+        let config = RuntimeConfig {
+            pipeline: "orders".into(),
+            config_hash: "abc".into(),
+            version: "0.1.0".into(),
+            ..crate::testing::config(1, 2)
+        };
+        let metrics = Metrics::new(&config).unwrap();
+        metrics.watermark_age.with_label_values(&["0"]).set(0.0);
         metrics.lag_records.with_label_values(&["0"]).set(3);
         metrics.lag_seconds.with_label_values(&["0"]).set(1.5);
         metrics.committed_offset.with_label_values(&["0"]).set(7);

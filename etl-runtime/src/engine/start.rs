@@ -127,8 +127,7 @@ impl SinkSide {
             (Chosen::AtLeastOnce(Arc::new(AtLeastOnce::new(config.batch, &config.pipeline))), None)
         };
 
-        let metrics = Metrics::new(config.shards, &config.pipeline, &config.config_hash, &config.version)
-            .map_err(|e| StartError::Metrics(e.to_string()))?;
+        let metrics = Metrics::new(&config).map_err(|e| StartError::Metrics(e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("etl-sink")

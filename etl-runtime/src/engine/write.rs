@@ -130,6 +130,9 @@ pub(crate) async fn write_batch<D: Delivery>(
         };
         drop(retrying);
         metrics.insert_duration[shard].observe(started.elapsed().as_secs_f64());
+        if let Some(oldest) = batch.oldest_timestamp_ms() {
+            metrics.end_to_end_latency[shard].observe(seconds_since_ms(oldest));
+        }
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);
         metrics.records_out.inc_by(batch.rows.saturating_sub(refused));
@@ -140,4 +143,10 @@ pub(crate) async fn write_batch<D: Delivery>(
         tracing::trace!(shard, token = %batch.token, rows = batch.rows, bytes = batch.bytes, "batch written");
         return;
     }
+}
+
+/// Seconds from `timestamp_ms` (Unix epoch) to now; 0 for a timestamp ahead of this clock.
+fn seconds_since_ms(timestamp_ms: i64) -> f64 {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    (now_ms - timestamp_ms).max(0) as f64 / 1000.0
 }

@@ -494,9 +494,17 @@ impl ConsumerContext for SourceContext {
         match result {
             Ok(()) => {
                 for element in offsets.elements_for_topic(&self.topic) {
-                    if let (Offset::Offset(offset), Ok(())) = (element.offset(), element.error()) {
-                        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-                        self.pipeline.record_commit(element.partition(), offset);
+                    match (element.offset(), element.error()) {
+                        (Offset::Offset(offset), Ok(())) => {
+                            self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                            self.pipeline.record_commit(element.partition(), offset);
+                        }
+                        (_, Err(error)) => {
+                            self.counters.commit_failures.fetch_add(1, Ordering::Relaxed);
+                            self.pipeline.record_commit_failure();
+                            tracing::warn!(partition = element.partition(), %error, "offset commit of a partition failed; its stored offset is retried at the next commit");
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -504,6 +512,7 @@ impl ConsumerContext for SourceContext {
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
             Err(error) => {
                 self.counters.commit_failures.fetch_add(1, Ordering::Relaxed);
+                self.pipeline.record_commit_failure();
                 tracing::warn!(%error, "offset commit failed; the stored offsets are retried at the next commit");
             }
         }

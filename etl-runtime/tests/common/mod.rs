@@ -27,6 +27,8 @@ pub struct MemLane {
     pub stored: Stored,
     /// Set when `next` is called while paused, which the runtime must never do.
     pub polled_while_paused: Arc<AtomicBool>,
+    /// The Kafka timestamp every record carries (`None`: records without one).
+    pub timestamp_ms: Option<i64>,
 }
 
 impl MemLane {
@@ -39,6 +41,7 @@ impl MemLane {
             paused: false,
             stored: stored.clone(),
             polled_while_paused: Arc::new(AtomicBool::new(false)),
+            timestamp_ms: None,
         }
     }
 }
@@ -65,7 +68,7 @@ impl Lane for MemLane {
             key: None,
             partition: self.partition,
             offset,
-            timestamp_ms: None,
+            timestamp_ms: self.timestamp_ms,
         }))
     }
 

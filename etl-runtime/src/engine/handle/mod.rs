@@ -69,6 +69,14 @@ impl PipelineHandle {
         let thread =
             (0..inner.control.len()).min_by_key(|&t| inner.shared.lane_counts[t].load(Ordering::Acquire)).unwrap_or(0);
         inner.shared.lane_counts[thread].fetch_add(1, Ordering::AcqRel);
+        if let Some(bound) = inner.shared.config.memory_bound {
+            // The most partitions owned at once: memory the allocator took for them stays.
+            let bound = i64::try_from(bound.for_partitions(self.live_lanes() as u64)).unwrap_or(i64::MAX);
+            let gauge = &inner.shared.metrics.memory_bound;
+            if bound > gauge.get() {
+                gauge.set(bound);
+            }
+        }
         inner.placement.lock().expect("placement lock").insert(lane.partition(), thread);
         let fence = inner.ledger.is_some().then(|| {
             let fence = Arc::new(Fence::new(replay.as_ref().map_or(0, |r| r.epoch)));
@@ -157,6 +165,12 @@ impl PipelineHandle {
     /// Counts a lost assignment in `etl_source_assignments_lost_total`.
     pub fn record_assignment_lost(&self) {
         self.inner.shared.metrics.assignments_lost.inc();
+    }
+
+    /// Counts a failed commit (or a partition of a commit that failed) in
+    /// `etl_source_commit_failures_total`.
+    pub fn record_commit_failure(&self) {
+        self.inner.shared.metrics.commit_failures.inc();
     }
 
     /// Counts a commit in `etl_source_commits_total` and sets `etl_source_committed_offset`.

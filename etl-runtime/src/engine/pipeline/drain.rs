@@ -108,6 +108,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         let partition = lane.partition.to_string();
         let _ = self.shared.metrics.lag_records.remove_label_values(&[partition.as_str()]);
         let _ = self.shared.metrics.lag_seconds.remove_label_values(&[partition.as_str()]);
+        let _ = self.shared.metrics.watermark_age.remove_label_values(&[partition.as_str()]);
         lane
     }
 }

@@ -41,6 +41,8 @@ pub(super) struct LaneState {
     pub(super) failed: bool,
     pub(super) newest_timestamp_ms: Option<i64>,
     pub(super) lag_seconds: prometheus::Gauge,
+    /// `etl_checkpoint_watermark_age_seconds` of the lane's partition.
+    pub(super) watermark_age: prometheus::Gauge,
     /// The hand-over fence the handle gave the lane, carried by its chunks (`None` unless the
     /// pipeline runs exactly-once).
     pub(super) fence: Option<Arc<Fence>>,
@@ -74,6 +76,7 @@ impl LaneState {
             failed: false,
             newest_timestamp_ms: None,
             lag_seconds: shared.metrics.lag_seconds.with_label_values(&[partition.to_string().as_str()]),
+            watermark_age: shared.metrics.watermark_age.with_label_values(&[partition.to_string().as_str()]),
             fence,
             held: None,
         }
@@ -103,6 +106,12 @@ impl LaneState {
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
             self.lag_seconds.set((now_ms - ts).max(0) as f64 / 1000.0);
         }
+    }
+
+    /// Sets the gauges that must move while the lane does not: a paused or held lane takes no
+    /// turns, and that is when its checkpoint stands still.
+    pub(super) fn report(&self, now: Instant) {
+        self.watermark_age.set(self.checkpointer.standing_still(now).as_secs_f64());
     }
 
     /// Stores the watermark through the lane when it moved (Invariant 3).

@@ -29,6 +29,9 @@ use crate::engine::shared::Shared;
 /// Short, so a lane whose source has new data is picked up at once ("keeps polling").
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
+/// How often the thread sets the gauges of lanes that may take no turns (paused, held, draining).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
 /// Counters kept locally and added to the shared metrics once per loop iteration.
 #[derive(Default)]
 struct Counts {
@@ -89,11 +92,18 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
     /// `select!` on the ack and control channels.
     pub(crate) fn run(mut self) {
         let mut last = Instant::now();
+        let mut next_report = last;
         loop {
             let now = Instant::now();
             let gap = now.duration_since(last).as_nanos() as u64;
             self.shared.max_loop_gap_ns.fetch_max(gap, Ordering::Relaxed);
             last = now;
+            if now >= next_report {
+                for lane in &self.lanes {
+                    lane.report(now);
+                }
+                next_report = now + REPORT_EVERY;
+            }
 
             loop {
                 match self.control.try_recv() {

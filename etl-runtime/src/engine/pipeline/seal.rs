@@ -88,6 +88,7 @@ impl LaneCut for Cutter<'_> {
             row_offsets: std::mem::take(&mut buffer.row_offsets),
             recorded: buffer.recorded.take(),
             fence: lane.fence.clone(),
+            first_timestamp_ms: buffer.first_timestamp_ms.take(),
         };
         buffer.opened_at = None;
         let above_high = self.shared.budget.acquire(chunk.held_bytes());

@@ -206,6 +206,16 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                     counts.filtered += 1;
                 }
                 D::place(&mut deliveries[i], buffers, snapshot, offset, checkpointer, shared.track_row_sources);
+                if rows > 0
+                    && let Some(ts) = record.timestamp_ms
+                {
+                    // A buffer's latency starts at its first row's record (one compare per shard).
+                    for buffer in buffers.iter_mut() {
+                        if buffer.rows > 0 && buffer.first_timestamp_ms.is_none() {
+                            buffer.first_timestamp_ms = Some(ts);
+                        }
+                    }
+                }
                 checkpointer.processed(offset);
                 Poll::Record
             }
