@@ -3,6 +3,7 @@
 //! Generator commands are `etl_gen::cli`; what only makes sense inside the repository
 //! (regenerating docs, local infrastructure) lives in its own module here.
 
+mod apt;
 mod bench;
 mod bench_chain;
 mod codegen;

@@ -7,7 +7,6 @@
 //! `xtask/tests/image.rs` (via `#[path]`), so the test uses the same configuration.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// containers.conf: see the module comment for why each setting.
 pub(crate) const CONTAINERS_CONF: &str = r#"# Written by `cargo xtask test`; xtask/src/podman.rs says why.
@@ -42,34 +41,7 @@ pub(crate) fn configure(target_dir: &Path) -> std::io::Result<Vec<(&'static str,
     Ok(vec![("CONTAINERS_CONF", containers), ("CONTAINERS_STORAGE_CONF", storage)])
 }
 
-/// Whether `podman --version` runs.
-pub(crate) fn installed() -> bool {
-    Command::new("podman")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Installs podman and runc from Debian's packages unless podman already runs.
 pub(crate) fn install() -> anyhow::Result<()> {
-    use anyhow::{Context as _, bail};
-    if installed() {
-        return Ok(());
-    }
-    for args in [&["update", "-qq"][..], &["install", "-y", "-qq", "podman", "runc"][..]] {
-        let status = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .context("running apt-get (podman is installed from Debian's packages)")?;
-        if !status.success() {
-            bail!("apt-get {} failed ({status})", args.join(" "));
-        }
-    }
-    if !installed() {
-        bail!("podman was installed but `podman --version` does not run");
-    }
-    Ok(())
+    crate::apt::ensure("podman", &["podman", "runc"])
 }

@@ -55,6 +55,20 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
                 .args(["--", "-D", "warnings"]),
         )?;
     }
+    // The operator's kit (examples/monitoring): the alert rules are valid and their unit tests
+    // pass, by Prometheus's own tool (Debian's `prometheus` package; the server is not started).
+    // tests/monitoring.rs in etl-runtime checks their metric names against the registry.
+    println!("==> promtool for the alert rules");
+    crate::apt::ensure("promtool", &["--no-install-recommends", "prometheus"])?;
+    let monitoring = root.join("examples/monitoring");
+    step(
+        "promtool check rules",
+        Command::new("promtool").current_dir(&monitoring).args(["check", "rules", "alerts.yaml"]),
+    )?;
+    step(
+        "promtool test rules",
+        Command::new("promtool").current_dir(&monitoring).args(["test", "rules", "alerts_test.yaml"]),
+    )?;
     // The image tests (xtask/tests/image.rs) run the image in podman; they fail without it.
     println!("==> podman for the image tests");
     crate::podman::install()?;

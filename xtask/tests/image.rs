@@ -11,6 +11,9 @@
 //! Podman is required, not optional: `cargo xtask test` installs it (xtask/src/podman.rs)
 //! and this test uses the same configuration; without podman the test fails and says so.
 
+#[path = "../src/apt.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod apt;
 #[path = "../src/podman.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod podman;
@@ -37,7 +40,7 @@ fn xtask() -> Command {
 
 fn podman() -> Command {
     assert!(
-        podman::installed(),
+        apt::runs("podman"),
         "podman is not installed: run the tests with `cargo xtask test` (it installs podman and runc), \
          or `apt-get install podman runc`"
     );
