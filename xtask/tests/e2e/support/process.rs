@@ -19,11 +19,27 @@ pub struct Metrics(pub BTreeMap<String, f64>);
 impl Metrics {
     /// The sum of every series of `name`.
     pub fn sum(&self, name: &str) -> f64 {
+        self.series(name, "").sum()
+    }
+
+    /// The largest value among the series of `name`; 0 if there are none.
+    pub fn max(&self, name: &str) -> f64 {
+        self.series(name, "").fold(0.0, f64::max)
+    }
+
+    /// The sum of the series of `name` whose labels contain `labels`, e.g. `le="20.48"`.
+    pub fn sum_with(&self, name: &str, labels: &str) -> f64 {
+        self.series(name, labels).sum()
+    }
+
+    fn series<'a>(&'a self, name: &'a str, labels: &'a str) -> impl Iterator<Item = f64> + 'a {
         self.0
             .iter()
-            .filter(|(k, _)| k.as_str() == name || k.strip_prefix(name).is_some_and(|r| r.starts_with('{')))
-            .map(|(_, v)| v)
-            .sum()
+            .filter(move |(k, _)| {
+                (k.as_str() == name && labels.is_empty())
+                    || k.strip_prefix(name).is_some_and(|r| r.starts_with('{') && r.contains(labels))
+            })
+            .map(|(_, v)| *v)
     }
 
     /// The value of one series, e.g. `etl_records_dropped_total{reason="error"}`; 0 if absent.
