@@ -10,6 +10,7 @@ mod codegen;
 mod infra;
 mod podman;
 mod produce;
+mod progress;
 mod quickstart;
 mod soak;
 mod test;

@@ -68,6 +68,7 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
         .create()
         .context("creating the producer")?;
     let started = Instant::now();
+    let progress = crate::progress::Progress::records("produce", args.count as u64);
     // Generate in slices so memory stays flat for large counts.
     let mut produced = 0usize;
     let mut seed = args.seed;
@@ -86,11 +87,13 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
                     Err((e, _)) => bail!("producing to {topic}: {e}"),
                 }
             }
+            progress.inc(1);
         }
         produced += n;
         seed += 1;
     }
     producer.flush(Duration::from_secs(60)).context("flushing the producer")?;
+    progress.finish();
     eprintln!("produced {produced} records to {topic} in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -149,6 +149,7 @@ pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64
     };
     let (mut samples, mut first_in, mut kept_at) = (Vec::new(), None, f64::NEG_INFINITY);
     let (mut progress, mut progress_at) = (0.0, Instant::now());
+    let shown = crate::progress::Progress::records(&format!("bench: {}", v.label), records);
     let (last, cpu_seconds, peak_rss) = loop {
         if let Some(status) = child.0.try_wait()? {
             bail!("{} exited ({status}) before the end:\n{}", v.label, tail());
@@ -167,6 +168,7 @@ pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64
             }
             if sample.done > progress {
                 (progress, progress_at) = (sample.done, Instant::now());
+                shown.set(sample.done as u64);
             }
             if finished {
                 // Before SIGTERM: the shutdown is not part of the work.
@@ -179,6 +181,7 @@ pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    shown.finish();
     let load = meter.finish(cpu_seconds);
     let end = *samples.last().expect("the last sample is kept");
     let first_in = first_in.unwrap_or(0.0);

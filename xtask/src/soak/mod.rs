@@ -229,9 +229,11 @@ fn load_phase(
     let kinds = faults::available(infra, args.broker_freeze);
     let mean = args.mean_fault_interval;
     let mut next = Instant::now() + Duration::from_secs_f64(rng.exponential(mean));
+    let progress = crate::progress::Progress::clock("soak", end.saturating_duration_since(Instant::now()));
     loop {
         let interrupted = members.supervise_until(next.min(end), || interrupts.count() > 0)?;
         if interrupted || Instant::now() >= end {
+            progress.finish();
             return Ok(());
         }
         let kind = rng.pick_kind(&kinds);
@@ -250,6 +252,7 @@ fn load_phase(
             _ => None,
         };
         faults.push(fault);
+        progress.note(format!("{} faults injected", faults.len()));
         if let Some(e) = failed {
             bail!("a fault could not be injected or undone: {e}");
         }
