@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use etl_runtime::{
@@ -21,7 +21,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use common::{ROW, RecordingSink};
+use common::{GatedSink, ROW, RecordingSink};
 use support::{committed, create_topic, fixtures, kafka_brokers, produce, unique};
 
 const PARTITIONS: i32 = 4;
@@ -184,26 +184,6 @@ fn a_new_group_without_auto_offset_reset_reads_from_the_beginning() {
     let (stored, _) = run.stop();
     assert!(arrived, "every record already in the topic arrives ({} of {})", rows(&sink).len(), expected.len());
     assert_eq!(stored, delivered.end_offsets().iter().map(|(&p, &o)| (p, Some(o))).collect());
-}
-
-/// A sink that holds every write until the gate opens.
-#[derive(Clone, Default)]
-struct GatedSink {
-    open: Arc<AtomicBool>,
-    inner: RecordingSink,
-}
-
-impl Sink for GatedSink {
-    async fn write(&self, shard: usize, batch: &Batch) -> Result<(), SinkError> {
-        while !self.open.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.inner.write(shard, batch).await
-    }
-
-    async fn check(&self) -> Result<(), SinkError> {
-        Ok(())
-    }
 }
 
 // Invariant 6: with the sink stuck, every lane pauses its partition at the consumer, and stays paused

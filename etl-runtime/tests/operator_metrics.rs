@@ -3,12 +3,11 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{MemLane, PassThrough, RecordingSink, Stored, config, metric, wait_for};
-use etl_runtime::{Batch, MemoryBound, Pipeline, Sink, SinkError};
+use common::{GatedSink, MemLane, PassThrough, RecordingSink, Stored, config, metric, wait_for};
+use etl_runtime::{MemoryBound, Pipeline};
 
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> i64 {
@@ -50,26 +49,6 @@ fn end_to_end_latency_is_observed_once_per_durable_batch_from_the_kafka_timestam
     let text = pipeline.metrics_text();
     assert_eq!(both_shards(&text, "etl_end_to_end_latency_seconds_count"), count);
     assert!(pipeline.shutdown(Duration::from_secs(5)).complete);
-}
-
-/// A sink whose writes wait until the gate opens.
-#[derive(Clone, Default)]
-struct GatedSink {
-    open: Arc<AtomicBool>,
-    inner: RecordingSink,
-}
-
-impl Sink for GatedSink {
-    async fn write(&self, shard: usize, batch: &Batch) -> Result<(), SinkError> {
-        while !self.open.load(Ordering::Acquire) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.inner.write(shard, batch).await
-    }
-
-    async fn check(&self) -> Result<(), SinkError> {
-        Ok(())
-    }
 }
 
 // While the sink holds every write, the partition's stored offset stands still with records past

@@ -163,6 +163,26 @@ impl Sink for RecordingSink {
     }
 }
 
+/// A sink that holds every write until the gate opens, then records it.
+#[derive(Clone, Default)]
+pub struct GatedSink {
+    pub open: Arc<AtomicBool>,
+    pub inner: RecordingSink,
+}
+
+impl Sink for GatedSink {
+    async fn write(&self, shard: usize, batch: &Batch) -> Result<(), SinkError> {
+        while !self.open.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.inner.write(shard, batch).await
+    }
+
+    async fn check(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
 /// A small configuration that satisfies the sizing rule.
 pub fn config(threads: usize, shards: usize) -> RuntimeConfig {
     RuntimeConfig {
