@@ -48,6 +48,7 @@ fn end_to_end_latency_is_observed_once_per_durable_batch_from_the_kafka_timestam
     assert!(sink.batches.load(Ordering::Relaxed) > before);
     let text = pipeline.metrics_text();
     assert_eq!(both_shards(&text, "etl_end_to_end_latency_seconds_count"), count);
+    assert_eq!(metric(&text, "etl_memory_bound_bytes"), 0.0, "no bound without a generated main");
     assert!(pipeline.shutdown(Duration::from_secs(5)).complete);
 }
 
@@ -59,7 +60,9 @@ fn the_watermark_age_grows_while_records_wait_and_falls_to_zero_once_they_are_du
     let sink = GatedSink::default();
     let pipeline = Pipeline::start(config(1, 2), || PassThrough, sink.clone(), None).unwrap();
     let stored = Stored::default();
-    pipeline.handle().add_lane(Box::new(MemLane::new(3, Some(500), &stored)));
+    let mut lane = MemLane::new(3, Some(500), &stored);
+    lane.timestamp_ms = Some(now_ms() - 10_000);
+    pipeline.handle().add_lane(Box::new(lane));
     let series = r#"etl_checkpoint_watermark_age_seconds{partition="3"}"#;
 
     let held = Duration::from_millis(3_500);
@@ -72,6 +75,9 @@ fn the_watermark_age_grows_while_records_wait_and_falls_to_zero_once_they_are_du
         pipeline.metrics_text()
     );
 
+    // The lane finished reading and takes no turns while its drain waits: its lag still grows.
+    let lag = metric(&pipeline.metrics_text(), r#"etl_source_lag_seconds{partition="3"}"#);
+    assert!(lag >= 10.0 + held.as_secs_f64() - 1.5, "lag {lag} s of records stamped 10 s before a {held:?} hold");
     sink.open.store(true, Ordering::Release);
     assert!(wait_for(Duration::from_secs(10), || stored.lock().unwrap().get(&3) == Some(&500)));
     assert!(

@@ -94,7 +94,7 @@ const CATALOGUE: &[MetricDoc] = &[
         name: "etl_source_lag_seconds",
         kind: "gauge",
         labels: &["partition"],
-        help: "Age of the newest consumed record's timestamp.",
+        help: "Age of the newest consumed record's timestamp. Set every second, also while the lane is paused, when it keeps growing.",
     },
     MetricDoc {
         name: "etl_sink_errors_total",
@@ -204,7 +204,7 @@ const CATALOGUE: &[MetricDoc] = &[
         name: "etl_memory_bound_bytes",
         kind: "gauge",
         labels: &[],
-        help: "The resident-memory bound `gen --memory` computes for this build, for the most partitions this process has owned at once (before its first assignment: for none). Compare process_resident_memory_bytes with it. Absent when the binary was not generated (a hand-written pipeline).",
+        help: "The resident-memory bound `gen --memory` computes for this build, for the most partitions this process has owned at once (before its first assignment: for none). Compare process_resident_memory_bytes with it. 0 when the binary was not generated (a hand-written pipeline has no such bound).",
     },
     MetricDoc {
         name: "etl_exactly_once_spans_recorded_total",

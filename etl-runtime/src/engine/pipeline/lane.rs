@@ -112,6 +112,7 @@ impl LaneState {
     /// turns, and that is when its checkpoint stands still.
     pub(super) fn report(&self, now: Instant) {
         self.watermark_age.set(self.checkpointer.standing_still(now).as_secs_f64());
+        self.update_lag();
     }
 
     /// Stores the watermark through the lane when it moved (Invariant 3).
