@@ -129,6 +129,20 @@ fn check(place: &str, expr: &str, exported: &BTreeMap<String, BTreeSet<String>>)
     problems
 }
 
+/// Checks every `(place, expression)` of `file` against what the binary exports, failing with
+/// all the problems at once; returns the series the expressions use.
+fn check_file(file: &str, queries: &[(String, String)]) -> BTreeSet<String> {
+    let exported = exported();
+    let mut problems = Vec::new();
+    let mut used = BTreeSet::new();
+    for (place, expr) in queries {
+        problems.extend(check(place, expr, &exported));
+        used.extend(selectors(expr).into_iter().map(|s| s.name));
+    }
+    assert!(problems.is_empty(), "{file}:\n{}", problems.join("\n"));
+    used
+}
+
 /// The alert rules: `(alert name, expression)`.
 fn alert_rules() -> Vec<(String, String)> {
     let rules: serde_yaml::Value = serde_yaml::from_str(&monitoring("alerts.yaml")).expect("alerts.yaml is YAML");
@@ -144,16 +158,10 @@ fn alert_rules() -> Vec<(String, String)> {
 
 #[test]
 fn the_alert_rules_query_only_exported_metrics_and_labels() {
-    let exported = exported();
     let alerts = alert_rules();
     assert!(alerts.len() >= 10, "alerts.yaml has the operator's alerts");
-    let mut problems = Vec::new();
-    let mut used = BTreeSet::new();
-    for (name, expr) in &alerts {
-        problems.extend(check(&format!("alert {name}"), expr, &exported));
-        used.extend(selectors(expr).into_iter().map(|s| s.name));
-    }
-    assert!(problems.is_empty(), "alerts.yaml:\n{}", problems.join("\n"));
+    let queries: Vec<_> = alerts.into_iter().map(|(name, expr)| (format!("alert {name}"), expr)).collect();
+    let used = check_file("alerts.yaml", &queries);
     // What the issue asks the alerts to cover, by the metric each one needs.
     for needed in [
         "etl_sink_shard_failing_seconds",
@@ -201,14 +209,7 @@ fn the_dashboard_queries_only_exported_metrics_and_labels() {
     let mut queries = Vec::new();
     collect_queries(&dashboard, "dashboard", &mut queries);
     assert!(queries.len() >= 20, "the dashboard's panels have queries: {}", queries.len());
-    let exported = exported();
-    let mut problems = Vec::new();
-    let mut used = BTreeSet::new();
-    for (place, expr) in &queries {
-        problems.extend(check(place, expr, &exported));
-        used.extend(selectors(expr).into_iter().map(|s| s.name));
-    }
-    assert!(problems.is_empty(), "dashboard.json:\n{}", problems.join("\n"));
+    let used = check_file("dashboard.json", &queries);
     // What the issue asks the dashboard to show, by the series each panel needs.
     for needed in [
         "etl_records_in_total",

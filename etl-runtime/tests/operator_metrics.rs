@@ -14,6 +14,11 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
+/// A lane of `end` records whose Kafka timestamps are 10 s old.
+fn stamped_10_s_ago(partition: i32, end: i64, stored: &Stored) -> MemLane {
+    MemLane { timestamp_ms: Some(now_ms() - 10_000), ..MemLane::new(partition, Some(end), stored) }
+}
+
 /// A metric summed over the shards 0 and 1.
 fn both_shards(text: &str, name: &str) -> f64 {
     metric(text, &format!(r#"{name}{{shard="0"}}"#)) + metric(text, &format!(r#"{name}{{shard="1"}}"#))
@@ -27,9 +32,7 @@ fn end_to_end_latency_is_observed_once_per_durable_batch_from_the_kafka_timestam
     let sink = RecordingSink::default();
     let pipeline = Pipeline::start(config(1, 2), || PassThrough, sink.clone(), None).unwrap();
     let stored = Stored::default();
-    let mut lane = MemLane::new(0, Some(2_000), &stored);
-    lane.timestamp_ms = Some(now_ms() - 10_000);
-    pipeline.handle().add_lane(Box::new(lane));
+    pipeline.handle().add_lane(Box::new(stamped_10_s_ago(0, 2_000, &stored)));
     assert!(wait_for(Duration::from_secs(10), || stored.lock().unwrap().get(&0) == Some(&2_000)));
 
     let text = pipeline.metrics_text();
@@ -60,9 +63,7 @@ fn the_watermark_age_grows_while_records_wait_and_falls_to_zero_once_they_are_du
     let sink = GatedSink::default();
     let pipeline = Pipeline::start(config(1, 2), || PassThrough, sink.clone(), None).unwrap();
     let stored = Stored::default();
-    let mut lane = MemLane::new(3, Some(500), &stored);
-    lane.timestamp_ms = Some(now_ms() - 10_000);
-    pipeline.handle().add_lane(Box::new(lane));
+    pipeline.handle().add_lane(Box::new(stamped_10_s_ago(3, 500, &stored)));
     let series = r#"etl_checkpoint_watermark_age_seconds{partition="3"}"#;
 
     let held = Duration::from_millis(3_500);
