@@ -2186,3 +2186,103 @@ fn registry_judges_writer_schemas(
         "the verdict on id 3 is logged once, naming `{names}`: {verdicts:?}"
     );
 }
+
+/// Scenario 37: a durable broker SIGKILLed while an at-least-once and an exactly-once binary read
+/// a backlog of many small batches from it, the binaries SIGKILLed 8 s later with the broker still
+/// down, the broker and the binaries started again 12 s after that. Tansu stores each produced
+/// batch as one object and answers a fetch with the batches it could list and read within the
+/// fetch's `fetch.wait.max.ms`; with the 100 ms this source used to ask for, both binaries crawled
+/// at a few records a second after the restart (docs/INVARIANTS.md, Invariant 9). They must read
+/// the rest at the broker's pace: here about 2,300 records/s each, asserted at no less than
+/// [`AFTER_RESTART_FLOOR`]. Nothing is lost; exactly once under `exactly_once`.
+#[test]
+fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
+    /// Records a second each restarted binary reads at least, from its first record to the last.
+    const AFTER_RESTART_FLOOR: f64 = 300.0;
+    const N: i64 = 80_000;
+    let _serial = serial();
+    prepare(Variant::Skip);
+    prepare(Variant::Exactly);
+    let _t = Timer::start("durable broker and binaries killed, read at the broker's pace");
+    let broker = durable_brokers()[0].clone();
+    let _brokers = use_brokers(&broker);
+    let mut rng = Rng::from_time();
+    let topic = unique("crawl");
+    create_topic(&topic, PARTITIONS);
+    // 1,600 objects in the bucket, 400 a partition, each listed by every fetch of its partition.
+    let producer = Producer::with_batches(&topic, 50);
+    producer.send_orders(0..N, 30, None);
+    producer.finish();
+    let runs = [(Variant::Skip, "crawl-alo"), (Variant::Exactly, "crawl-eo")];
+    let groups: Vec<String> = runs.iter().map(|(_, label)| unique(label)).collect();
+    // Throttled inserts, so that the binaries are killed with most of the topic still to write.
+    let (proxies, [url_1, url_2]) = throttle_both_shards(128 << 10);
+    let env =
+        [("KAFKA_BROKERS", broker.as_str()), ("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];
+    let mut first: Vec<Process> =
+        runs.iter().zip(&groups).map(|((variant, label), group)| spawn(*variant, label, &topic, group, &env)).collect();
+    for p in &mut first {
+        p.await_metrics("records read", Duration::from_secs(60), |m| m.sum("etl_records_in_total") > 0.0);
+    }
+    std::thread::sleep(Duration::from_secs_f64(rng.between(0.2, 3.0)));
+    stop_broker(&broker, "KILL");
+    std::thread::sleep(Duration::from_secs(8));
+    for p in &mut first {
+        p.kill();
+    }
+    drop(proxies);
+    std::thread::sleep(Duration::from_secs(12));
+    start_durable_brokers();
+    let env = [("KAFKA_BROKERS", broker.as_str())];
+    let mut second: Vec<Process> = runs
+        .iter()
+        .zip(&groups)
+        .map(|((variant, label), group)| spawn(*variant, &format!("{label}-2"), &topic, group, &env))
+        .collect();
+    for (p, group) in second.iter_mut().zip(&groups) {
+        let committed = committed_total(group, &topic, PARTITIONS);
+        assert!(committed < N / 2, "[{}] the kills land mid-stream: {committed} of {N} committed", p.label);
+    }
+    // From each binary's first record after the restart until its group has committed all of them.
+    let mut timing: Vec<Option<(Instant, i64)>> = vec![None; second.len()];
+    let mut rates = vec![0.0; second.len()];
+    let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(N as f64 / AFTER_RESTART_FLOOR);
+    while Instant::now() < deadline && rates.iter().any(|&r| r == 0.0) {
+        std::thread::sleep(Duration::from_millis(250));
+        for (i, (p, group)) in second.iter_mut().zip(&groups).enumerate() {
+            assert!(p.try_exit().is_none(), "[{}] exited after the restart:\n{}", p.label, p.log_tail());
+            let Some((since, from)) = timing[i] else {
+                if p.metrics().is_some_and(|m| m.sum("etl_records_in_total") > 0.0) {
+                    timing[i] = Some((Instant::now(), committed_total(group, &topic, PARTITIONS)));
+                }
+                continue;
+            };
+            if rates[i] == 0.0 && committed_total(group, &topic, PARTITIONS) >= N {
+                rates[i] = (N - from) as f64 / since.elapsed().as_secs_f64();
+                let limit = (N - from) as f64 / AFTER_RESTART_FLOOR;
+                assert!(
+                    since.elapsed().as_secs_f64() <= limit,
+                    "[{}] read {} records in {:.1} s after the restart: {:.0}/s, below {AFTER_RESTART_FLOOR}/s",
+                    p.label,
+                    N - from,
+                    since.elapsed().as_secs_f64(),
+                    rates[i]
+                );
+            }
+        }
+    }
+    eprintln!("crawl: records/s after the restart (at-least-once, exactly-once): {rates:.0?}");
+    for (p, rate) in second.iter().zip(&rates) {
+        assert!(
+            *rate > 0.0,
+            "[{}] did not commit all {N} records at {AFTER_RESTART_FLOOR} records/s or more:\n{}",
+            p.label,
+            p.log_tail()
+        );
+    }
+    for p in &mut second {
+        p.stop_cleanly();
+    }
+    assert_all_arrived(Variant::Skip.table(), N);
+    assert_exactly_once(N);
+}

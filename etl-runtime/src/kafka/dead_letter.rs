@@ -86,14 +86,15 @@ impl KafkaDeadLetter {
         let dlq_topic = topic.to_owned();
         // The consumer that re-reads refused rows' records: the same client properties (security
         // settings), no group, nothing committed. Created when first needed.
-        let mut reader = all.clone();
+        // The source's fetch wait unless the passthrough sets one: an object-store broker answers
+        // with what it could read within it (`properties::DEFAULT_FETCH_WAIT_MAX_MS`).
+        let mut reader = vec![("fetch.wait.max.ms".to_owned(), properties::DEFAULT_FETCH_WAIT_MAX_MS.to_string())];
+        reader.extend(all.iter().cloned());
         reader.extend([
             ("group.id".to_owned(), format!("etl-dlq-reader-{}", std::process::id())),
             ("enable.auto.commit".to_owned(), "false".to_owned()),
             ("enable.auto.offset.store".to_owned(), "false".to_owned()),
             ("enable.partition.eof".to_owned(), "false".to_owned()),
-            // Answers come as soon as data is there; the reader waits for nothing else.
-            ("fetch.wait.max.ms".to_owned(), "10".to_owned()),
         ]);
         let reader = properties::client_config(&reader, "dead-letter reader")?;
         let thread = std::thread::Builder::new()

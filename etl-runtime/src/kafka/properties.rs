@@ -25,11 +25,15 @@ pub(crate) const DEFAULT_QUEUED_MIN_MESSAGES: u64 = 10_000;
 /// (measured against the local broker); 10 ms keeps the fetcher busy.
 pub(crate) const DEFAULT_FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 
-/// Default `fetch.wait.max.ms`: how long the broker may hold a fetch when no partition in it has new
-/// data. A resumed partition waits for the fetch in flight before it is fetched again, so every pause
-/// costs up to this much latency (librdkafka's 500 ms made each pause cost ~140 ms on average in the
-/// tests; 100 ms keeps idle fetches at ten per second per broker).
-pub(crate) const DEFAULT_FETCH_WAIT_MAX_MS: u64 = 100;
+/// Default `fetch.wait.max.ms`: how long the broker may take to answer a fetch, librdkafka's own
+/// default. Kafka answers as soon as data is there, but a broker that keeps its log in object
+/// storage may spend the wait reading it: Tansu over S3 lists a partition's batch objects for at
+/// most this long and answers with what it listed by then, so with 100 ms (this default until
+/// issue 37) a partition of a thousand small batches was fetched at a few records a second, or
+/// not at all (docs/INVARIANTS.md, Invariant 14). The price of the longer wait is latency, not
+/// throughput: a partition resumed while the fetch in flight waits for data that is not there
+/// (every other fetchable partition caught up) joins the next fetch up to this much later.
+pub(crate) const DEFAULT_FETCH_WAIT_MAX_MS: u64 = 500;
 
 /// Default `auto.offset.reset`: where a partition without a committed offset starts. The framework
 /// default is the beginning, so no record already in the topic is skipped; `rdkafka:` may say

@@ -117,7 +117,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
             .set("queued.max.messages.kbytes", "8192")
             .set("queued.min.messages", "10000")
             .set("fetch.queue.backoff.ms", "10")
-            .set("fetch.wait.max.ms", "100")
+            .set("fetch.wait.max.ms", "500")
             .create()
             .context("creating the consumer")?,
     );

@@ -60,6 +60,18 @@ impl Producer {
         Producer { inner, topic: topic.to_owned(), sent: Arc::default(), encode: order, frame: order_framed }
     }
 
+    /// A producer whose batches hold at most `records` messages: a durable broker stores each batch
+    /// as one object.
+    pub fn with_batches(topic: &str, records: usize) -> Self {
+        let inner = kafka_config()
+            .set("linger.ms", "5")
+            .set("batch.num.messages", records.to_string())
+            .set("queue.buffering.max.messages", "1000000")
+            .create_with_context(Reports::default())
+            .expect("producer");
+        Producer { inner, ..Producer::new(topic) }
+    }
+
     /// A producer whose orders are JSON documents ([`order_json`]).
     pub fn json(topic: &str) -> Self {
         Producer { encode: order_json, frame: order_json_framed, ..Producer::new(topic) }
