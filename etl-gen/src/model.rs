@@ -131,6 +131,19 @@ pub struct KafkaSource {
     /// How often librdkafka emits statistics, which feed the lag metrics; `0s` disables.
     #[serde(default = "defaults::statistics_interval")]
     pub statistics_interval: Duration,
+    /// The stall watchdog's bound: a partition that nothing holds back (no backpressure, no held
+    /// record), whose broker holds records for it and delivers none, and whose lag has not shrunk
+    /// for this long is stalled. It is logged with its offsets and fetch state, counted in
+    /// `etl_source_stalled_partitions`, and its fetch restarted at its next offset; if it stalls
+    /// for this long again, the binary exits 1 (storing nothing past durable data) so that its
+    /// orchestrator restarts it. `0s` disables the watchdog. It tells a broker outage from a stall
+    /// by the statistics (`statistics_interval`); with statistics off, an outage longer than twice
+    /// this bound also ends in exit 1.
+    // Left out of the serialized model (the config hash) at its default, so that the pipelines
+    // written before the key existed keep their hash: a new hash re-inserts exactly-once batches
+    // written above the committed offset (docs/adr/0001-exactly-once.md, 8).
+    #[serde(default = "defaults::stall_timeout", skip_serializing_if = "defaults::is_stall_timeout")]
+    pub stall_timeout: Duration,
     /// Raw librdkafka properties, checked by librdkafka's own parser at gen time, then
     /// applied verbatim. Properties the framework owns are rejected (docs/diagnostics.md).
     /// Values may be strings, numbers or booleans, and may use `${VAR}`. Unless given here,
@@ -884,6 +897,12 @@ mod defaults {
     }
     pub(super) fn statistics_interval() -> Duration {
         Duration::from_secs(5)
+    }
+    pub(super) fn stall_timeout() -> Duration {
+        duration(shared::STALL_TIMEOUT)
+    }
+    pub(super) fn is_stall_timeout(d: &Duration) -> bool {
+        *d == stall_timeout()
     }
     pub(super) fn max_message_bytes() -> ByteSize {
         ByteSize::mib(1)

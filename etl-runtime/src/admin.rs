@@ -29,10 +29,14 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready when the source says so (for Kafka: joined the group, even with no partition) and the
-/// sink's check has passed.
-async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
-    if shared.is_ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
+/// Ready when the source says so (for Kafka: joined the group, even with no partition), the
+/// sink's check has passed, no shard's writes are failing and no partition is stalled; otherwise
+/// 503 with the reason.
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    match shared.not_ready_because() {
+        None => (StatusCode::OK, "ready\n".to_owned()),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")),
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,11 @@ pub struct RuntimeConfig {
     /// The bound `gen --memory` computes for this build, exported as `etl_memory_bound_bytes`
     /// so that an alert can compare the process's RSS with it (`None`: not exported).
     pub memory_bound: Option<MemoryBound>,
+    /// `source.kafka.stall_timeout`: a lane whose source holds records for it and delivers none of
+    /// them, while nothing holds the lane back, for this long is stalled: the watchdog restarts its
+    /// fetch, and stops the pipeline (exit 1) if it stalls for this long again (Invariant 9). Zero
+    /// disables the watchdog; a source that cannot tell what it holds is never watched.
+    pub stall_timeout: Duration,
 }
 
 /// `gen --memory`'s bound, which is linear in the partitions an instance owns: the generated
@@ -150,6 +155,7 @@ impl Default for RuntimeConfig {
             exactly_once: false,
             unavailable_timeout: defaults::REGISTRY_TIMEOUT,
             memory_bound: None,
+            stall_timeout: defaults::STALL_TIMEOUT,
         }
     }
 }

@@ -175,6 +175,7 @@ fn the_alert_rules_query_only_exported_metrics_and_labels() {
         "process_start_time_seconds",
         "process_resident_memory_bytes",
         "etl_memory_bound_bytes",
+        "etl_source_stalled_partitions",
     ] {
         assert!(used.contains(needed), "no alert watches {needed}");
     }

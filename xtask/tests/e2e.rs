@@ -2247,7 +2247,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     let mut timing: Vec<Option<(Instant, i64)>> = vec![None; second.len()];
     let mut rates = vec![0.0; second.len()];
     let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(N as f64 / AFTER_RESTART_FLOOR);
-    while Instant::now() < deadline && rates.iter().any(|&r| r == 0.0) {
+    while Instant::now() < deadline && rates.contains(&0.0) {
         std::thread::sleep(Duration::from_millis(250));
         for (i, (p, group)) in second.iter_mut().zip(&groups).enumerate() {
             assert!(p.try_exit().is_none(), "[{}] exited after the restart:\n{}", p.label, p.log_tail());
@@ -2285,4 +2285,61 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     }
     assert_all_arrived(Variant::Skip.table(), N);
     assert_exactly_once(N);
+}
+
+/// Scenario 38: the stall watchdog on a real Kafka lane (Invariant 9). `ETL_FAULT=stall_fetch:0`
+/// pauses partition 0 at the consumer behind the runtime's back once its lane has handed out a
+/// record, as a dropped resume would: nothing more is fetched for it. Within `stall_timeout` (5 s)
+/// plus a sample the binary counts it stalled and answers /readyz 503, restarts its fetch, and
+/// every order arrives. With `stall_fetch_always:0` the restart does not help: the binary exits 1
+/// a second `stall_timeout` later, and a restart without the fault writes every order exactly once
+/// (nothing was stored past durable data).
+#[test]
+fn a_stalled_partition_is_recovered_or_stops_the_binary() {
+    const N: i64 = 20_000;
+    let _serial = serial();
+    prepare(Variant::Stall);
+    let _t = Timer::start("a stalled partition is recovered or stops the binary");
+    let stall_timeout = Duration::from_secs(5);
+
+    let topic = unique("stall");
+    create_topic(&topic, PARTITIONS);
+    let produced = produce_now(&topic, 0..N, 30);
+    let group = unique("stall");
+    let mut p = spawn(Variant::Stall, "stall-recovered", &topic, &group, &[("ETL_FAULT", "stall_fetch:0")]);
+    let stalled = p.await_metrics("a stalled partition", Duration::from_secs(60), |m| {
+        m.get("etl_source_stalled_partitions") == 1.0
+    });
+    assert_eq!(stalled.get("etl_source_stall_recoveries_total"), 1.0, "counted as it is recovered");
+    assert_eq!(p.ready(), Some(false), "/readyz answers 503 while a partition is stalled");
+    let line = p.log_lines("partition stalled").join("\n");
+    assert!(line.contains("partition=0") && line.contains("high_watermark="), "logged with its offsets: {line}");
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    let healthy = p.await_metrics("the partition healthy again", Duration::from_secs(10), |m| {
+        m.get("etl_source_stalled_partitions") == 0.0
+    });
+    assert_eq!(healthy.get("etl_source_stall_recoveries_total"), 1.0);
+    assert_eq!(p.ready(), Some(true), "/readyz answers 200 again");
+    p.stop_cleanly();
+    assert_exactly_once_in(Variant::Stall, N);
+
+    truncate(Variant::Stall.table());
+    let group = unique("stall-always");
+    let started = Instant::now();
+    let mut p = spawn(Variant::Stall, "stall-always", &topic, &group, &[("ETL_FAULT", "stall_fetch_always:0")]);
+    p.await_metrics("a stalled partition", Duration::from_secs(60), |m| m.get("etl_source_stalled_partitions") == 1.0);
+    let stalled_after = started.elapsed();
+    let status = p.wait_exit(stall_timeout * 3).unwrap_or_else(|| {
+        panic!("[{}] still running {:?} after the stall was counted:\n{}", p.label, stall_timeout * 3, p.log_tail())
+    });
+    assert_eq!(status.code(), Some(1), "[{}] a partition that stalls again exits 1:\n{}", p.label, p.log_tail());
+    let gone = started.elapsed() - stalled_after;
+    assert!(gone >= stall_timeout - Duration::from_secs(1), "exited {gone:?} after the recovery, before stall_timeout");
+    let fatal = p.log_lines("fatal error; the pipeline stops").join("\n");
+    assert!(fatal.contains("partition 0 stalled again"), "the fatal error names the partition: {fatal}");
+    p.assert_no_panic();
+    let mut p = spawn(Variant::Stall, "stall-after", &topic, &group, &[]);
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
+    p.stop_cleanly();
+    assert_exactly_once_in(Variant::Stall, N);
 }

@@ -98,6 +98,11 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
     // to the lanes it owns for `etl_memory_bound_bytes`.
     let memory_fixed = crate::memory::total(inputs.pipeline, 0);
     let memory_per_partition = crate::memory::total(inputs.pipeline, 1) - memory_fixed;
+    // The stall watchdog watches Kafka partitions; datagen's lanes are never watched anyway.
+    let stall_timeout = match &m.source {
+        Source::Kafka(k) => k.stall_timeout.as_millis(),
+        Source::Datagen(_) => 0,
+    };
     let source = match &m.source {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
@@ -422,6 +427,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 admin_listen: Some(admin_listen),
                 exactly_once: #exactly_once_runtime,
                 unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
+                stall_timeout: ::std::time::Duration::from_millis(#stall_timeout),
                 memory_bound: Some(rt::MemoryBound {
                     fixed_bytes: #memory_fixed,
                     per_partition_bytes: #memory_per_partition,

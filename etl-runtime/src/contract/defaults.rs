@@ -38,6 +38,9 @@ pub(crate) const LOW_RATIO: (u64, u32) = (5, 1);
 pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(250);
 /// `checkpoint.drain_timeout`.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+/// `source.kafka.stall_timeout`: how long a partition may go without its source delivering the
+/// records it holds before the stall watchdog recovers it (Invariant 9).
+pub(crate) const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// `format.avro.registry_timeout`: how long a record whose schema lookup fails is held.
 pub(crate) const REGISTRY_TIMEOUT: Duration = Duration::from_secs(60);
 /// A ratio of this table as a float (`(9, 1)` → 0.9; the division is exact to the last bit).

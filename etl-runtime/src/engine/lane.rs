@@ -17,6 +17,19 @@ pub struct Record<'a> {
     pub timestamp_ms: Option<i64>,
 }
 
+/// What the source says of the records waiting for a lane ([`Lane::backlog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backlog {
+    /// The source cannot tell (a synthetic source): the lane is never watched.
+    Untracked,
+    /// The lane's source is unreachable (its broker is down): an outage, not a stall.
+    SourceDown,
+    /// Nothing was fetched for the lane yet, so the source does not know where its log ends.
+    Unknown,
+    /// Records at the source past the next record the lane hands out.
+    Records(i64),
+}
+
 /// One source partition, polled by exactly one pipeline thread at a time.
 ///
 /// The pipeline thread takes one record from [`Lane::next`] and fully processes it before it takes
@@ -43,4 +56,23 @@ pub trait Lane: Send + 'static {
     /// Stores `next_offset`, the offset of the next record to consume (last done + 1). Every record
     /// below it is durably written, intentionally dropped or dead-lettered (Invariant 3).
     fn store_offset(&mut self, next_offset: i64) -> Result<(), SourceError>;
+
+    /// What the source holds for this lane past the next record it hands out, for the stall
+    /// watchdog (Invariant 9). Called once a second; it must not block. A source that cannot tell
+    /// answers [`Backlog::Untracked`] and its lanes are never watched.
+    fn backlog(&self) -> Backlog {
+        Backlog::Untracked
+    }
+
+    /// Restarts fetching at the next record the lane has not handed out, and resumes the lane at
+    /// the source: the stall watchdog's recovery. Only called on a lane the runtime has not paused.
+    fn refetch(&mut self) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    /// The lane's fetch state in words (offsets, what the source knows of its fetch, its pause state
+    /// at the source), for the stall watchdog's log lines.
+    fn describe_fetch(&self) -> String {
+        String::new()
+    }
 }

@@ -97,6 +97,18 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Age of the newest consumed record's timestamp. Set every second, also while the lane is paused, when it keeps growing.",
     },
     MetricDoc {
+        name: "etl_source_stalled_partitions",
+        kind: "gauge",
+        labels: &[],
+        help: "Partitions the stall watchdog found stalled (free to read, records waiting at the source, none delivered for source.kafka.stall_timeout) and that have not recovered; /readyz answers 503 while it is above 0.",
+    },
+    MetricDoc {
+        name: "etl_source_stall_recoveries_total",
+        kind: "counter",
+        labels: &[],
+        help: "Stalled partitions whose fetch the watchdog restarted at their next offset; a partition that stalls again for source.kafka.stall_timeout after that stops the pipeline (exit 1).",
+    },
+    MetricDoc {
         name: "etl_sink_errors_total",
         kind: "counter",
         labels: &["shard"],
@@ -298,6 +310,8 @@ pub(crate) struct Metrics {
     pub(crate) inflight_bytes: IntGauge,
     pub(crate) lag_records: IntGaugeVec,
     pub(crate) lag_seconds: prometheus::GaugeVec,
+    pub(crate) stalled_partitions: IntGauge,
+    pub(crate) stall_recoveries: IntCounter,
     pub(crate) sink_errors: Vec<IntCounter>,
     pub(crate) sink_retries: Vec<IntCounter>,
     pub(crate) shard_failing: Vec<prometheus::Gauge>,
@@ -337,6 +351,8 @@ impl Metrics {
         let inflight_bytes = IntGauge::with_opts(opts("etl_backpressure_inflight_bytes"))?;
         let lag_records = IntGaugeVec::new(opts("etl_source_lag_records"), &["partition"])?;
         let lag_seconds = prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["partition"])?;
+        let stalled_partitions = IntGauge::with_opts(opts("etl_source_stalled_partitions"))?;
+        let stall_recoveries = IntCounter::with_opts(opts("etl_source_stall_recoveries_total"))?;
         let sink_errors = IntCounterVec::new(opts("etl_sink_errors_total"), &["shard"])?;
         let sink_retries = IntCounterVec::new(opts("etl_sink_retries_total"), &["shard"])?;
         let shard_failing = prometheus::GaugeVec::new(opts("etl_sink_shard_failing_seconds"), &["shard"])?;
@@ -381,6 +397,8 @@ impl Metrics {
         reg(Box::new(inflight_bytes.clone()))?;
         reg(Box::new(lag_records.clone()))?;
         reg(Box::new(lag_seconds.clone()))?;
+        reg(Box::new(stalled_partitions.clone()))?;
+        reg(Box::new(stall_recoveries.clone()))?;
         reg(Box::new(sink_errors.clone()))?;
         reg(Box::new(sink_retries.clone()))?;
         reg(Box::new(shard_failing.clone()))?;
@@ -420,6 +438,8 @@ impl Metrics {
             inflight_bytes,
             lag_records,
             lag_seconds,
+            stalled_partitions,
+            stall_recoveries,
             sink_errors: each(&|l| sink_errors.with_label_values(&[l])),
             sink_retries: each(&|l| sink_retries.with_label_values(&[l])),
             shard_failing: labels.iter().map(|l| shard_failing.with_label_values(&[l.as_str()])).collect(),

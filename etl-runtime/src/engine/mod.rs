@@ -8,7 +8,7 @@
 //!    which need nothing above them.
 //! 2. **Shared state**: [`shared`].
 //! 3. **Mechanisms**: [`delivery`] (where batches end and what guards a write, at-least-once or
-//!    exactly-once), [`pipeline`] (the lane loop), [`worker`] and [`write`] (the shard side).
+//!    exactly-once), [`stall`] (the stall watchdog's verdicts), [`pipeline`] (the lane loop), [`worker`] and [`write`] (the shard side).
 //! 4. **Coordination**: [`handle`] (what a source drives), [`source`] (the source contract),
 //!    [`start`] (starting and stopping a pipeline).
 //!
@@ -36,6 +36,7 @@ pub(crate) mod retry;
 pub(crate) mod shared;
 pub(crate) mod sink;
 pub(crate) mod source;
+pub(crate) mod stall;
 pub(crate) mod start;
 pub(crate) mod worker;
 pub(crate) mod write;

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     pub(crate) fatal: FatalSlot,
     pub(crate) paused_lanes: AtomicUsize,
+    /// Lanes the stall watchdog found stalled and that have not recovered (Invariant 9).
+    pub(crate) stalled_lanes: AtomicUsize,
     pub(crate) lane_counts: Vec<AtomicUsize>,
     pub(crate) max_loop_gap_ns: AtomicU64,
     pub(crate) dead_letter: Option<Arc<dyn DeadLetter>>,
@@ -133,6 +135,7 @@ impl Shared {
         let m = &self.metrics;
         m.inflight_bytes.set(self.budget.inflight() as i64);
         m.paused.set(i64::from(self.paused_lanes.load(Ordering::Acquire) > 0));
+        m.stalled_partitions.set(self.stalled_lanes.load(Ordering::Acquire) as i64);
         for (gauge, rx) in m.queue_depth.iter().zip(&self.queue_rx) {
             gauge.set(rx.len() as i64);
         }
@@ -142,12 +145,27 @@ impl Shared {
         m.render()
     }
 
-    /// Ready: the source joined its group, the sink's start-up check passed, and no shard's
-    /// writes are failing now.
+    /// Ready: the source joined its group, the sink's start-up check passed, no shard's writes
+    /// are failing now, and no partition is stalled.
     pub(crate) fn is_ready(&self) -> bool {
-        self.source_ready.load(Ordering::Acquire)
-            && self.sink_ready.load(Ordering::Acquire)
-            && self.shard_health.iter().all(|h| h.failing_for().is_zero())
+        self.not_ready_because().is_none()
+    }
+
+    /// Why the pipeline is not ready, in words for `/readyz`; `None` when it is.
+    pub(crate) fn not_ready_because(&self) -> Option<String> {
+        if !self.source_ready.load(Ordering::Acquire) {
+            return Some("the source has not joined its group".into());
+        }
+        if !self.sink_ready.load(Ordering::Acquire) {
+            return Some("the sink's start-up check has not passed".into());
+        }
+        if let Some(health) = self.shard_health.iter().find(|h| !h.failing_for().is_zero()) {
+            return Some(format!("the writes of shard {} are failing", health.shard));
+        }
+        match self.stalled_lanes.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(format!("{n} partition(s) stalled: the source holds records it does not deliver")),
+        }
     }
 }
 

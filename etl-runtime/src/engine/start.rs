@@ -152,6 +152,7 @@ impl SinkSide {
             metrics,
             fatal: FatalSlot::new(fatal_tx),
             paused_lanes: AtomicUsize::new(0),
+            stalled_lanes: AtomicUsize::new(0),
             max_loop_gap_ns: AtomicU64::new(0),
             track_row_sources,
             dead_letter,

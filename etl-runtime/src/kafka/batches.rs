@@ -38,8 +38,10 @@ pub struct PartitionBatches<C: ConsumerContext + 'static> {
     handed: bool,
     position: Position,
     partition: i32,
+    /// The topic, NUL-terminated for librdkafka's per-partition calls.
+    topic: CString,
     /// Kept alive while the queue and its messages are.
-    _consumer: Arc<BaseConsumer<C>>,
+    consumer: Arc<BaseConsumer<C>>,
 }
 
 // SAFETY: librdkafka's queue handles and messages may be used and destroyed from any thread; the
@@ -107,7 +109,8 @@ impl<C: ConsumerContext + 'static> PartitionBatches<C> {
             handed: false,
             position: Position::default(),
             partition,
-            _consumer: consumer.clone(),
+            topic,
+            consumer: consumer.clone(),
         })
     }
 
@@ -163,6 +166,36 @@ impl<C: ConsumerContext + 'static> PartitionBatches<C> {
     /// while this is `Some`.
     pub fn rewind(&self) -> Option<i64> {
         self.position.rewind()
+    }
+
+    /// The partition's high watermark as the last fetch response gave it (librdkafka's cached
+    /// value: no request is made), or `None` before any fetch response for it.
+    pub fn high_watermark(&self) -> Option<i64> {
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: a live client handle, a NUL-terminated topic and two valid out-pointers.
+        let err = unsafe {
+            rdsys::rd_kafka_get_watermark_offsets(
+                self.consumer.client().native_ptr(),
+                self.topic.as_ptr(),
+                self.partition,
+                &mut low,
+                &mut high,
+            )
+        };
+        (err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+    }
+
+    /// Drops the messages taken from the queue and not handed out yet, before the lane restarts
+    /// its fetch at the next offset (which fetches them again).
+    pub fn discard_unread(&mut self) {
+        self.release_handed();
+        for &message in &self.messages[self.cursor..self.len] {
+            // SAFETY: not handed out, so alive and ours.
+            unsafe { rdsys::rd_kafka_message_destroy(message) };
+        }
+        self.cursor = 0;
+        self.len = 0;
+        self.position = Position::default();
     }
 
     fn release_handed(&mut self) {

@@ -14,7 +14,7 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::batches::PartitionBatches;
-use super::lane::{KafkaLane, LaneProgress, Start};
+use super::lane::{FetchStats, KafkaLane, LaneProgress, Start};
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
 use crate::engine::ledger::Replay;
@@ -220,7 +220,11 @@ impl SourceContext {
             for (partition, queue) in queues {
                 let lane_progress = Arc::new(LaneProgress::new());
                 progress.insert(partition, lane_progress.clone());
-                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), lane_progress, start);
+                let assigned_at = match tpl.find_partition(&self.topic, partition).map(|e| e.offset()) {
+                    Some(Offset::Offset(offset)) => Some(offset),
+                    _ => None,
+                };
+                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), lane_progress, start, assigned_at);
                 self.pipeline.add_lane_replaying(Box::new(lane), replays.remove(&partition));
             }
         }
@@ -350,8 +354,14 @@ impl SourceContext {
             let lane_progress = Arc::new(LaneProgress::new());
             progress.insert(partition, lane_progress.clone());
             // Paused before the assignment, like every exactly-once partition.
-            let lane =
-                KafkaLane::new(consumer.clone(), queue, self.topic.clone(), lane_progress, Start::PausedAtAssign);
+            let lane = KafkaLane::new(
+                consumer.clone(),
+                queue,
+                self.topic.clone(),
+                lane_progress,
+                Start::PausedAtAssign,
+                plan.start(),
+            );
             self.pipeline.add_lane_replaying(Box::new(lane), Some(plan));
         }
     }
@@ -415,7 +425,9 @@ impl SourceContext {
         self.startup.lock().expect("startup lock").owned = 0;
     }
 
-    /// Sets `etl_source_lag_records{partition}` from librdkafka's per-partition `consumer_lag`.
+    /// Sets `etl_source_lag_records{partition}` from librdkafka's per-partition `consumer_lag`, and
+    /// gives each owned partition's lane what the statistics say of its fetch (the stall
+    /// watchdog's view of it: fetch state, queue, leader up or down).
     fn on_statistics(&self, json: &[u8]) {
         let stats: serde_json::Value = match serde_json::from_slice(json) {
             Ok(v) => v,
@@ -425,13 +437,26 @@ impl SourceContext {
             }
         };
         let Some(partitions) = stats["topics"][&*self.topic]["partitions"].as_object() else { return };
+        let brokers_up: HashMap<i64, bool> = stats["brokers"]
+            .as_object()
+            .map(|brokers| {
+                brokers.values().filter_map(|b| Some((b["nodeid"].as_i64()?, b["state"].as_str()? == "UP"))).collect()
+            })
+            .unwrap_or_default();
         let owned = self.progress.lock().expect("progress lock");
         for (key, partition) in partitions {
-            let (Ok(id), Some(lag)) = (key.parse::<i32>(), partition["consumer_lag"].as_i64()) else { continue };
+            let Ok(id) = key.parse::<i32>() else { continue };
+            let Some(lane) = owned.get(&id) else { continue };
             // -1 means unknown (nothing committed or no high watermark yet).
-            if lag >= 0 && owned.contains_key(&id) {
+            if let Some(lag) = partition["consumer_lag"].as_i64().filter(|&lag| lag >= 0) {
                 self.pipeline.set_lag_records(id, lag);
             }
+            lane.set_fetch(FetchStats {
+                state: partition["fetch_state"].as_str().unwrap_or("unknown").to_owned(),
+                queued: partition["fetchq_cnt"].as_i64().unwrap_or(-1),
+                next_fetch: partition["next_offset"].as_i64().unwrap_or(-1),
+                leader_up: partition["leader"].as_i64().and_then(|leader| brokers_up.get(&leader).copied()),
+            });
         }
     }
 }

@@ -1,15 +1,15 @@
 //! One assigned Kafka partition as a lane: its split queue, its pause state at the consumer, and the
 //! offsets it stores.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::engine::errors::SourceError;
-use crate::engine::lane::{Lane, Record};
+use crate::engine::lane::{Backlog, Lane, Record};
 use crate::kafka::batches::PartitionBatches;
 
 /// How far a lane got, shared with the rebalance callback so a revocation can tell how many handed-out
@@ -22,11 +22,49 @@ pub(crate) struct LaneProgress {
     next: AtomicI64,
     /// The last stored next offset, or -1.
     stored: AtomicI64,
+    /// What librdkafka's last statistics said of the partition's fetch (the source thread writes it
+    /// every `statistics_interval`; the stall watchdog reads it once a second).
+    fetch: Mutex<Option<FetchStats>>,
+}
+
+/// The partition's fetch as librdkafka's statistics describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FetchStats {
+    /// `fetch_state`: `active` when librdkafka fetches it; `offset-query`, `offset-wait`, `none`,
+    /// `stopped` otherwise.
+    pub(crate) state: String,
+    /// `fetchq_cnt`: messages in its queue.
+    pub(crate) queued: i64,
+    /// `next_offset`: where librdkafka fetches next.
+    pub(crate) next_fetch: i64,
+    /// Whether the partition's leader broker is connected (`state` `UP`); `None` when the
+    /// statistics do not name it.
+    pub(crate) leader_up: Option<bool>,
 }
 
 impl LaneProgress {
     pub(crate) fn new() -> Self {
-        LaneProgress { first: AtomicI64::new(-1), next: AtomicI64::new(-1), stored: AtomicI64::new(-1) }
+        LaneProgress {
+            first: AtomicI64::new(-1),
+            next: AtomicI64::new(-1),
+            stored: AtomicI64::new(-1),
+            fetch: Mutex::new(None),
+        }
+    }
+
+    /// The offset after the last record handed out, if any.
+    fn next(&self) -> Option<i64> {
+        let next = self.next.load(Ordering::Acquire);
+        (next >= 0).then_some(next)
+    }
+
+    /// Records what librdkafka's statistics say of the partition's fetch.
+    pub(crate) fn set_fetch(&self, stats: FetchStats) {
+        *self.fetch.lock().expect("fetch stats lock") = Some(stats);
+    }
+
+    fn fetch(&self) -> Option<FetchStats> {
+        self.fetch.lock().expect("fetch stats lock").clone()
     }
 
     fn handed(&self, offset: i64) {
@@ -71,6 +109,39 @@ pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
     /// How pause and resume reach the consumer; see [`Start`].
     start: Start,
     progress: Arc<LaneProgress>,
+    /// Where the assignment positioned the partition when it named an offset (exactly-once's
+    /// replay start); `None` when librdkafka looks up the committed offset.
+    assigned_at: Option<i64>,
+    #[cfg(feature = "fault-injection")]
+    stall_fault: StallFault,
+}
+
+/// Test-only (`fault-injection` builds, as the end-to-end tests make): `ETL_FAULT=stall_fetch:P`
+/// makes the lane of partition `P` pause it at the consumer behind the runtime's back once it has
+/// handed out a record, as a dropped fetch start or resume would (librdkafka issue #5591), so
+/// that nothing more is fetched for it; `stall_fetch_always:P` does it again after every restart
+/// of its fetch, so that the stall watchdog's recovery never helps.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy)]
+struct StallFault {
+    armed: bool,
+    always: bool,
+}
+
+#[cfg(feature = "fault-injection")]
+impl StallFault {
+    fn for_partition(partition: i32) -> Self {
+        let plan = std::env::var("ETL_FAULT").ok().and_then(|value| {
+            let (name, p) = value.split_once(':')?;
+            let always = match name {
+                "stall_fetch" => false,
+                "stall_fetch_always" => true,
+                _ => return None,
+            };
+            (p.parse::<i32>().ok()? == partition).then_some(always)
+        });
+        StallFault { armed: plan.is_some(), always: plan.unwrap_or(false) }
+    }
 }
 
 /// A lane's pause state at the consumer, from its assignment to its first message.
@@ -160,13 +231,25 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
         topic: Arc<str>,
         progress: Arc<LaneProgress>,
         start: Start,
+        assigned_at: Option<i64>,
     ) -> Self {
         let partition = batches.partition();
         let mut this = TopicPartitionList::with_capacity(1);
         this.add_partition(&topic, partition);
         let mut store = TopicPartitionList::with_capacity(1);
         store.add_partition(&topic, partition);
-        KafkaLane { batches, consumer, this, store, topic, start, progress }
+        KafkaLane {
+            batches,
+            consumer,
+            this,
+            store,
+            topic,
+            start,
+            progress,
+            assigned_at,
+            #[cfg(feature = "fault-injection")]
+            stall_fault: StallFault::for_partition(partition),
+        }
     }
 
     fn set_paused(&self, paused: bool) {
@@ -218,6 +301,12 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
             self.set_paused(paused);
         }
         let partition = self.partition();
+        #[cfg(feature = "fault-injection")]
+        if self.stall_fault.armed && self.progress.next().is_some() {
+            self.stall_fault.armed = false;
+            tracing::warn!(partition, "ETL_FAULT: pausing the partition at the consumer behind the runtime's back");
+            set_paused(&self.consumer, &self.this, &self.topic, partition, true);
+        }
         let KafkaLane { batches, consumer, this, topic, start, progress, .. } = self;
         let message = match batches.poll()? {
             Ok(message) => message,
@@ -250,6 +339,68 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
         if let Some(paused) = self.start.resume() {
             self.set_paused(paused);
         }
+    }
+
+    /// Records past the next one this lane hands out, from the high watermark of the last fetch
+    /// response (librdkafka's cached value). A partition whose leader the statistics show down is
+    /// in an outage; one never answered has no known end. Before the lane handed out anything, its
+    /// position is where librdkafka fetches from (statistics), or where the assignment put it;
+    /// without either it counts as caught up, so an idle partition is never taken for a stalled one.
+    fn backlog(&self) -> Backlog {
+        let fetch = self.progress.fetch();
+        if fetch.as_ref().is_some_and(|f| f.leader_up == Some(false)) {
+            return Backlog::SourceDown;
+        }
+        let Some(high) = self.batches.high_watermark() else { return Backlog::Unknown };
+        let position =
+            self.progress.next().or_else(|| fetch.map(|f| f.next_fetch).filter(|&next| next >= 0)).or(self.assigned_at);
+        Backlog::Records(position.map_or(0, |position| high - position))
+    }
+
+    /// Seeks the partition to the next offset not handed out (the assignment's offset, or the
+    /// committed one, before the first record), after dropping the records taken and not handed
+    /// out, and resumes it. Long after the assignment, this cannot race librdkafka's fetch start
+    /// (see [`Start`]); from here on the consumer's pause state is the runtime's (not paused).
+    fn refetch(&mut self) -> Result<(), SourceError> {
+        let offset = match self.progress.next().or(self.assigned_at) {
+            Some(next) => Offset::Offset(next),
+            None => Offset::Stored,
+        };
+        self.batches.discard_unread();
+        let partition = self.partition();
+        tracing::info!(topic = %self.topic, partition, ?offset, "restarting the partition's fetch");
+        self.consumer
+            .seek(&self.topic, partition, offset, std::time::Duration::ZERO)
+            .map_err(|e| SourceError::transient(format!("seeking partition {partition} to {offset:?}: {e}")))?;
+        self.start = Start::Running;
+        set_paused(&self.consumer, &self.this, &self.topic, partition, false);
+        #[cfg(feature = "fault-injection")]
+        {
+            self.stall_fault.armed = self.stall_fault.always;
+        }
+        Ok(())
+    }
+
+    fn describe_fetch(&self) -> String {
+        let offset = |o: Option<i64>| o.map_or_else(|| "none".to_owned(), |o| o.to_string());
+        let stats = match self.progress.fetch() {
+            Some(f) => format!(
+                "librdkafka fetch_state={} fetchq_cnt={} next_fetch_offset={} leader_up={}",
+                f.state,
+                f.queued,
+                f.next_fetch,
+                f.leader_up.map_or_else(|| "unknown".to_owned(), |up| up.to_string())
+            ),
+            None => "no librdkafka statistics yet".to_owned(),
+        };
+        format!(
+            "next_offset={} stored_offset={} high_watermark={} unread_in_batch={} pause_state={:?}; {stats}",
+            offset(self.progress.next()),
+            offset(self.progress.stored()),
+            offset(self.batches.high_watermark()),
+            self.batches.held(),
+            self.start,
+        )
     }
 
     /// Stores `next_offset` with the list form of `rd_kafka_offsets_store`, which takes the next

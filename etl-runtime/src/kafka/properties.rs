@@ -30,7 +30,7 @@ pub(crate) const DEFAULT_FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 /// storage may spend the wait reading it: Tansu over S3 lists a partition's batch objects for at
 /// most this long and answers with what it listed by then, so with 100 ms (this default until
 /// issue 37) a partition of a thousand small batches was fetched at a few records a second, or
-/// not at all (docs/INVARIANTS.md, Invariant 14). The price of the longer wait is latency, not
+/// not at all (docs/INVARIANTS.md, Invariant 9). The price of the longer wait is latency, not
 /// throughput: a partition resumed while the fetch in flight waits for data that is not there
 /// (every other fetchable partition caught up) joins the next fetch up to this much later.
 pub(crate) const DEFAULT_FETCH_WAIT_MAX_MS: u64 = 500;

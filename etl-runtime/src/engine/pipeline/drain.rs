@@ -102,6 +102,9 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         if lane.paused_since.is_some() {
             self.shared.paused_lanes.fetch_sub(1, Ordering::AcqRel);
         }
+        if lane.stall.is_stalled() {
+            self.shared.stalled_lanes.fetch_sub(1, Ordering::AcqRel);
+        }
         self.shared.lane_counts[self.index].fetch_sub(1, Ordering::AcqRel);
         // A partition this member no longer owns has no lag here; a stale series would show
         // a lag that never changes on every member it ever passed through.

@@ -12,6 +12,7 @@ use crate::engine::chunk::Chunk;
 use crate::engine::fence::Fence;
 use crate::engine::lane::{Lane, Record};
 use crate::engine::shared::Shared;
+use crate::engine::stall::{Sample, StallWatch, Verdict};
 
 /// The first wait before a record whose dependency is unavailable is run through the chain again;
 /// it doubles with every failure up to [`UNAVAILABLE_MAX_BACKOFF`].
@@ -49,6 +50,9 @@ pub(super) struct LaneState {
     /// A record the chain could not process because something it needs is unavailable: the lane
     /// is paused and the record is tried again (see [`Held`]).
     pub(super) held: Option<Held>,
+    /// The lane's last poll found nothing to take (the stall watchdog's `starved`).
+    pub(super) starved: bool,
+    pub(super) stall: StallWatch,
 }
 
 impl LaneState {
@@ -79,6 +83,8 @@ impl LaneState {
             watermark_age: shared.metrics.watermark_age.with_label_values(&[partition.to_string().as_str()]),
             fence,
             held: None,
+            starved: false,
+            stall: StallWatch::new(shared.config.stall_timeout),
         }
     }
 
@@ -113,6 +119,59 @@ impl LaneState {
     pub(super) fn report(&self, now: Instant) {
         self.watermark_age.set(self.checkpointer.standing_still(now).as_secs_f64());
         self.update_lag();
+    }
+
+    /// Nothing on the pipeline's side holds the lane back: it is polled on every turn.
+    fn is_free(&self) -> bool {
+        self.paused_since.is_none()
+            && self.pending.is_empty()
+            && self.held.is_none()
+            && self.drain.is_none()
+            && !self.failed
+    }
+
+    /// The stall watchdog's sample of the lane at `now` (Invariant 9): recovers a lane found
+    /// stalled, and stops the pipeline when it stalls again after that.
+    pub(super) fn watch_stall(&mut self, now: Instant, shared: &Shared) {
+        let backlog = self.lane.backlog();
+        let sample = Sample { free: self.is_free(), backlog, starved: self.starved };
+        let timeout = shared.config.stall_timeout;
+        match self.stall.observe(now, sample) {
+            Verdict::Fine => {}
+            Verdict::Stalled => {
+                shared.stalled_lanes.fetch_add(1, Ordering::AcqRel);
+                shared.metrics.stall_recoveries.inc();
+                tracing::warn!(
+                    partition = self.partition,
+                    ?backlog,
+                    stall_timeout = ?timeout,
+                    fetch = %self.lane.describe_fetch(),
+                    "partition stalled: its source holds records and delivered none for stall_timeout while nothing \
+                     held the lane back; restarting its fetch at the next offset"
+                );
+                if let Err(error) = self.lane.refetch() {
+                    tracing::error!(partition = self.partition, %error, "restarting the fetch of a stalled partition failed");
+                }
+            }
+            Verdict::StillStalled => {
+                let message = format!(
+                    "partition {} stalled again for {timeout:?} after its fetch was restarted ({backlog:?}; {}); \
+                     stopping so that the orchestrator starts the pipeline afresh",
+                    self.partition,
+                    self.lane.describe_fetch()
+                );
+                tracing::error!(partition = self.partition, "{message}");
+                shared.fatal.report(message);
+            }
+            Verdict::Recovered => {
+                shared.stalled_lanes.fetch_sub(1, Ordering::AcqRel);
+                tracing::info!(
+                    partition = self.partition,
+                    ?backlog,
+                    "partition no longer stalled: its source delivers again"
+                );
+            }
+        }
     }
 
     /// Stores the watermark through the lane when it moved (Invariant 3).

@@ -29,7 +29,8 @@ use crate::engine::shared::Shared;
 /// Short, so a lane whose source has new data is picked up at once ("keeps polling").
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
-/// How often the thread sets the gauges of lanes that may take no turns (paused, held, draining).
+/// How often the thread sets the gauges of lanes that may take no turns (paused, held, draining),
+/// and samples each lane for the stall watchdog.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// Counters kept locally and added to the shared metrics once per loop iteration.
@@ -99,8 +100,9 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             self.shared.max_loop_gap_ns.fetch_max(gap, Ordering::Relaxed);
             last = now;
             if now >= next_report {
-                for lane in &self.lanes {
+                for lane in &mut self.lanes {
                     lane.report(now);
+                    lane.watch_stall(now, &self.shared);
                 }
                 next_report = now + REPORT_EVERY;
             }

@@ -97,6 +97,8 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         if !self.lanes[i].pending.is_empty() {
             return false;
         }
+        // The turn's last poll decides whether the lane is starved: `Poll::Idle` below sets it.
+        self.lanes[i].starved = false;
         for _ in 0..BURST {
             match self.poll_one(i) {
                 Poll::Record => {
@@ -111,6 +113,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                 }
                 Poll::Idle => {
                     let lane = &mut self.lanes[i];
+                    lane.starved = true;
                     if lane.lane.is_finished() {
                         // A finished lane drains itself: its last chunks are written at once rather
                         // than after the batch linger, then its final offset is stored.

@@ -46,6 +46,8 @@ pub enum Variant {
     /// `pipeline-protobuf-fail.yaml`: `pipeline-protobuf.yaml` with errors.policy and tombstones
     /// fail.
     ProtobufFail,
+    /// `pipeline-stall.yaml`: `pipeline-eo.yaml` with a 5 s `stall_timeout`.
+    Stall,
 }
 
 impl Variant {
@@ -66,6 +68,7 @@ impl Variant {
             Variant::Protobuf => "pipeline-protobuf.yaml",
             Variant::ProtobufDlq => "pipeline-protobuf-dlq.yaml",
             Variant::ProtobufFail => "pipeline-protobuf-fail.yaml",
+            Variant::Stall => "pipeline-stall.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -87,6 +90,7 @@ impl Variant {
             Variant::Protobuf => "e2e_orders_protobuf",
             Variant::ProtobufDlq => "e2e_orders_protobuf_dlq",
             Variant::ProtobufFail => "e2e_orders_protobuf_fail",
+            Variant::Stall => "e2e_orders_stall",
         }
     }
 
@@ -97,7 +101,7 @@ impl Variant {
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 15] = [const { OnceLock::new() }; 15];
+        static BINARIES: [OnceLock<PathBuf>; 16] = [const { OnceLock::new() }; 16];
         BINARIES[self.index()]
             .get_or_init(|| {
                 let started = Instant::now();
