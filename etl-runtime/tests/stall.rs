@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{PassThrough, ROW, RecordingSink, Stored, config, wait_for};
+use common::{PassThrough, ROW, RecordingSink, Stored, config, metric, wait_for};
 use etl_runtime::{Backlog, Lane, Pipeline, Record, RuntimeConfig, SourceError, Wake};
 
 const STALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -86,13 +86,6 @@ fn watched() -> RuntimeConfig {
     RuntimeConfig { stall_timeout: STALL_TIMEOUT, ..config(1, 1) }
 }
 
-/// The value of one series; a series that is not exported is an error, not a zero.
-fn series(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
-}
-
 // Invariant 9: a stalled partition is counted in etl_source_stalled_partitions, its fetch restarted
 // once, and it is healthy again (the gauge back at 0) once it caught up; every record arrives once.
 #[test]
@@ -105,19 +98,19 @@ fn a_stalled_lane_is_counted_and_recovered_by_restarting_its_fetch() {
     let stalled_at = Instant::now();
     let mut seen_stalled = false;
     assert!(wait_for(STALL_TIMEOUT * 3, || {
-        seen_stalled |= series(&pipeline.metrics_text(), "etl_source_stalled_partitions") == 1.0;
+        seen_stalled |= metric(&pipeline.metrics_text(), "etl_source_stalled_partitions") == 1.0;
         seen_stalled
     }));
     assert!(stalled_at.elapsed() >= STALL_TIMEOUT - Duration::from_secs(1), "counted before stall_timeout");
     assert!(wait_for(Duration::from_secs(10), || stored.lock().unwrap().get(&0) == Some(&END)));
     assert!(wait_for(Duration::from_secs(5), || {
-        series(&pipeline.metrics_text(), "etl_source_stalled_partitions") == 0.0
+        metric(&pipeline.metrics_text(), "etl_source_stalled_partitions") == 0.0
     }));
     let metrics = pipeline.metrics_text();
     let report = pipeline.shutdown(Duration::from_secs(5));
     assert_eq!(report.fatal, None);
     assert_eq!(refetches.load(Ordering::SeqCst), 1, "one recovery");
-    assert_eq!(series(&metrics, "etl_source_stall_recoveries_total"), 1.0);
+    assert_eq!(metric(&metrics, "etl_source_stall_recoveries_total"), 1.0);
     assert_eq!(sink.assert_exactly_once(&stored.lock().unwrap()), END as u64);
 }
 

@@ -189,6 +189,18 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Records a revocation or shutdown drain gave up on when drain_timeout passed; they were not durable, so the next owner of the partition reads them again (duplicates, never loss).",
     },
     MetricDoc {
+        name: "etl_source_assignments_total",
+        kind: "counter",
+        labels: &[],
+        help: "Assignments this member received (eager rebalancing: one per rebalance it took part in, an empty one included).",
+    },
+    MetricDoc {
+        name: "etl_source_revocations_total",
+        kind: "counter",
+        labels: &[],
+        help: "Revocations this member handled: its lanes drained (or fenced, after a lost assignment) and the partitions given back.",
+    },
+    MetricDoc {
         name: "etl_source_assignments_lost_total",
         kind: "counter",
         labels: &[],
@@ -235,6 +247,12 @@ const CATALOGUE: &[MetricDoc] = &[
         kind: "counter",
         labels: &[],
         help: "Exactly-once: batches dropped before their insert because a newer owner had claimed their partition (this member was cut off from the group without noticing); the new owner replays their rows.",
+    },
+    MetricDoc {
+        name: "etl_exactly_once_batches_left_total",
+        kind: "counter",
+        labels: &[],
+        help: "Exactly-once: batches this member gave up unwritten when its partition went to another owner (a drain left them, or the hand-over fence closed before their insert); the next owner replays their rows.",
     },
     MetricDoc {
         name: "etl_build_info",
@@ -332,11 +350,14 @@ pub(crate) struct Metrics {
     pub(crate) commits: IntCounter,
     pub(crate) commit_failures: IntCounter,
     pub(crate) abandoned: IntCounter,
+    pub(crate) assignments: IntCounter,
+    pub(crate) revocations: IntCounter,
     pub(crate) assignments_lost: IntCounter,
     pub(crate) committed_offset: IntGaugeVec,
     pub(crate) spans_recorded: Vec<IntCounter>,
     pub(crate) replayed_batches: IntCounter,
     pub(crate) superseded_batches: IntCounter,
+    pub(crate) batches_left: IntCounter,
 }
 
 impl Metrics {
@@ -382,11 +403,14 @@ impl Metrics {
         let commits = IntCounter::with_opts(opts("etl_source_commits_total"))?;
         let commit_failures = IntCounter::with_opts(opts("etl_source_commit_failures_total"))?;
         let abandoned = IntCounter::with_opts(opts("etl_source_abandoned_records_total"))?;
+        let assignments = IntCounter::with_opts(opts("etl_source_assignments_total"))?;
+        let revocations = IntCounter::with_opts(opts("etl_source_revocations_total"))?;
         let assignments_lost = IntCounter::with_opts(opts("etl_source_assignments_lost_total"))?;
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
         let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), &["shard"])?;
         let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
         let superseded_batches = IntCounter::with_opts(opts("etl_exactly_once_superseded_batches_total"))?;
+        let batches_left = IntCounter::with_opts(opts("etl_exactly_once_batches_left_total"))?;
         let build_info = IntGaugeVec::new(opts("etl_build_info"), &["pipeline", "config_hash", "version"])?;
         build_info.with_label_values(&[pipeline.as_str(), config_hash.as_str(), version.as_str()]).set(1);
 
@@ -417,11 +441,14 @@ impl Metrics {
         reg(Box::new(commits.clone()))?;
         reg(Box::new(commit_failures.clone()))?;
         reg(Box::new(abandoned.clone()))?;
+        reg(Box::new(assignments.clone()))?;
+        reg(Box::new(revocations.clone()))?;
         reg(Box::new(assignments_lost.clone()))?;
         reg(Box::new(committed_offset.clone()))?;
         reg(Box::new(spans_recorded.clone()))?;
         reg(Box::new(replayed_batches.clone()))?;
         reg(Box::new(superseded_batches.clone()))?;
+        reg(Box::new(batches_left.clone()))?;
         reg(Box::new(build_info))?;
         reg(Box::new(sink_metrics().replica_healthy.clone()))?;
         reg(Box::new(sink_metrics().errors_by_class.clone()))?;
@@ -460,11 +487,14 @@ impl Metrics {
             commits,
             commit_failures,
             abandoned,
+            assignments,
+            revocations,
             assignments_lost,
             committed_offset,
             spans_recorded: each(&|l| spans_recorded.with_label_values(&[l])),
             replayed_batches,
             superseded_batches,
+            batches_left,
             registry,
         })
     }

@@ -229,6 +229,7 @@ impl SourceContext {
             }
         }
         self.counters.assignments.fetch_add(1, Ordering::Relaxed);
+        self.pipeline.record_assignment();
         tracing::info!(topic = %self.topic, ?partitions, "partitions assigned");
         // Joined the group, even with no partition: /readyz says so (docs/METRICS.md), unless
         // partitions wait for their replay plans (they are not read yet).
@@ -422,6 +423,7 @@ impl SourceContext {
             tracing::error!(%error, "unassign failed");
         }
         self.counters.revocations.fetch_add(1, Ordering::Relaxed);
+        self.pipeline.record_revocation();
         self.startup.lock().expect("startup lock").owned = 0;
     }
 

@@ -29,6 +29,9 @@ pub struct MemLane {
     pub polled_while_paused: Arc<AtomicBool>,
     /// The Kafka timestamp every record carries (`None`: records without one).
     pub timestamp_ms: Option<i64>,
+    /// The lane never finishes, even past `end` (a partition that is caught up, not ended): it
+    /// stays owned, with its metric series, until it is drained.
+    pub endless: bool,
 }
 
 impl MemLane {
@@ -42,6 +45,7 @@ impl MemLane {
             stored: stored.clone(),
             polled_while_paused: Arc::new(AtomicBool::new(false)),
             timestamp_ms: None,
+            endless: false,
         }
     }
 }
@@ -73,7 +77,7 @@ impl Lane for MemLane {
     }
 
     fn is_finished(&self) -> bool {
-        self.end.is_some_and(|end| self.next >= end)
+        !self.endless && self.end.is_some_and(|end| self.next >= end)
     }
 
     fn pause(&mut self) {
@@ -213,7 +217,13 @@ pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     condition()
 }
 
-/// Reads a counter's value from the Prometheus text.
+/// The value of one series (its name and labels exactly, e.g. `etl_queue_depth{shard="0"}`) in the
+/// Prometheus text. A series that is not exported panics: it never passes for a zero.
 pub fn metric(text: &str, series: &str) -> f64 {
-    text.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+    metric_opt(text, series).unwrap_or_else(|| panic!("no series {series} in /metrics:\n{text}"))
+}
+
+/// The value of one series, or `None` when it is not exported.
+pub fn metric_opt(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }

@@ -163,6 +163,7 @@ impl ExactLane {
                     buffer.row_offsets.clear();
                     buffer.opened_at = None;
                     let first_offset = buffer.first_offset;
+                    lane.count_batch_left();
                     lane.checkpointer().abandon(first_offset);
                 }
                 None => lane.seal(shard, true),
@@ -291,6 +292,7 @@ impl ExactlyOnce {
                 ?span,
                 "the partition was handed over before its batch was recorded; the next owner replays it"
             );
+            shared.metrics.batches_left.inc();
             abandon(&shared.budget, acks, batch);
             return false;
         }
@@ -328,6 +330,7 @@ impl ExactlyOnce {
                 ?span,
                 "the partition was handed over while its batch span was recorded; the next owner replays it"
             );
+            shared.metrics.batches_left.inc();
             abandon(&shared.budget, acks, batch);
             return false;
         }

@@ -162,6 +162,16 @@ impl PipelineHandle {
         self.inner.shared.metrics.abandoned.inc_by(records);
     }
 
+    /// Counts an assignment in `etl_source_assignments_total`.
+    pub fn record_assignment(&self) {
+        self.inner.shared.metrics.assignments.inc();
+    }
+
+    /// Counts a revocation in `etl_source_revocations_total`.
+    pub fn record_revocation(&self) {
+        self.inner.shared.metrics.revocations.inc();
+    }
+
     /// Counts a lost assignment in `etl_source_assignments_lost_total`.
     pub fn record_assignment_lost(&self) {
         self.inner.shared.metrics.assignments_lost.inc();

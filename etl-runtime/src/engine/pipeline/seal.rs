@@ -56,6 +56,10 @@ impl LaneCut for Cutter<'_> {
         self.lanes[self.i].fence.as_deref()
     }
 
+    fn count_batch_left(&self) {
+        self.shared.metrics.batches_left.inc();
+    }
+
     /// A rejection keeps the chunk as the lane's resume point and, when the delivery says so,
     /// pauses the lane and the other lanes of this thread whose next chunk goes to that shard
     /// (Invariant 1).

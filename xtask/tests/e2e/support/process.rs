@@ -17,34 +17,46 @@ use super::variant::Variant;
 pub struct Metrics(pub BTreeMap<String, f64>);
 
 impl Metrics {
-    /// The sum of every series of `name`.
+    /// The sum of every series of `name`. A name with no series panics: a missing series never
+    /// passes for a zero.
     pub fn sum(&self, name: &str) -> f64 {
-        self.series(name, "").sum()
+        self.series(name, "").iter().sum()
     }
 
-    /// The largest value among the series of `name`; 0 if there are none.
+    /// The largest value among the series of `name` (which must have one).
     pub fn max(&self, name: &str) -> f64 {
-        self.series(name, "").fold(0.0, f64::max)
+        self.series(name, "").into_iter().fold(f64::MIN, f64::max)
     }
 
-    /// The sum of the series of `name` whose labels contain `labels`, e.g. `le="20.48"`.
+    /// The sum of the series of `name` whose labels contain `labels`, e.g. `le="20.48"` (at least
+    /// one must).
     pub fn sum_with(&self, name: &str, labels: &str) -> f64 {
-        self.series(name, labels).sum()
+        self.series(name, labels).iter().sum()
     }
 
-    fn series<'a>(&'a self, name: &'a str, labels: &'a str) -> impl Iterator<Item = f64> + 'a {
-        self.0
+    fn series(&self, name: &str, labels: &str) -> Vec<f64> {
+        let found: Vec<f64> = self
+            .0
             .iter()
             .filter(move |(k, _)| {
                 (k.as_str() == name && labels.is_empty())
                     || k.strip_prefix(name).is_some_and(|r| r.starts_with('{') && r.contains(labels))
             })
             .map(|(_, v)| *v)
+            .collect();
+        assert!(!found.is_empty(), "no series {name}{{{labels}}} in /metrics: {:?}", self.0.keys().collect::<Vec<_>>());
+        found
     }
 
-    /// The value of one series, e.g. `etl_records_dropped_total{reason="error"}`; 0 if absent.
+    /// The value of one series, e.g. `etl_records_dropped_total{reason="error"}`, which must be
+    /// exported.
     pub fn get(&self, series: &str) -> f64 {
-        self.0.get(series).copied().unwrap_or(0.0)
+        self.try_get(series).unwrap_or_else(|| panic!("no series {series} in /metrics"))
+    }
+
+    /// The value of one series, or `None` when it is not exported.
+    pub fn try_get(&self, series: &str) -> Option<f64> {
+        self.0.get(series).copied()
     }
 }
 
@@ -137,14 +149,18 @@ impl Process {
         }
     }
 
-    /// Peak resident set size so far (VmHWM), in bytes.
+    /// Peak resident set size so far (VmHWM), in bytes. The process must be alive: a peak that
+    /// cannot be read panics rather than passing for 0 bytes under any bound.
     pub fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status
+        let path = format!("/proc/{}/status", self.pid());
+        let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("[{}] reading {path}: {e}", self.label));
+        let kb = status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+            .unwrap_or_else(|| panic!("[{}] no VmHWM in {path}", self.label));
+        assert!(kb > 0, "[{}] a live process has a peak resident set", self.label);
+        kb * 1024
     }
 
     pub fn signal(&self, name: &str) {
