@@ -596,6 +596,13 @@ fn generated_chains_never_panic_on_random_payloads() {
         let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
         assert!(output.status.success(), "{rel}: the generated fuzz test failed:\n{text}");
         assert!(text.contains("no panic"), "{rel}: the fuzz test ran:\n{text}");
+        let rows: u32 = text
+            .split("valid payloads decoded into ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{rel}: the fuzz test reports the valid payloads' rows:\n{text}"));
+        // The registry pipeline's records carry an id only its registry knows: not checked.
+        assert!(rows > 0 || rel.contains("registry"), "{rel}: no valid payload decoded into a row:\n{text}");
     }
 }
 

@@ -95,6 +95,9 @@ impl ChainHarness {
                 b.rows = 0;
             }
         }
+        // As a pipeline thread does: round-robin follows the offset, so a record's rows go to the
+        // same shards every time.
+        self.round_robin = record.offset as usize;
         let mut out = RowOut { buffers: &mut self.buffers, round_robin: &mut self.round_robin, rows: 0 };
         chain.process(record, &mut out)?;
         Ok(out.rows)
@@ -107,11 +110,16 @@ impl ChainHarness {
 /// as `encoding` and `wire` say) with random damage (bit flips, truncation, inserted or overwritten bytes, varint
 /// continuation runs, another schema id); the rest are random bytes, framed or not. The same
 /// seed gives the same payloads. Generated crates call it from their own tests.
+///
+/// First, unless `valid_need_registry` (their schema id is known only to a registry, which a test
+/// has not), every undamaged valid payload must be taken by the chain, giving the same rows each
+/// time it is processed.
 pub fn fuzz_chain<C: Chain>(
     mut make: impl FnMut() -> C,
     schema: &Schema,
     encoding: Encoding,
     wire: Wire,
+    valid_need_registry: bool,
     cases: usize,
     seed: u64,
 ) {
@@ -120,6 +128,21 @@ pub fn fuzz_chain<C: Chain>(
     let valid = sample_payloads(schema, encoding, wire, seed, 64);
     let mut harness = ChainHarness::new(4);
     let mut chain = make();
+    // Every undamaged payload of the schema is a record the chain takes (rows, or none when a
+    // filter drops it), and it gives the same rows each time: a chain that refused everything
+    // would pass the damaged cases below.
+    let mut valid_rows = 0u32;
+    for (i, payload) in valid.iter().enumerate().filter(|_| !valid_need_registry) {
+        let record =
+            Record { payload: Some(payload), key: Some(b"k"), partition: 0, offset: i as i64, timestamp_ms: Some(1) };
+        let rows = harness
+            .process(&mut chain, &record)
+            .unwrap_or_else(|e| panic!("valid payload #{i} (seed {seed}) is a record error: {e}: {payload:02x?}"));
+        let first = harness.take_output();
+        assert_eq!(harness.process(&mut chain, &record).ok(), Some(rows), "valid payload #{i}: the same rows again");
+        assert_eq!(harness.take_output(), first, "valid payload #{i} (seed {seed}): the same bytes again");
+        valid_rows += rows;
+    }
     let (mut decoded, mut rejected) = (0usize, 0usize);
     for case in 0..cases {
         let payload = if case % 2 == 0 {
@@ -160,7 +183,11 @@ pub fn fuzz_chain<C: Chain>(
             chain = make();
         }
     }
-    eprintln!("fuzz_chain: {cases} payloads, {decoded} decoded, {rejected} record errors, no panic");
+    let checked = if valid_need_registry { 0 } else { valid.len() };
+    eprintln!(
+        "fuzz_chain: {checked} valid payloads decoded into {valid_rows} rows; {cases} damaged payloads, {decoded} \
+         decoded, {rejected} record errors, no panic"
+    );
 }
 
 /// One random damage to a payload. For Confluent framing it sometimes rewrites the schema id,

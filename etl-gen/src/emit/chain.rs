@@ -223,6 +223,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     };
     let fuzz_wire = datagen_wire(&v.model);
     let fuzz_encoding = datagen_encoding(&v.model);
+    // Confluent framing without the reader schema's own id: datagen's records carry an id only
+    // the registry knows.
+    let fuzz_need_registry = {
+        let format = v.model.format.get();
+        format.wire == Wire::Confluent && format.schema_ids().is_empty()
+    };
     let fuzz_test = quote!(
         #[cfg(test)]
         mod tests {
@@ -232,7 +238,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             #[test]
             fn random_payloads_never_panic() {
                 let schema = rt::apache_avro::Schema::parse_str(super::SCHEMA).expect("the schema was validated by gen");
-                rt::fuzz_chain(super::Chain::default, &schema, #fuzz_encoding, #fuzz_wire, 4000, 7);
+                rt::fuzz_chain(super::Chain::default, &schema, #fuzz_encoding, #fuzz_wire, #fuzz_need_registry, 4000, 7);
             }
         }
     );
