@@ -72,8 +72,15 @@ impl Plan {
     /// so that a record error an expression raises is never skipped; every field a `rust`
     /// function sees). The decoder reads past the others without building their values.
     pub(crate) fn live_inputs(&self) -> BTreeSet<String> {
+        self.live_before(0)
+    }
+
+    /// The fields the steps from `step` on (and the output) read, by the rules of
+    /// [`Plan::live_inputs`]: what must be bound before `step`. Emission binds nothing else, so
+    /// that no local is left unread (a `rust` step's row fields that a later `select` drops).
+    pub(crate) fn live_before(&self, step: usize) -> BTreeSet<String> {
         let mut live: BTreeSet<String> = self.output.iter().map(|c| c.name.clone()).collect();
-        for step in self.steps.iter().rev() {
+        for step in self.steps[step.min(self.steps.len())..].iter().rev() {
             match step {
                 Step::Filter { cond } => cond.fields(&mut live),
                 Step::Map { assigns } => {

@@ -628,3 +628,63 @@ fn protobuf_imports_enter_the_config_hash() {
     .unwrap();
     assert_ne!(hash(), before, "an edited import is a new configuration");
 }
+
+/// Every pipeline the repository holds (the examples, the valid corpus, the test pipelines and
+/// a `rust` step whose fields a later `select` partly drops), generated and compiled together as
+/// the binaries of one scratch crate, passes rustc and clippy with `-D warnings`, test modules
+/// included. One crate with the runtime's default features: its dependencies are the ones the
+/// workspace's own clippy step compiled, so nothing is compiled twice.
+#[test]
+fn every_pipeline_compiles_without_warnings() {
+    let mut pipelines: Vec<PathBuf> = Vec::new();
+    for dir in ["examples", "etl-gen/tests/pipelines"] {
+        for entry in std::fs::read_dir(root().join(dir)).unwrap() {
+            let path = entry.unwrap().path().join("pipeline.yaml");
+            if path.exists() {
+                pipelines.push(path);
+            }
+        }
+    }
+    for entry in std::fs::read_dir(root().join("etl-gen/tests/corpus/valid")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            pipelines.push(path);
+        }
+    }
+    pipelines.sort();
+    let scratch = root().join("target/etl-warnings");
+    let mut bins = String::new();
+    for (i, path) in pipelines.iter().enumerate() {
+        let rel = path.strip_prefix(root()).unwrap().display().to_string();
+        let v = load(&rel);
+        let crate_dir = scratch.join(format!("p{i}"));
+        let files = emit::generate(&v, &options(&rel, crate_dir.clone())).unwrap();
+        etl_gen::cli::write(&crate_dir, &files).unwrap();
+        bins.push_str(&format!(
+            "[[bin]]\nname = \"p{i}-{}\"\npath = \"{}\"\n\n",
+            v.model.pipeline.name,
+            crate_dir.join("src/main.rs").display()
+        ));
+    }
+    assert!(pipelines.len() >= 20, "the examples, the corpus and the test pipelines: {}", pipelines.len());
+    let manifest = format!(
+        "[package]\nname = \"etl-warnings\"\nversion = \"0.1.0\"\nedition = \"2024\"\npublish = false\n\n{bins}\
+         [dependencies]\netl-runtime = {{ path = \"{}\" }}\n\n[workspace]\n\n\
+         [profile.dev]\ndebug = \"line-tables-only\"\n\n[profile.dev.package.\"*\"]\ndebug = false\n",
+        root().join("etl-runtime").display()
+    );
+    std::fs::write(scratch.join("Cargo.toml"), manifest).unwrap();
+    std::fs::copy(root().join("Cargo.lock"), scratch.join("Cargo.lock")).unwrap();
+    let output = Command::new(env!("CARGO"))
+        .args(["clippy", "--quiet", "--all-targets", "--manifest-path"])
+        .arg(scratch.join("Cargo.toml"))
+        .args(["--", "-D", "warnings"])
+        .env("CARGO_TARGET_DIR", root().join("target"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "generated code must compile without warnings:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

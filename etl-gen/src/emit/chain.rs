@@ -430,6 +430,8 @@ fn steps(
         }
         Step::Map { assigns } => {
             let mut temps = Vec::new();
+            // A value nothing reads later is still computed (its record errors count), into `_`.
+            let live = v.plan.live_before(at + 1);
             let texts = match v.model.transform.get(at) {
                 Some(Operator::Map(texts)) => Some(texts),
                 _ => None,
@@ -439,10 +441,14 @@ fn steps(
                 if let Some(text) = texts.and_then(|t| t.get(field)) {
                     out.extend(super::comments::marker(&format!("{field}: {}", quoted_text(text))));
                 }
-                let t = fresh(field);
                 let val = value(e, scope);
                 let ty = local_ty(&e.ty);
                 let val = unparen(val);
+                if !live.contains(field) {
+                    out.extend(quote!(let _: #ty = #val;));
+                    continue;
+                }
+                let t = fresh(field);
                 out.extend(quote!(let #t: #ty = #val;));
                 temps.push((field.clone(), t, e.ty.clone()));
             }
@@ -515,7 +521,14 @@ fn steps(
                 let mut #r = rows::#struct_name { #(#inits,)* };
                 if !#module::#function(&mut #r) { #skip; }
             ));
+            // Only what a later step or the output reads is taken back out of the row; a field the
+            // row leaves unread must not be read from its stale local either.
+            let live = v.plan.live_before(at + 1);
             for c in row_ty {
+                if !live.contains(&c.name) {
+                    scope.remove(&c.name);
+                    continue;
+                }
                 let id = fresh(&c.name);
                 let member = field_ident(&c.name);
                 out.extend(quote!(let #id = #r.#member;));
