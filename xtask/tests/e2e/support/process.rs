@@ -67,6 +67,8 @@ pub struct Process {
     pub admin: SocketAddr,
     pub log: PathBuf,
     pub exit: Option<ExitStatus>,
+    /// The last /metrics scraped from it: [`Process::final_metrics`] after it exited.
+    last_metrics: std::cell::RefCell<Option<Metrics>>,
 }
 
 fn free_port() -> SocketAddr {
@@ -100,7 +102,7 @@ pub fn spawn(variant: Variant, label: &str, topic: &str, group: &str, extra: &[(
     }
     let child = command.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
     eprintln!("[{label}] started pid {} (admin {admin}, log {})", child.id(), log.display());
-    Process { label: label.to_owned(), child, admin, log, exit: None }
+    Process { label: label.to_owned(), child, admin, log, exit: None, last_metrics: Default::default() }
 }
 
 impl Process {
@@ -120,7 +122,19 @@ impl Process {
                 out.insert(series.to_owned(), v);
             }
         }
-        Some(Metrics(out))
+        let metrics = Metrics(out);
+        *self.last_metrics.borrow_mut() = Some(metrics.clone());
+        Some(metrics)
+    }
+
+    /// The last /metrics scraped from the process: waiting for its exit scrapes it every 250 ms
+    /// and a clean stop right before SIGTERM, so that counters of a process that is gone (a
+    /// replay, a drain that gave up) are read from the process, not from its log.
+    pub fn final_metrics(&self) -> Metrics {
+        self.last_metrics
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| panic!("[{}] /metrics was never scraped:\n{}", self.label, self.log_tail()))
     }
 
     /// What /readyz answers: `Some(true)` for 200, `Some(false)` for 503, `None` while the admin
@@ -181,12 +195,18 @@ impl Process {
         self.exit
     }
 
-    /// Waits for the process to exit, at most `timeout`.
+    /// Waits for the process to exit, at most `timeout`, scraping /metrics every 250 ms meanwhile
+    /// (see [`Process::final_metrics`]).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
+        let mut next_scrape = Instant::now();
         while Instant::now() < deadline {
             if let Some(status) = self.try_exit() {
                 return Some(status);
+            }
+            if Instant::now() >= next_scrape {
+                let _ = self.metrics();
+                next_scrape = Instant::now() + Duration::from_millis(250);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -221,6 +241,7 @@ impl Process {
     /// The pipeline never panics, whatever happened to it.
     /// SIGTERM, then: it exits 0 within 60 s and never panicked.
     pub fn stop_cleanly(&mut self) {
+        let _ = self.metrics();
         let (status, _) = self.terminate(Duration::from_secs(60));
         assert!(status.success(), "[{}] SIGTERM exits 0: {status}", self.label);
         self.assert_no_panic();
@@ -242,11 +263,11 @@ impl Process {
         self.log_field_sum("abandoned")
     }
 
-    /// Recorded batches the exactly-once replay plans of this process replay: the sum of
-    /// `replayed_batches=N` over its "exactly-once replay plan" lines (one per assigned partition,
-    /// most of them 0).
+    /// Recorded batches the exactly-once replay plans of this process replay
+    /// (`etl_exactly_once_replayed_batches_total` as last scraped: its plans are read at each
+    /// assignment, long before it stops).
     pub fn replayed_batches(&self) -> i64 {
-        self.log_lines("exactly-once replay plan").iter().filter_map(|l| field_value(l, "replayed_batches")).sum()
+        self.final_metrics().get("etl_exactly_once_replayed_batches_total") as i64
     }
 }
 
