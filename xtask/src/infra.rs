@@ -57,6 +57,11 @@ pub(crate) struct UpArgs {
     /// Start only ClickHouse.
     #[arg(long)]
     only_clickhouse: bool,
+    /// With `--only-clickhouse`: start (or restart) only the server of this index, leaving the
+    /// others as they are (the end-to-end tests kill and restart servers of their own while other
+    /// scenarios freeze theirs).
+    #[arg(long, requires = "only_clickhouse")]
+    clickhouse_index: Option<u16>,
     /// Also start two durable brokers over one S3 bucket (moto): `KAFKA_DURABLE_BROKERS` and
     /// `KAFKA_DURABLE_BROKERS_2`. Each serves all the data, and a restarted one keeps it.
     #[arg(long, conflicts_with = "only_clickhouse")]
@@ -157,9 +162,17 @@ impl Service {
 
     /// Starts `command` in the background unless it already runs, then waits for its port.
     fn ensure(&self, command: &mut Command, ready: impl Fn() -> bool) -> anyhow::Result<()> {
-        if self.running_pid().is_some() && ready() {
-            eprintln!("infra: {} already runs on port {}", self.name, self.port);
-            return Ok(());
+        if let Some(pid) = self.running_pid() {
+            if ready() {
+                eprintln!("infra: {} already runs on port {}", self.name, self.port);
+                return Ok(());
+            }
+            // Stopped on purpose (the end-to-end tests freeze servers with SIGSTOP): it still
+            // holds its port, and a second server could not take it.
+            if stopped(pid) {
+                eprintln!("infra: {} (pid {pid}) is stopped (SIGSTOP); leaving it", self.name);
+                return Ok(());
+            }
         }
         if self.running_pid().is_none() && self.listening() {
             bail!(
@@ -386,7 +399,11 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     if !args.only_kafka {
         let lib = install(&CHDB_PACKAGE)?;
         let exe = std::env::current_exe()?;
-        for index in 0..args.clickhouse.max(1) {
+        let indexes = match args.clickhouse_index {
+            Some(index) => index..index + 1,
+            None => 0..args.clickhouse.max(1),
+        };
+        for index in indexes {
             let service = clickhouse(index);
             let data = state_dir().join(format!("{}-data", service.name));
             fs::create_dir_all(&data)?;
@@ -403,8 +420,10 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
             let key = if index == 0 { "CLICKHOUSE_URL".to_owned() } else { format!("CLICKHOUSE_URL_{}", index + 1) };
             env.push((key, format!("http://127.0.0.1:{}", service.port)));
         }
-        ensure_tls_front(&clickhouse_tls(), CLICKHOUSE_HTTP_PORT)?;
-        env.push(("CLICKHOUSE_HTTPS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_HTTPS_PORT}")));
+        if args.clickhouse_index.is_none() {
+            ensure_tls_front(&clickhouse_tls(), CLICKHOUSE_HTTP_PORT)?;
+            env.push(("CLICKHOUSE_HTTPS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_HTTPS_PORT}")));
+        }
     }
     env.push(("ETL_INFRA_CA_FILE".to_owned(), tls_dir().join(crate::tls::CA_FILE).display().to_string()));
     for (key, value) in env {
@@ -463,6 +482,12 @@ fn cache_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(|| PathBuf::from("/tmp"))
         .join("etl-rs")
+}
+
+/// Whether process `pid` is stopped (state `T` in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) == Some('T')
 }
 
 /// Pids, logs and data of the running services.

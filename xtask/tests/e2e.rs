@@ -4,9 +4,13 @@
 //! poison input under each errors.policy, SIGTERM, TLS to both services, exactly-once through
 //! kills, rebalances and outages (`pipeline-eo.yaml`), long shard outages and replicas, and the
 //! source's faults: durable brokers restarted, killed and stopped, a lost assignment, and the
-//! schema registry down (`pipeline-registry.yaml`). Each scenario uses its own
-//! topic and group; they run one at a time (see `support::serial`). Every process's log is kept in
-//! `target/e2e-logs/`; each scenario prints its wall time and what it measured.
+//! schema registry down (`pipeline-registry.yaml`), a crawl after a broker crash, a stalled
+//! partition. Each scenario uses its own topics and groups, and the scenarios run concurrently:
+//! each takes the locks of what it needs to itself (`support::scope`: its load on the machine,
+//! the durable brokers, its tables), its ClickHouse outages are proxies of its own, and a server it
+//! kills or freezes is its own. `cargo xtask test` runs this binary with a thread per scenario.
+//! Every process's log is kept in `target/e2e-logs/`; each scenario prints its wall time and what
+//! it measured.
 
 #[path = "e2e/support/mod.rs"]
 mod support;
@@ -44,6 +48,10 @@ fn assert_one_assignment(m: &Metrics, p: &Process) {
 fn prepare(variant: Variant) {
     variant.binary();
     truncate(variant.table());
+    // An exactly-once variant's ledger too, so that its spans are this scenario's.
+    for url in &shards_of(variant.table()) {
+        ch_exec(url, &format!("TRUNCATE TABLE IF EXISTS default.{}_etl_batches", variant.table()));
+    }
 }
 
 /// Checks every order of `0..n` is in the table once or more, with the right content.
@@ -60,7 +68,7 @@ fn assert_all_arrived(table: &str, n: i64) -> ChStats {
 /// end offsets of the delivery reports.
 #[test]
 fn happy_path_one_million() {
-    let _serial = serial();
+    let _scope = scope(Load::Heavy, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("happy path");
     const N: i64 = 1_000_000;
@@ -94,7 +102,7 @@ fn happy_path_one_million() {
 /// died: at most `sent before the kill − committed after it` per kill (offsets start at 0).
 #[test]
 fn crash_three_times() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("crash");
     const N: i64 = 360_000;
@@ -179,7 +187,7 @@ fn assert_inflight_within(max_inflight: f64, bound: u64, when: &str) {
 /// the memory bound, and it resumes by itself without losing anything.
 #[test]
 fn sink_outage_twenty_seconds() {
-    let _serial = serial();
+    let _scope = scope(Load::Heavy, &[Variant::Bounded]);
     prepare(Variant::Bounded);
     let _t = Timer::start("sink outage");
     let config = Config::of(Variant::Bounded);
@@ -203,13 +211,14 @@ fn sink_outage_twenty_seconds() {
         started.elapsed().as_secs_f64()
     );
 
-    let mut p = spawn(Variant::Bounded, "outage", &topic, &group, &[]);
+    let shards = ShardProxies::start();
+    let mut p = spawn(Variant::Bounded, "outage", &topic, &group, &shards.env());
     p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let (mut paused_seen, mut max_inflight, mut in_at_freeze, mut in_at_thaw) = (0.0f64, 0.0f64, 0.0, 0.0);
     let mut checkpoint_age = 0.0f64;
     const OUTAGE: Duration = Duration::from_secs(20);
     {
-        let frozen = freeze_clickhouse();
+        let frozen = shards.freeze();
         let started = Instant::now();
         while started.elapsed() < OUTAGE {
             if let Some(m) = p.metrics() {
@@ -277,7 +286,7 @@ fn sink_outage_twenty_seconds() {
 /// then the throttle goes and everything arrives.
 #[test]
 fn slow_sink_thirty_seconds() {
-    let _serial = serial();
+    let _scope = scope(Load::Heavy, &[Variant::Bounded]);
     prepare(Variant::Bounded);
     let _t = Timer::start("slow sink");
     let config = Config::of(Variant::Bounded);
@@ -385,7 +394,7 @@ fn slow_sink_thirty_seconds() {
 /// while still owned, Invariant 4), duplicates are at most the records a drain abandoned.
 #[test]
 fn rebalance_second_instance_joins_first_leaves() {
-    let _serial = serial();
+    let _scope = scope(Load::Timed, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("rebalance");
     let config = Config::of(Variant::Skip);
@@ -515,7 +524,7 @@ fn produce_poisoned_with(producer: Producer, topic: &str, poisons: &[Option<Vec<
 /// offsets are committed past all of them.
 #[test]
 fn poison_skip() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("poison skip");
     let config = Config::of(Variant::Skip);
@@ -538,7 +547,7 @@ fn poison_skip() {
 /// dead-letter topic, raw, with the error headers; offsets are committed past them.
 #[test]
 fn poison_dead_letter() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Dlq]);
     prepare(Variant::Dlq);
     // A row ClickHouse itself refuses goes to the dead-letter topic too, raw, alone.
     for url in &infra().clickhouse {
@@ -596,7 +605,7 @@ fn poison_dead_letter() {
 /// which the orders written before each poison exercise.)
 #[test]
 fn poison_fail() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Fail]);
     prepare(Variant::Fail);
     let _t = Timer::start("poison fail");
     let config = Config::of(Variant::Fail);
@@ -638,11 +647,18 @@ fn assert_fatal_poison(
     p.assert_no_panic();
     assert_eq!(status.code(), Some(1), "[{label}] a fatal runtime error exits 1:\n{}", p.log_tail());
     let fatal = p.log_lines("fatal error; the pipeline stops").join("\n");
-    assert!(fatal.contains(&format!("partition 0 offset {bad}")), "[{label}] the fatal error names the poison at {bad}: {fatal}");
+    assert!(
+        fatal.contains(&format!("partition 0 offset {bad}")),
+        "[{label}] the fatal error names the poison at {bad}: {fatal}"
+    );
     let committed = committed(&group, &topic, 1);
     assert_eq!(committed.get(&0), Some(&bad), "[{label}] the orders before the poison are committed, nothing past it");
     let stats = ch_stats(variant.table());
-    assert_eq!((stats.count, stats.uniq), (BEFORE, BEFORE), "[{label}] exactly the orders before the poison: {stats:?}");
+    assert_eq!(
+        (stats.count, stats.uniq),
+        (BEFORE, BEFORE),
+        "[{label}] exactly the orders before the poison: {stats:?}"
+    );
     assert_eq!(ch_checksum(variant.table(), "1"), checksum(0..BEFORE), "[{label}] and their content");
     eprintln!("{label}: exit 1 at offset {bad}, {} orders before it written and committed", stats.uniq);
 }
@@ -651,7 +667,7 @@ fn assert_fatal_poison(
 /// committed is exactly what was written; a restart of the same group writes no duplicates.
 #[test]
 fn sigterm_drains_and_restart_adds_no_duplicates() {
-    let _serial = serial();
+    let _scope = scope(Load::Timed, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("sigterm");
     let config = Config::of(Variant::Skip);
@@ -694,7 +710,7 @@ fn sigterm_drains_and_restart_adds_no_duplicates() {
 /// commit nothing that is not durable: after the thaw a restart of the group loses nothing.
 #[test]
 fn sigterm_during_sink_outage_respects_drain_timeout() {
-    let _serial = serial();
+    let _scope = scope(Load::Timed, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("sigterm during outage");
     let config = Config::of(Variant::Skip);
@@ -704,10 +720,11 @@ fn sigterm_during_sink_outage_respects_drain_timeout() {
     let producer = Producer::new(&topic);
     producer.send_orders(0..N, 0, None);
     let produced = producer.finish();
-    let mut p = spawn(Variant::Skip, "stuck", &topic, &group, &[]);
+    let shards = ShardProxies::start();
+    let mut p = spawn(Variant::Skip, "stuck", &topic, &group, &shards.env());
     p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let (status, took) = {
-        let _frozen = freeze_clickhouse();
+        let _frozen = shards.freeze();
         // Let the writes in flight hang on the frozen servers.
         std::thread::sleep(Duration::from_secs(2));
         p.terminate(config.drain_timeout + Duration::from_secs(30))
@@ -753,12 +770,12 @@ fn sigterm_during_sink_outage_respects_drain_timeout() {
 /// offsets reach the end offsets.
 #[test]
 fn tls_to_broker_and_clickhouse() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Tls]);
     prepare(Variant::Tls);
-    let _tls = use_tls_broker();
     let _t = Timer::start("tls");
     const N: i64 = 100_000;
     let (topic, group) = (unique("e2e-tls"), unique("e2e-tls"));
+    route_topic(&topic, Route::Tls);
     create_topic(&topic, PARTITIONS);
     let producer = Producer::new(&topic);
     producer.send_orders(0..N, 0, None);
@@ -788,8 +805,7 @@ fn assert_exactly_once_in(variant: Variant, n: i64) -> ChStats {
     let table = variant.table();
     let stats = assert_all_arrived(table, n);
     assert_eq!(stats.count, n, "exactly once: count = uniqExact(order_id) = N ({stats:?})");
-    let spans: i64 = infra()
-        .clickhouse
+    let spans: i64 = shards_of(table)
         .iter()
         .map(|url| {
             ch_query(url, &format!("SELECT count() FROM default.{table}_etl_batches")).trim().parse::<i64>().unwrap()
@@ -840,7 +856,7 @@ fn assert_killed(status: std::process::ExitStatus, label: &str) {
 /// final run ClickHouse holds every order exactly once.
 #[test]
 fn exactly_once_survives_kills_at_every_step() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Exactly]);
     prepare(Variant::Exactly);
     let _t = Timer::start("exactly-once kills");
     const N: i64 = 300_000;
@@ -897,7 +913,7 @@ fn exactly_once_survives_kills_at_every_step() {
 /// Exactly once.
 #[test]
 fn exactly_once_across_rebalances() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Exactly]);
     prepare(Variant::Exactly);
     let _t = Timer::start("exactly-once rebalance");
     let config = Config::of(Variant::Exactly);
@@ -905,13 +921,14 @@ fn exactly_once_across_rebalances() {
     let (topic, group) = (unique("e2e-eo-rebalance"), unique("e2e-eo-rebalance"));
     create_topic(&topic, PARTITIONS);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, 5_000);
-    let mut a = spawn(Variant::Exactly, "eo-rebalance-a", &topic, &group, &[]);
+    let shards = ShardProxies::start();
+    let mut a = spawn(Variant::Exactly, "eo-rebalance-a", &topic, &group, &shards.env());
     a.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
-    let mut b = spawn(Variant::Exactly, "eo-rebalance-b", &topic, &group, &[]);
+    let mut b = spawn(Variant::Exactly, "eo-rebalance-b", &topic, &group, &shards.env());
     b.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     std::thread::sleep(Duration::from_secs(1));
     {
-        let _frozen = freeze_clickhouse();
+        let _frozen = shards.freeze();
         std::thread::sleep(Duration::from_millis(500));
         let (status, took) = a.terminate(Duration::from_secs(60));
         assert!(status.success(), "SIGTERM exits 0 although the sink is frozen: {status}");
@@ -922,7 +939,7 @@ fn exactly_once_across_rebalances() {
     assert!(left > 0.0, "a's drain timed out with batches in flight:\n{}", a.log_tail());
     b.await_metrics("rows after the thaw", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 40_000.0);
     b.kill();
-    let mut c = spawn(Variant::Exactly, "eo-rebalance-c", &topic, &group, &[]);
+    let mut c = spawn(Variant::Exactly, "eo-rebalance-c", &topic, &group, &shards.env());
     let stats = finish_exactly_once(&mut c, producer, (&topic, &group), N);
     for p in [&a, &b, &c] {
         p.assert_no_panic();
@@ -937,27 +954,28 @@ fn exactly_once_across_rebalances() {
 /// that the servers may still complete after they thaw; the restart replays them. Exactly once.
 #[test]
 fn exactly_once_through_clickhouse_outages() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Exactly]);
     prepare(Variant::Exactly);
     let _t = Timer::start("exactly-once outage");
     const N: i64 = 200_000;
     let (topic, group) = (unique("e2e-eo-outage"), unique("e2e-eo-outage"));
     create_topic(&topic, PARTITIONS);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, 8_000);
-    let mut p = spawn(Variant::Exactly, "eo-outage-1", &topic, &group, &[]);
+    let shards = ShardProxies::start();
+    let mut p = spawn(Variant::Exactly, "eo-outage-1", &topic, &group, &shards.env());
     p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     {
-        let _frozen = freeze_clickhouse();
+        let _frozen = shards.freeze();
         std::thread::sleep(Duration::from_secs(8));
         assert!(p.try_exit().is_none(), "the pipeline survives the outage:\n{}", p.log_tail());
     }
     p.await_metrics("rows after the thaw", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 50_000.0);
     {
-        let _frozen = freeze_clickhouse();
+        let _frozen = shards.freeze();
         std::thread::sleep(Duration::from_secs(3));
         p.kill();
     }
-    let mut last = spawn(Variant::Exactly, "eo-outage-2", &topic, &group, &[]);
+    let mut last = spawn(Variant::Exactly, "eo-outage-2", &topic, &group, &shards.env());
     let stats = finish_exactly_once(&mut last, producer, (&topic, &group), N);
     p.assert_no_panic();
     let replayed = last.replayed_batches();
@@ -1026,16 +1044,19 @@ fn await_recovered(pipelines: &mut [&mut Process], timeout: Duration) {
 /// there: exactly once under `exactly_once`, none missing without it.
 #[test]
 fn one_shard_down_then_frozen_for_minutes() {
-    let _serial = serial();
-    prepare(Variant::Skip);
-    prepare(Variant::Exactly);
+    let _scope = scope(Load::Light, &[Variant::Outage, Variant::OutageEo]);
+    // Shard 1 is a server of the scenario's own (it is killed and frozen), and the tables its own.
+    let shard_1 = start_server(OUTAGE_SERVER);
+    for variant in [Variant::Outage, Variant::OutageEo] {
+        route_table(variant.table(), [infra().clickhouse[0].clone(), shard_1.clone()]);
+        prepare(variant);
+    }
     let _t = Timer::start("shard down and frozen for minutes");
     const BEFORE_KILL: Duration = Duration::from_secs(60);
     const AFTER_KILL: Duration = Duration::from_secs(130);
     const FROZEN: Duration = Duration::from_secs(185);
     const RATE: u64 = 400;
     const N: i64 = 160_000;
-    let shard_1 = infra().clickhouse[1].clone();
     let (topic, group) = (unique("e2e-long-outage"), unique("e2e-long-outage"));
     let (eo_topic, eo_group) = (unique("e2e-eo-long-outage"), unique("e2e-eo-long-outage"));
     create_topic(&topic, PARTITIONS);
@@ -1047,8 +1068,9 @@ fn one_shard_down_then_frozen_for_minutes() {
     let gate = GatedProxy::start(&shard_1);
     let gate_url = gate.url();
     let eo_env = [("CLICKHOUSE_URL_2", gate_url.as_str())];
-    let mut alo = spawn(Variant::Skip, "long-outage", &topic, &group, &[]);
-    let mut eo = spawn(Variant::Exactly, "eo-long-outage-1", &eo_topic, &eo_group, &eo_env);
+    let alo_env = [("CLICKHOUSE_URL_2", shard_1.as_str())];
+    let mut alo = spawn(Variant::Outage, "long-outage", &topic, &group, &alo_env);
+    let mut eo = spawn(Variant::OutageEo, "eo-long-outage-1", &eo_topic, &eo_group, &eo_env);
     for p in [&mut alo, &mut eo] {
         p.await_metrics("rows written", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     }
@@ -1059,9 +1081,9 @@ fn one_shard_down_then_frozen_for_minutes() {
     kill_server(&shard_1);
     let first = watch_outage(&mut [&mut alo, &mut eo], BEFORE_KILL);
     eo.kill();
-    let mut eo = spawn(Variant::Exactly, "eo-long-outage-2", &eo_topic, &eo_group, &eo_env);
+    let mut eo = spawn(Variant::OutageEo, "eo-long-outage-2", &eo_topic, &eo_group, &eo_env);
     let second = watch_outage(&mut [&mut alo, &mut eo], AFTER_KILL);
-    start_servers(2);
+    start_server(OUTAGE_SERVER);
     gate.open();
     eprintln!("shard down: before the kill {first:?}; after it {second:?}");
     await_recovered(&mut [&mut alo, &mut eo], Duration::from_secs(90));
@@ -1102,16 +1124,16 @@ fn one_shard_down_then_frozen_for_minutes() {
     );
 
     let produced = producer.join().unwrap();
-    await_rows(Variant::Skip.table(), N, Duration::from_secs(180));
+    await_rows(Variant::Outage.table(), N, Duration::from_secs(180));
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));
-    await_rows(Variant::Exactly.table(), N, Duration::from_secs(180));
+    await_rows(Variant::OutageEo.table(), N, Duration::from_secs(180));
     // Before SIGTERM: shutting down revokes the partitions, which is fine.
     for p in [&alo, &eo] {
         assert_one_assignment(&p.metrics().expect("the pipeline runs"), p);
     }
-    let eo_stats = finish_exactly_once(&mut eo, eo_producer, (&eo_topic, &eo_group), N);
+    let eo_stats = finish_exactly_once_in(Variant::OutageEo, &mut eo, eo_producer, (&eo_topic, &eo_group), N);
     alo.stop_cleanly();
-    let stats = assert_all_arrived(Variant::Skip.table(), N);
+    let stats = assert_all_arrived(Variant::Outage.table(), N);
     let replayed = eo.replayed_batches();
     eprintln!(
         "long outage: at-least-once {stats:?} ({} duplicates); exactly-once {eo_stats:?}, the restart replayed \
@@ -1140,9 +1162,11 @@ fn replica_health(m: &Metrics, shard: usize, replica: &str) -> Option<f64> {
 /// servers holds every order.
 #[test]
 fn replicas_hung_failing_and_killed() {
-    let _serial = serial();
-    let servers = start_servers(3);
-    let (ch1, ch2, ch3) = (servers[0].clone(), servers[1].clone(), servers[2].clone());
+    let _scope = scope(Load::Timed, &[Variant::Replicas]);
+    // Shard 1's two servers are the scenario's own: one of them is killed.
+    let ch1 = infra().clickhouse[0].clone();
+    let [ch2, ch3] = REPLICA_SERVERS.map(start_server);
+    route_table(Variant::Replicas.table(), [ch1.clone(), ch2.clone()]);
     prepare(Variant::Replicas);
     Variant::Replicas.recreate_table(&ch3);
     let _t = Timer::start("replicas hung, failing and killed");
@@ -1154,7 +1178,12 @@ fn replicas_hung_failing_and_killed() {
     let (topic, group) = (unique("e2e-replicas"), unique("e2e-replicas"));
     create_topic(&topic, PARTITIONS);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, 500);
-    let env = [("REPLICA_HUNG", proxy.url()), ("REPLICA_FAILING", failing.url()), ("CLICKHOUSE_URL_3", ch3.clone())];
+    let env = [
+        ("REPLICA_HUNG", proxy.url()),
+        ("REPLICA_FAILING", failing.url()),
+        ("CLICKHOUSE_URL_2", ch2.clone()),
+        ("CLICKHOUSE_URL_3", ch3.clone()),
+    ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut p = spawn(Variant::Replicas, "replicas", &topic, &group, &env);
     let count =
@@ -1207,7 +1236,7 @@ fn replicas_hung_failing_and_killed() {
         assert!(Instant::now() < deadline, "shard 1's inserts rotate to the other server:\n{}", p.log_tail());
         std::thread::sleep(Duration::from_millis(200));
     }
-    start_servers(3);
+    start_server(REPLICA_SERVERS[0]);
     p.await_metrics("the restarted server probed healthy", Duration::from_secs(90), |m| {
         replica_health(m, 1, &ch2) == Some(1.0)
     });
@@ -1256,7 +1285,7 @@ fn replicas_hung_failing_and_killed() {
 /// a_superseded_owner_inserts_nothing` checks the owner check alone.)
 #[test]
 fn exactly_once_fences_a_zombie() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Exactly]);
     prepare(Variant::Exactly);
     let _t = Timer::start("exactly-once zombie");
     const N: i64 = 150_000;
@@ -1333,12 +1362,11 @@ fn merge_end_offsets(all: &mut std::collections::BTreeMap<i32, i64>, later: &Pro
 /// commit interval's worth, stretched by the time the broker could take no commit.
 #[test]
 fn durable_broker_restarted_and_killed() {
-    let _serial = serial();
+    let _scope = scope_durable(Load::Light, &[Variant::Skip, Variant::Exactly]);
     prepare(Variant::Skip);
     prepare(Variant::Exactly);
     let _t = Timer::start("durable broker restarted and killed");
     let broker = durable_brokers()[0].clone();
-    let _brokers = use_brokers(&broker);
     // ~230-byte orders that LZ4 cannot shrink much: a phase takes each binary several seconds
     // through the throttled proxies, so each fault finds a backlog being written.
     const PHASE: i64 = 20_000;
@@ -1346,6 +1374,7 @@ fn durable_broker_restarted_and_killed() {
     let runs = [(Variant::Skip, "durable-alo"), (Variant::Exactly, "durable-eo")];
     let names: Vec<(String, String)> = runs.iter().map(|(_, label)| (unique(label), unique(label))).collect();
     for (topic, _) in &names {
+        route_topic(topic, Route::Brokers(broker.clone()));
         create_topic(topic, PARTITIONS);
     }
     let (proxies, [url_1, url_2]) = throttle_both_shards(256 << 10);
@@ -1493,14 +1522,14 @@ fn reassigned_after_loss(p: &Process) -> bool {
 /// a Kafka cluster each broker has its own node id, and FindCoordinator names a live one.)
 #[test]
 fn two_durable_brokers_one_stopped() {
-    let _serial = serial();
+    let _scope = scope_durable(Load::Light, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("two durable brokers, one stopped");
     let brokers = durable_brokers();
     let both = brokers.join(",");
-    let _brokers = use_brokers(&both);
     const PHASE: i64 = 50_000;
     let (topic, group) = (unique("e2e-two-brokers"), unique("e2e-two-brokers"));
+    route_topic(&topic, Route::Brokers(both.clone()));
     create_topic(&topic, PARTITIONS);
     let mut ends = std::collections::BTreeMap::new();
     merge_end_offsets(&mut ends, &produce_now(&topic, 0..PHASE, 0));
@@ -1563,7 +1592,7 @@ fn two_durable_brokers_one_stopped() {
 /// fault under exactly-once.)
 #[test]
 fn lost_assignment_at_least_once() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("lost assignment");
     const N: i64 = 150_000;
@@ -1630,7 +1659,7 @@ fn watch_registry_outage(p: &mut Process, length: Duration) -> f64 {
 /// arrives exactly once in the table (no restart, no rebalance).
 #[test]
 fn registry_down_at_start_and_mid_stream() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Registry]);
     prepare(Variant::Registry);
     let _t = Timer::start("registry down");
     const PHASE: i64 = 20_000;
@@ -1687,7 +1716,7 @@ fn registry_down_at_start_and_mid_stream() {
 /// 256 partitions: a benchmark run, too long for CI (docs/BENCHMARKS.md).
 #[test]
 fn many_partitions_through_a_minute_frozen() {
-    let _serial = serial();
+    let _scope = scope(Load::Heavy, &[Variant::Bounded]);
     prepare(Variant::Bounded);
     let parts: i32 = match std::env::var("ETL_E2E_PARTITIONS") {
         Ok(n) => n.parse().expect("ETL_E2E_PARTITIONS is a partition count"),
@@ -1708,11 +1737,12 @@ fn many_partitions_through_a_minute_frozen() {
     let produced = producer.finish();
     eprintln!("{parts} partitions: {n} orders, {:.1} MiB = {ratio:.2} × the bound {:.1} MiB", mib(data), mib(bound));
 
-    let mut p = spawn(Variant::Bounded, &format!("partitions-{parts}"), &topic, &group, &[]);
+    let shards = ShardProxies::start();
+    let mut p = spawn(Variant::Bounded, &format!("partitions-{parts}"), &topic, &group, &shards.env());
     p.await_metrics("rows written", Duration::from_secs(90), |m| m.sum("etl_records_out_total") > 0.0);
     let (mut paused_seen, mut max_inflight, mut in_at_thaw) = (0.0f64, 0.0f64, 0.0);
     {
-        let _frozen = freeze_clickhouse();
+        let _frozen = shards.freeze();
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(60) {
             if let Some(m) = p.metrics() {
@@ -1777,7 +1807,7 @@ impl Drop for AddedColumn {
 /// and commits through to the end; a second binary's start-up check accepts the table.
 #[test]
 fn a_defaulted_column_added_while_running() {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[Variant::Skip]);
     prepare(Variant::Skip);
     let _t = Timer::start("a defaulted column added while running");
     const PHASE: i64 = 20_000;
@@ -1831,7 +1861,7 @@ fn a_defaulted_column_added_while_running() {
 /// mid-stream and restarted, and every order lands exactly once with the values its message
 /// carried: the enum by symbol, the timestamp to the millisecond, the absent coupon as null.
 fn a_million_exactly_once_through_a_kill(variant: Variant, label: &str, producer: fn(&str) -> Producer) {
-    let _serial = serial();
+    let _scope = scope(Load::Heavy, &[variant]);
     prepare(variant);
     let _t = Timer::start(format!("{label}: a million exactly once through a kill"));
     const N: i64 = 1_000_000;
@@ -2022,7 +2052,7 @@ fn produce_poisons<P: FormatPoison>(topic: &str, poisons: &[P], per_gap: i64, ma
 /// `skip`: every poison is counted and passed; every good order arrives once; the offsets are
 /// committed past all of them.
 fn poisons_are_skipped<P: FormatPoison>(variant: Variant, label: &str) {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[variant]);
     prepare(variant);
     let _t = Timer::start(format!("{label} poison skip"));
     let config = Config::of(variant);
@@ -2044,7 +2074,7 @@ fn poisons_are_skipped<P: FormatPoison>(variant: Variant, label: &str) {
 /// `dlq`: each poison but the tombstone is in the dead-letter topic, raw, with an error that
 /// names the field at fault.
 fn poisons_are_dead_letters<P: FormatPoison>(variant: Variant, label: &str) {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[variant]);
     prepare(variant);
     let _t = Timer::start(format!("{label} poison dlq"));
     let config = Config::of(variant);
@@ -2084,7 +2114,7 @@ fn poisons_are_dead_letters<P: FormatPoison>(variant: Variant, label: &str) {
 /// `fail` (and errors.tombstones fail): for each of the format's fatal poisons the process exits
 /// 1, never commits past the poison, and writes nothing that follows it.
 fn poisons_are_fatal<P: FormatPoison>(variant: Variant, label: &str) {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[variant]);
     prepare(variant);
     let _t = Timer::start(format!("{label} poison fail"));
     let config = Config::of(variant);
@@ -2195,7 +2225,7 @@ fn registry_judges_writer_schemas(
     answers: [String; 2],
     names: &str,
 ) {
-    let _serial = serial();
+    let _scope = scope(Load::Light, &[variant]);
     prepare(variant);
     let _t = Timer::start(format!("{label} registry"));
     const N: i64 = 2_000;
@@ -2241,14 +2271,14 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     /// Records a second each restarted binary reads at least, from its first record to the last.
     const AFTER_RESTART_FLOOR: f64 = 300.0;
     const N: i64 = 80_000;
-    let _serial = serial();
+    let _scope = scope_durable(Load::Timed, &[Variant::Skip, Variant::Exactly]);
     prepare(Variant::Skip);
     prepare(Variant::Exactly);
     let _t = Timer::start("durable broker and binaries killed, read at the broker's pace");
     let broker = durable_brokers()[0].clone();
-    let _brokers = use_brokers(&broker);
     let mut rng = Rng::from_time();
     let topic = unique("crawl");
+    route_topic(&topic, Route::Brokers(broker.clone()));
     create_topic(&topic, PARTITIONS);
     // 1,600 objects in the bucket, 400 a partition, each listed by every fetch of its partition.
     let producer = Producer::with_batches(&topic, 50);
@@ -2338,7 +2368,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
 #[test]
 fn a_stalled_partition_is_recovered_or_stops_the_binary() {
     const N: i64 = 20_000;
-    let _serial = serial();
+    let _scope = scope(Load::Timed, &[Variant::Stall]);
     prepare(Variant::Stall);
     let _t = Timer::start("a stalled partition is recovered or stops the binary");
     let stall_timeout = Duration::from_secs(5);

@@ -1,10 +1,26 @@
 //! ClickHouse checks over both shards: statements, row counts, distinct orders, the per-key
 //! checksum of the stored columns, and waiting for rows to arrive.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::http::{host_port, http};
 use super::infra::infra;
+
+/// Tables whose two shards are other servers than the scenarios' shared two.
+static TABLES: Mutex<BTreeMap<String, [String; 2]>> = Mutex::new(BTreeMap::new());
+
+/// From now on the checks read (and empty) `table` on `shards`: a scenario whose shard 1 is a
+/// server of its own that it kills and freezes.
+pub fn route_table(table: &str, shards: [String; 2]) {
+    TABLES.lock().unwrap_or_else(|e| e.into_inner()).insert(table.to_owned(), shards);
+}
+
+/// The two servers `table` lives on.
+pub fn shards_of(table: &str) -> [String; 2] {
+    TABLES.lock().unwrap_or_else(|e| e.into_inner()).get(table).cloned().unwrap_or_else(|| infra().clickhouse.clone())
+}
 
 /// Runs a statement on the server at `url`; panics with ClickHouse's message if it fails.
 pub fn ch_query(url: &str, sql: &str) -> String {
@@ -38,7 +54,7 @@ impl ChStats {
 
 pub fn ch_stats(table: &str) -> ChStats {
     let mut stats = ChStats::default();
-    for url in &infra().clickhouse {
+    for url in &shards_of(table) {
         let n = ch_numbers(url, &format!("SELECT count(), uniqExact(order_id) FROM default.{table}"));
         stats.count += n[0];
         stats.uniq += n[1];
@@ -48,14 +64,12 @@ pub fn ch_stats(table: &str) -> ChStats {
 
 /// Rows per shard.
 pub fn ch_counts(table: &str) -> [i64; 2] {
-    let c = |i: usize| ch_numbers(&infra().clickhouse[i], &format!("SELECT count() FROM default.{table}"))[0];
-    [c(0), c(1)]
+    shards_of(table).map(|url| ch_numbers(&url, &format!("SELECT count() FROM default.{table}"))[0])
 }
 
 /// The per-key checksum over distinct order ids (see [`checksum`]), from the stored columns.
 pub fn ch_checksum(table: &str, where_: &str) -> i64 {
-    infra()
-        .clickhouse
+    shards_of(table)
         .iter()
         .map(|url| {
             ch_numbers(
@@ -71,7 +85,7 @@ pub fn ch_checksum(table: &str, where_: &str) -> i64 {
 
 /// Empties `table` on both shards.
 pub fn truncate(table: &str) {
-    for url in &infra().clickhouse {
+    for url in &shards_of(table) {
         ch_exec(url, &format!("TRUNCATE TABLE default.{table}"));
     }
 }

@@ -5,7 +5,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::http::host_port;
-use super::infra::infra;
 
 /// The local processes that listen on the TCP port of `url` (a loopback address), found the way
 /// `ss -ltnp` finds them: the listening sockets' inodes in /proc/net/tcp{,6}, then the processes
@@ -101,13 +100,8 @@ pub(super) fn process_state(pid: u32) -> Option<char> {
 /// server accepts connections into the backlog and answers nothing, like a hung one.
 pub struct Frozen(Vec<u32>);
 
-/// Both ClickHouse servers of the scenarios (the processes listening on the ports of
-/// `infra().clickhouse`) SIGSTOPped.
-pub fn freeze_clickhouse() -> Frozen {
-    freeze_servers(&infra().clickhouse)
-}
-
-/// The servers of `urls` SIGSTOPped, as [`freeze_clickhouse`] does for both.
+/// The servers of `urls` SIGSTOPped: only servers a scenario owns (the shared two are never
+/// frozen: a scenario freezes them for its own pipelines through [`super::ShardProxies`]).
 pub fn freeze_servers(urls: &[String]) -> Frozen {
     let mut frozen = Frozen(Vec::new());
     for url in urls {

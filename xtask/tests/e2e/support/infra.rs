@@ -1,7 +1,7 @@
 //! Where the services of the scenarios are: `cargo xtask infra up --durable`'s brokers and
 //! ClickHouse servers (or the environment's), and which broker the helpers' Kafka clients talk to.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
 use rdkafka::ClientConfig;
@@ -66,55 +66,42 @@ impl Infra {
     }
 }
 
-/// While a scenario holds the guard of [`use_tls_broker`], the helpers' Kafka clients talk to the
-/// broker behind the TLS front. Scenarios run one at a time (`serial`), so one flag suffices.
-static TLS_BROKER: AtomicBool = AtomicBool::new(false);
-
-/// Points the helpers at the TLS broker until the guard is dropped.
-pub fn use_tls_broker() -> TlsBrokerGuard {
-    TLS_BROKER.store(true, Ordering::SeqCst);
-    TlsBrokerGuard
+/// Where the helpers' Kafka clients reach a topic other than on the main broker.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// The broker behind the TLS front (a broker of its own).
+    Tls,
+    /// These bootstrap servers (the durable brokers).
+    Brokers(String),
 }
 
-pub struct TlsBrokerGuard;
+/// The topics routed elsewhere than the main broker. Topics are unique per scenario, so
+/// scenarios running at once never see each other's routes.
+static ROUTES: Mutex<BTreeMap<String, Route>> = Mutex::new(BTreeMap::new());
 
-impl Drop for TlsBrokerGuard {
-    fn drop(&mut self) {
-        TLS_BROKER.store(false, Ordering::SeqCst);
-    }
+/// From now on, the helpers' clients reach `topic` (to create it, produce to it, read it or
+/// its group's commits) through `route`.
+pub fn route_topic(topic: &str, route: Route) {
+    ROUTES.lock().unwrap_or_else(|e| e.into_inner()).insert(topic.to_owned(), route);
 }
 
-/// The bootstrap servers the helpers use instead of the main broker, while a guard of
-/// [`use_brokers`] lives.
-static BROKERS: Mutex<Option<String>> = Mutex::new(None);
-
-/// Points the helpers' Kafka clients at `brokers` (a bootstrap list) until the guard is dropped.
-pub fn use_brokers(brokers: &str) -> BrokersGuard {
-    *BROKERS.lock().unwrap_or_else(|e| e.into_inner()) = Some(brokers.to_owned());
-    BrokersGuard
-}
-
-pub struct BrokersGuard;
-
-impl Drop for BrokersGuard {
-    fn drop(&mut self) {
-        *BROKERS.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-}
-
-/// A client configuration for the broker the scenario uses.
-pub(super) fn kafka_config() -> ClientConfig {
+/// A client configuration for the broker `topic` lives on.
+pub(super) fn kafka_config(topic: &str) -> ClientConfig {
     let infra = infra();
     let mut config = ClientConfig::new();
-    if let Some(brokers) = BROKERS.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-        config.set("bootstrap.servers", brokers);
-    } else if TLS_BROKER.load(Ordering::SeqCst) {
-        config
-            .set("bootstrap.servers", infra.tls_value("KAFKA_TLS_BROKERS"))
-            .set("security.protocol", "ssl")
-            .set("ssl.ca.location", infra.tls_value("ETL_INFRA_CA_FILE"));
-    } else {
-        config.set("bootstrap.servers", &infra.brokers);
+    match ROUTES.lock().unwrap_or_else(|e| e.into_inner()).get(topic).cloned() {
+        Some(Route::Brokers(brokers)) => {
+            config.set("bootstrap.servers", brokers);
+        }
+        Some(Route::Tls) => {
+            config
+                .set("bootstrap.servers", infra.tls_value("KAFKA_TLS_BROKERS"))
+                .set("security.protocol", "ssl")
+                .set("ssl.ca.location", infra.tls_value("ETL_INFRA_CA_FILE"));
+        }
+        None => {
+            config.set("bootstrap.servers", &infra.brokers);
+        }
     }
     config
 }

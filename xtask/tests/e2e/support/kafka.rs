@@ -26,7 +26,7 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub fn create_topic(topic: &str, partitions: i32) {
-    let admin: AdminClient<_> = kafka_config().create().expect("admin client");
+    let admin: AdminClient<_> = kafka_config(topic).create().expect("admin client");
     let results = block_on(admin.create_topics(
         &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
@@ -47,7 +47,7 @@ pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64
 
 /// [`committed`], with the broker's error instead of a panic (a broker that is restarting).
 pub fn try_committed(group: &str, topic: &str, partitions: i32) -> rdkafka::error::KafkaResult<BTreeMap<i32, i64>> {
-    let consumer: BaseConsumer = kafka_config().set("group.id", group).create()?;
+    let consumer: BaseConsumer = kafka_config(topic).set("group.id", group).create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
@@ -138,7 +138,7 @@ pub struct ReadMessage {
 
 /// Reads `topic` from the beginning until `count` messages or `timeout`.
 pub fn read_topic(topic: &str, partitions: i32, count: usize, timeout: Duration) -> Vec<ReadMessage> {
-    let consumer: BaseConsumer = kafka_config()
+    let consumer: BaseConsumer = kafka_config(topic)
         .set("group.id", unique("e2e-reader"))
         .set("enable.auto.commit", "false")
         .create()

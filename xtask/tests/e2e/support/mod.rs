@@ -22,12 +22,12 @@ mod proxy;
 mod records;
 mod registry;
 mod rng;
+mod scope;
 mod servers;
 mod variant;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 
 pub use self::clickhouse::*;
 pub use self::config::*;
@@ -41,6 +41,7 @@ pub use self::proxy::*;
 pub use self::records::*;
 pub use self::registry::*;
 pub use self::rng::*;
+pub use self::scope::*;
 pub use self::servers::*;
 pub use self::variant::*;
 
@@ -49,13 +50,6 @@ pub const PARTITIONS: i32 = 4;
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
-}
-
-/// The scenarios share one broker and two ClickHouse servers and each measures time and memory:
-/// they run one at a time (on 2 cores parallel runs would only add noise).
-pub fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `cargo xtask` as built for this test binary (the same program `cargo xtask` runs, without a

@@ -71,8 +71,18 @@ pub struct Process {
     last_metrics: std::cell::RefCell<Option<Metrics>>,
 }
 
+/// A loopback port nothing listens on, and one this test process never handed out before: the
+/// port is free only until the pipeline binds it, so two scenarios starting pipelines at once must
+/// not be given the same one.
 fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(addr.port()) {
+            return addr;
+        }
+    }
 }
 
 /// Environment of a run: topic, group and anything extra (e.g. shard URLs of a proxy).

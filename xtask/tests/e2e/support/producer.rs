@@ -51,7 +51,7 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(topic: &str) -> Self {
-        let inner = kafka_config()
+        let inner = kafka_config(topic)
             .set("linger.ms", "20")
             .set("batch.num.messages", "10000")
             .set("queue.buffering.max.messages", "1000000")
@@ -63,7 +63,7 @@ impl Producer {
     /// A producer whose batches hold at most `records` messages: a durable broker stores each batch
     /// as one object.
     pub fn with_batches(topic: &str, records: usize) -> Self {
-        let inner = kafka_config()
+        let inner = kafka_config(topic)
             .set("linger.ms", "5")
             .set("batch.num.messages", records.to_string())
             .set("queue.buffering.max.messages", "1000000")

@@ -28,26 +28,30 @@ pub fn kill_server(url: &str) {
     }
 }
 
-/// Starts the first `servers` ClickHouse servers of `cargo xtask infra up` that are not running
-/// (a killed one comes back with its data); returns their URLs in order.
-pub fn start_servers(servers: u16) -> Vec<String> {
+/// Starts ClickHouse server `index` of `cargo xtask infra up` unless it runs (a killed one comes
+/// back with its data; the others are left alone); returns its URL. Servers 0 and 1 are the
+/// scenarios' two shards; a scenario that kills or freezes a server uses one of its own:
+/// [`OUTAGE_SERVER`], [`REPLICA_SERVERS`].
+pub fn start_server(index: u16) -> String {
     let output = xtask()
-        .args(["infra", "up", "--only-clickhouse", "--clickhouse", &servers.to_string()])
+        .args(["infra", "up", "--only-clickhouse", "--clickhouse-index", &index.to_string()])
         .output()
         .expect("running cargo xtask infra up");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "infra up failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    (0..servers)
-        .map(|i| {
-            let key = if i == 0 { "CLICKHOUSE_URL=".to_owned() } else { format!("CLICKHOUSE_URL_{}=", i + 1) };
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(key.as_str()))
-                .unwrap_or_else(|| panic!("no {key} in the output of infra up:\n{stdout}"))
-                .to_owned()
-        })
-        .collect()
+    let key = if index == 0 { "CLICKHOUSE_URL=".to_owned() } else { format!("CLICKHOUSE_URL_{}=", index + 1) };
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .unwrap_or_else(|| panic!("no {key} in the output of infra up:\n{stdout}"))
+        .to_owned()
 }
+
+/// The server scenario 13 kills and freezes (its shard 1).
+pub const OUTAGE_SERVER: u16 = 2;
+
+/// The servers of scenario 14's shard 1: the one it kills, and the other.
+pub const REPLICA_SERVERS: [u16; 2] = [3, 4];
 
 /// A stand-in replica on loopback that answers every request with HTTP 500 and a retryable
 /// ClickHouse error (a replica whose Keeper session is gone), counting the connections it accepted.
@@ -201,4 +205,47 @@ fn forward(mut from: TcpStream, mut to: TcpStream, hung: &AtomicBool) {
         }
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// A [`HangingProxy`] in front of each of the two ClickHouse servers, for one scenario's pipelines:
+/// [`ShardProxies::freeze`] hangs both, which the pipelines see as both servers frozen (connections
+/// accepted, nothing answered, what they sent held and delivered after the thaw) while the servers
+/// themselves go on serving every other scenario.
+pub struct ShardProxies {
+    proxies: [HangingProxy; 2],
+    urls: [String; 2],
+}
+
+/// Both shards of a [`ShardProxies`] hung until this is dropped.
+pub struct ProxiesFrozen<'a>(&'a ShardProxies);
+
+impl ShardProxies {
+    pub fn start() -> ShardProxies {
+        let clickhouse = &super::infra::infra().clickhouse;
+        let proxies = [HangingProxy::start(&clickhouse[0]), HangingProxy::start(&clickhouse[1])];
+        let urls = [proxies[0].url(), proxies[1].url()];
+        ShardProxies { proxies, urls }
+    }
+
+    /// The pipeline environment that sends both shards through the proxies.
+    pub fn env(&self) -> [(&'static str, &str); 2] {
+        [("CLICKHOUSE_URL", self.urls[0].as_str()), ("CLICKHOUSE_URL_2", self.urls[1].as_str())]
+    }
+
+    /// Hangs both proxies until the guard is dropped.
+    pub fn freeze(&self) -> ProxiesFrozen<'_> {
+        for proxy in &self.proxies {
+            proxy.hang(true);
+        }
+        eprintln!("froze the shard proxies {:?}", self.urls);
+        ProxiesFrozen(self)
+    }
+}
+
+impl Drop for ProxiesFrozen<'_> {
+    fn drop(&mut self) {
+        for proxy in &self.0.proxies {
+            proxy.hang(false);
+        }
+    }
 }

@@ -6,8 +6,10 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::clickhouse::ch_exec;
-use super::infra::infra;
 use super::{root, xtask};
+
+/// How many [`Variant`]s there are.
+pub const VARIANTS: usize = 18;
 
 /// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
 /// sizing knobs are compiled in).
@@ -48,6 +50,10 @@ pub enum Variant {
     ProtobufFail,
     /// `pipeline-stall.yaml`: `pipeline-eo.yaml` with a 5 s `stall_timeout`.
     Stall,
+    /// `pipeline-outage.yaml`: `pipeline.yaml` with a table of its own (scenario 13).
+    Outage,
+    /// `pipeline-outage-eo.yaml`: `pipeline-eo.yaml` with a table of its own (scenario 13).
+    OutageEo,
 }
 
 impl Variant {
@@ -69,6 +75,8 @@ impl Variant {
             Variant::ProtobufDlq => "pipeline-protobuf-dlq.yaml",
             Variant::ProtobufFail => "pipeline-protobuf-fail.yaml",
             Variant::Stall => "pipeline-stall.yaml",
+            Variant::Outage => "pipeline-outage.yaml",
+            Variant::OutageEo => "pipeline-outage-eo.yaml",
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -91,19 +99,24 @@ impl Variant {
             Variant::ProtobufDlq => "e2e_orders_protobuf_dlq",
             Variant::ProtobufFail => "e2e_orders_protobuf_fail",
             Variant::Stall => "e2e_orders_stall",
+            Variant::Outage => "e2e_orders_outage",
+            Variant::OutageEo => "e2e_orders_outage_eo",
         }
     }
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         self as usize
     }
 
     /// The binary, built once per test binary with `cargo xtask build`; its table is (re)created
     /// on both shards from `cargo xtask gen --ddl` at the same time.
     pub fn binary(self) -> PathBuf {
-        static BINARIES: [OnceLock<PathBuf>; 16] = [const { OnceLock::new() }; 16];
+        static BINARIES: [OnceLock<PathBuf>; VARIANTS] = [const { OnceLock::new() }; VARIANTS];
         BINARIES[self.index()]
             .get_or_init(|| {
+                // One build at a time: they share the target directory (and two cores).
+                static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+                let _build = BUILD.lock().unwrap_or_else(|e| e.into_inner());
                 let started = Instant::now();
                 // The fault points (`ETL_FAULT`) are compiled in only on request; every e2e binary
                 // gets them, so all variants share one build of the runtime. Static, like the
@@ -128,7 +141,7 @@ impl Variant {
                 let bytes = std::fs::read(&binary).expect("reading the built binary");
                 assert!(bytes.windows(9).any(|w| w == b"ETL_FAULT"), "--fault-injection compiles the fault points in");
 
-                for url in &infra().clickhouse {
+                for url in &super::clickhouse::shards_of(self.table()) {
                     self.recreate_table(url);
                 }
                 binary
