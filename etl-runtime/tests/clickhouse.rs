@@ -17,8 +17,8 @@ use etl_runtime::__private::{rowbinary as rb, shard_hash};
 use etl_runtime::{Batch, ClickhouseSink, ClickhouseSinkConfig, InsertFormat, Sink, SinkError, SinkErrorKind};
 use serde_json::json;
 use support_clickhouse::{
-    Row, clickhouse_https, clickhouse_urls, exec, freeze, metric_sum, own_servers, run_pipeline, runtime_config,
-    scalar, select, share_servers, sink_config, start, stop, unique_table,
+    OUTAGE_SERVER, Row, clickhouse_https, clickhouse_urls, exec, freeze, metric_sum, run_pipeline, runtime_config,
+    scalar, select, sink_config, start, start_server, stop, unique_table,
 };
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -121,7 +121,6 @@ fn create_table(url: &str, table: &str, columns: &[(&str, &str)], extra: &str, s
 // empty and nested containers.
 #[test]
 fn every_type_round_trips() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     for format in FORMATS {
         every_type_round_trips_in(&url, format);
@@ -254,8 +253,7 @@ const DEDUP: &str = "SETTINGS non_replicated_deduplication_window = 1000";
 // deduplicates, so an insert that succeeded just before the outage is not doubled by its retry).
 #[test]
 fn outages_are_retried_without_losing_rows() {
-    let _servers = own_servers();
-    let (url, _) = clickhouse_urls();
+    let url = start_server(OUTAGE_SERVER);
     let table = unique_table("ch_outage");
     create_table(&url, &table, ID_COLUMNS, "", DEDUP);
     let n = 30_000i64;
@@ -267,14 +265,14 @@ fn outages_are_retried_without_losing_rows() {
     let outages = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1_000));
         {
-            let _frozen = freeze(0);
+            let _frozen = freeze(OUTAGE_SERVER);
             std::thread::sleep(Duration::from_secs(3));
         }
         std::thread::sleep(Duration::from_millis(500));
-        stop(0);
+        stop(OUTAGE_SERVER);
         std::thread::sleep(Duration::from_secs(2));
         let restarted = Instant::now();
-        start();
+        start(OUTAGE_SERVER);
         restarted.elapsed()
     });
     let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), Some(2_000.0), Duration::from_secs(60));
@@ -294,7 +292,6 @@ fn outages_are_retried_without_losing_rows() {
 // a failed authentication is fatal too; a matching table passes.
 #[test]
 fn schema_mismatch_is_fatal_and_names_the_columns() {
-    let _servers = share_servers();
     let (url, url2) = clickhouse_urls();
     let table = unique_table("ch_schema");
     let expected = [("id", "Int64"), ("amount", "Decimal(18, 4)"), ("region", "LowCardinality(String)")];
@@ -348,7 +345,6 @@ fn schema_mismatch_is_fatal_and_names_the_columns() {
 // on the same shard both times.
 #[test]
 fn rows_are_routed_to_shards_by_key_hash() {
-    let _servers = share_servers();
     let (url, url2) = clickhouse_urls();
 
     let hashes = select(&url, "SELECT toInt64(number) - 5000 AS k, xxHash64(k) AS h FROM numbers(10000)");
@@ -411,7 +407,6 @@ fn amount_row_len(bytes: &[u8]) -> usize {
 // from the column types), which a skip policy then drops: the table holds all rows but the two.
 #[test]
 fn refused_rows_are_isolated_one_by_one() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     for format in FORMATS {
         refused_rows_are_isolated_in(&url, format);
@@ -465,7 +460,6 @@ fn refused_rows_are_isolated_in(url: &str, format: InsertFormat) {
 // is why the module documentation asks for it.
 #[test]
 fn a_retried_batch_lands_once() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let n = 3_000i64;
     let runs =
@@ -495,7 +489,6 @@ fn a_retried_batch_lands_once() {
 // retry lands there; the dead replica shows as unhealthy in `etl_sink_replica_healthy`.
 #[test]
 fn a_dead_replica_is_rotated_out() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let table = unique_table("ch_replicas");
     create_table(&url, &table, ID_COLUMNS, "", DEDUP);
@@ -524,7 +517,6 @@ fn a_dead_replica_is_rotated_out() {
 // fails on the certificate as a fatal error that says so: a CA mismatch does not heal by retrying.
 #[test]
 fn https_replicas_trust_the_ca_file() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let (https, ca_file) = clickhouse_https();
     let table = unique_table("ch_https");
@@ -575,7 +567,6 @@ fn exactly_once(config_hash: &str) -> Option<etl_runtime::ExactlyOnceConfig> {
 #[test]
 fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
     use etl_runtime::Span;
-    let _servers = share_servers();
     let (url, url2) = clickhouse_urls();
     let table = unique_table("ch_ledger");
     for u in [&url, &url2] {
@@ -631,7 +622,6 @@ fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
 // without its ledger table, and says how to fix each.
 #[test]
 fn exactly_once_refuses_a_table_that_does_not_deduplicate() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let table = unique_table("ch_nodedup");
     create_table(&url, &table, ID_COLUMNS, "", "");
@@ -716,7 +706,6 @@ impl LosingProxy {
 // `gen --ddl` prints in both modes (non_replicated_deduplication_window) keeps one copy.
 #[test]
 fn an_insert_whose_answer_is_lost_lands_once() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let table = unique_table("ch_lost_answer");
     create_table(&url, &table, ID_COLUMNS, "", DEDUP);
@@ -760,7 +749,6 @@ fn format_query(url: &str, statement: &str) -> Result<String, String> {
 // parser takes any name).
 #[test]
 fn replicated_ddl_parses_in_clickhouse() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let cases: [(&str, &[&str], &[&str]); 3] = [
         ("examples/kafka_avro_to_clickhouse/pipeline.yaml", &["--replicated"], &["orders"]),
@@ -811,7 +799,6 @@ fn replicated_ddl_parses_in_clickhouse() {
 #[test]
 fn a_superseded_owner_inserts_nothing() {
     use support_clickhouse::{PassRows, RowsLane, Stored};
-    let _servers = share_servers();
     let (url, url2) = clickhouse_urls();
     let table = unique_table("ch_zombie");
     for u in [&url, &url2] {
@@ -891,7 +878,6 @@ fn flagship_writing_to(dir: &std::path::Path, table: &str) -> std::path::PathBuf
 // column that could be added).
 #[test]
 fn migrate_adds_missing_columns_and_refuses_a_type_change() {
-    let _servers = share_servers();
     let (url, _) = clickhouse_urls();
     let dir = tempfile::tempdir().unwrap();
     let flagship = [

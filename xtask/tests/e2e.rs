@@ -1373,9 +1373,11 @@ fn durable_broker_restarted_and_killed() {
     const COUPON: usize = 200;
     let runs = [(Variant::Skip, "durable-alo"), (Variant::Exactly, "durable-eo")];
     let names: Vec<(String, String)> = runs.iter().map(|(_, label)| (unique(label), unique(label))).collect();
+    let mut deleted = Vec::new();
     for (topic, _) in &names {
         route_topic(topic, Route::Brokers(broker.clone()));
         create_topic(topic, PARTITIONS);
+        deleted.push(DeletedAtEnd(topic.clone()));
     }
     let (proxies, [url_1, url_2]) = throttle_both_shards(256 << 10);
     let env =
@@ -1530,6 +1532,7 @@ fn two_durable_brokers_one_stopped() {
     const PHASE: i64 = 50_000;
     let (topic, group) = (unique("e2e-two-brokers"), unique("e2e-two-brokers"));
     route_topic(&topic, Route::Brokers(both.clone()));
+    let _deleted = DeletedAtEnd(topic.clone());
     create_topic(&topic, PARTITIONS);
     let mut ends = std::collections::BTreeMap::new();
     merge_end_offsets(&mut ends, &produce_now(&topic, 0..PHASE, 0));
@@ -2279,6 +2282,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     let mut rng = Rng::from_time();
     let topic = unique("crawl");
     route_topic(&topic, Route::Brokers(broker.clone()));
+    let _deleted = DeletedAtEnd(topic.clone());
     create_topic(&topic, PARTITIONS);
     // 1,600 objects in the bucket, 400 a partition, each listed by every fetch of its partition.
     let producer = Producer::with_batches(&topic, 50);

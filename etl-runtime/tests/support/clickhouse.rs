@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etl_runtime::__private::shard_hash;
@@ -68,18 +68,6 @@ fn infra_value(key: &str) -> String {
         .to_owned()
 }
 
-static SERVER_USE: RwLock<()> = RwLock::new(());
-
-/// Held while a test uses the servers.
-pub fn share_servers() -> RwLockReadGuard<'static, ()> {
-    SERVER_USE.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Held while a test freezes or restarts a server.
-pub fn own_servers() -> RwLockWriteGuard<'static, ()> {
-    SERVER_USE.write().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A table name no other test run uses.
 pub fn unique_table(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -136,7 +124,30 @@ pub fn sink_config(shards: &[&str], table: &str, columns: &[(&str, &str)]) -> Cl
     }
 }
 
-/// The pid file `infra up` writes for server `index` (0 or 1).
+/// The server the outage test freezes, stops and starts again: one of its own, so that the tests
+/// (and end-to-end scenarios) that run meanwhile keep theirs.
+pub const OUTAGE_SERVER: usize = 5;
+
+/// Starts ClickHouse server `index` of `cargo xtask infra up` unless it runs (the others are left
+/// alone); returns its URL.
+pub fn start_server(index: usize) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["xtask", "infra", "up", "--only-clickhouse", "--clickhouse-index", &index.to_string()])
+        .current_dir(workspace_root())
+        .output()
+        .expect("running cargo xtask infra up");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "infra up failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let key = format!("CLICKHOUSE_URL_{}=", index + 1);
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(key.as_str()))
+        .unwrap_or_else(|| panic!("no {key} in the output of infra up:\n{stdout}"))
+        .to_owned()
+}
+
+/// The pid file `infra up` writes for server `index`.
 fn pid_of(index: usize) -> u32 {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
     let name = if index == 0 { "clickhouse.pid".to_owned() } else { format!("clickhouse-{}.pid", index + 1) };
@@ -183,9 +194,9 @@ pub fn stop(index: usize) {
     }
 }
 
-/// Starts the stopped servers again (their data is kept).
-pub fn start() {
-    run_infra_up();
+/// Starts server `index` again (its data is kept).
+pub fn start(index: usize) {
+    start_server(index);
 }
 
 /// A runtime configuration for these tests: one thread, small chunks and batches, quick retries.

@@ -8,7 +8,7 @@ pub mod clickhouse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -96,20 +96,6 @@ pub fn client_config(brokers: &str) -> ClientConfig {
 /// A name no other test (or earlier run against the same broker) uses.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{:08x}", std::process::id(), rand::random::<u32>())
-}
-
-/// Tests in one binary share the broker; the one that freezes it takes this lock exclusively so the
-/// others do not see the freeze.
-static BROKER_USE: RwLock<()> = RwLock::new(());
-
-/// Held by a test that uses the broker normally.
-pub fn share_broker() -> RwLockReadGuard<'static, ()> {
-    BROKER_USE.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Held by a test that freezes the broker.
-pub fn own_broker() -> RwLockWriteGuard<'static, ()> {
-    BROKER_USE.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Creates `topic` with `partitions` partitions through the admin API.
@@ -248,11 +234,17 @@ pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> BT
         .collect()
 }
 
-/// The pid of the broker started by `cargo xtask infra up`.
-pub fn broker_pid() -> u32 {
+/// The spare broker of `cargo xtask infra up` (`KAFKA_SPARE_BROKERS`): the broker a test may freeze,
+/// while the main one serves the tests (and the end-to-end scenarios) that run meanwhile.
+pub fn spare_brokers() -> String {
+    infra_value("KAFKA_SPARE_BROKERS")
+}
+
+/// The pid of the spare broker started by `cargo xtask infra up`.
+pub fn spare_broker_pid() -> u32 {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
-    let file = target.join("etl-infra").join("kafka.pid");
+    let file = target.join("etl-infra").join("kafka-spare.pid");
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
         panic!("{}: {e} (the freeze test needs the broker of `cargo xtask infra up`)", file.display())
     });

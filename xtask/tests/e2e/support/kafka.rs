@@ -39,6 +39,21 @@ pub fn create_topic(topic: &str, partitions: i32) {
     }
 }
 
+/// Deletes `topic` when dropped, also when the scenario fails. A durable broker (Tansu over S3)
+/// keeps every batch as an object, and every listing of the store walks all of them: a store
+/// that only grows makes every fetch slower, run after run.
+pub struct DeletedAtEnd(pub String);
+
+impl Drop for DeletedAtEnd {
+    fn drop(&mut self) {
+        let Ok(admin) = kafka_config(&self.0).create::<AdminClient<_>>() else { return };
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        if let Err(error) = block_on(admin.delete_topics(&[self.0.as_str()], &options)) {
+            eprintln!("deleting topic {}: {error}", self.0);
+        }
+    }
+}
+
 /// The committed offsets of `group` on `topic`, read by a client that does not join the group;
 /// a partition without a commit is absent.
 pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
