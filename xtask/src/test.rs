@@ -78,6 +78,8 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         .envs(podman_env.iter().map(|(k, v)| (k, v)))
         .arg("--test-threads")
         .arg(E2E_THREADS.to_string())
+        // Each scenario's `=== <name> took` line and what it measured go to the log as they come.
+        .arg("--nocapture")
         .args(&args.cargo_test_args)
         .stdout(log.try_clone()?)
         .stderr(log)

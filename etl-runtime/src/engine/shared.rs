@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     /// The sink's start-up check failed fatally (the pipeline must not start).
     pub(crate) sink_check_failed: AtomicBool,
     pub(crate) stopping: AtomicBool,
+    /// A graceful stop was asked for (a signal); set before the stop message is sent.
+    pub(crate) shutdown_requested: AtomicBool,
     /// Per shard, since when its writes fail (see [`ShardHealth`]).
     pub(crate) shard_health: Vec<ShardHealth>,
 }

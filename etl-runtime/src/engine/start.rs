@@ -153,6 +153,7 @@ impl SinkSide {
             fatal: FatalSlot::new(fatal_tx),
             paused_lanes: AtomicUsize::new(0),
             stalled_lanes: AtomicUsize::new(0),
+            shutdown_requested: AtomicBool::new(false),
             max_loop_gap_ns: AtomicU64::new(0),
             track_row_sources,
             dead_letter,

@@ -272,8 +272,10 @@ impl KafkaSource {
         }
     }
 
-    /// Waits for the first useful assignment; see "Start-up" in the module docs.
-    fn wait_for_assignment(&self, consumer: &Consumer) -> Result<(), SourceError> {
+    /// Waits for the first useful assignment; see "Start-up" in the module docs. A shutdown asked
+    /// for meanwhile (SIGTERM while the brokers are away) ends the wait at once: the run then
+    /// stops cleanly with nothing to drain.
+    fn wait_for_assignment(&self, consumer: &Consumer, pipeline: &PipelineHandle) -> Result<(), SourceError> {
         let context = consumer.context();
         let deadline = Instant::now() + self.config.startup_timeout;
         let mut checked_empty = None;
@@ -287,6 +289,10 @@ impl KafkaSource {
                     .expect("startup lock");
                 startup.first_assignment.map(|n| (n, startup.owned))
             };
+            if pipeline.shutdown_requested() {
+                tracing::info!(topic = %self.config.topic, "shutdown requested while waiting for the first assignment");
+                return Ok(());
+            }
             match first {
                 Some((_, owned)) if owned > 0 => return Ok(()),
                 // Joined without a partition: fine if the topic exists (more members than
@@ -377,7 +383,7 @@ impl Source for KafkaSource {
                 .map_err(|e| SourceError::fatal(format!("spawning the kafka source thread: {e}")))?
         };
         let mut running = Running { consumer: consumer.clone(), stop, thread: Some(thread) };
-        match self.wait_for_assignment(&consumer) {
+        match self.wait_for_assignment(&consumer, &pipeline) {
             Ok(()) => {
                 self.running = Some(running);
                 Ok(())

@@ -163,7 +163,7 @@ impl ExactLane {
                     buffer.row_offsets.clear();
                     buffer.opened_at = None;
                     let first_offset = buffer.first_offset;
-                    lane.count_batch_left();
+                    lane.count_batches_left(1);
                     lane.checkpointer().abandon(first_offset);
                 }
                 None => lane.seal(shard, true),
@@ -242,6 +242,9 @@ impl Delivery for ExactlyOnce {
             At::Removed => {
                 // From here on no write task records a span of this lane (see `Fence`).
                 let recording = cut.fence().map_or(0, Fence::close);
+                // Counted here, when they are given up: their write tasks may outlive the
+                // process (a drain that timed out at shutdown), and they find the fence closed.
+                cut.count_batches_left(recording);
                 if recording > 0 {
                     tracing::info!(
                         partition = cut.partition(),
@@ -330,7 +333,7 @@ impl ExactlyOnce {
                 ?span,
                 "the partition was handed over while its batch span was recorded; the next owner replays it"
             );
-            shared.metrics.batches_left.inc();
+            // Counted when the fence closed (`At::Removed`).
             abandon(&shared.budget, acks, batch);
             return false;
         }

@@ -65,9 +65,9 @@ pub(crate) trait LaneCut {
     /// shard's queue (Invariant 1: never blocking). `urgent`: its batch is written at once; an
     /// urgent seal of an empty buffer sends an empty marker that only flushes the worker.
     fn seal(&mut self, shard: usize, urgent: bool);
-    /// Counts a batch given up unwritten because its partition goes to another owner
+    /// Counts `n` batches given up unwritten because their partition goes to another owner
     /// (`etl_exactly_once_batches_left_total`).
-    fn count_batch_left(&self);
+    fn count_batches_left(&self, n: u64);
 }
 
 /// How one shard worker merges chunks into batches.

@@ -128,7 +128,14 @@ impl PipelineHandle {
 
     /// Asks the run loop for a graceful shutdown, as SIGTERM does.
     pub fn request_shutdown(&self) {
+        self.inner.shared.shutdown_requested.store(true, Ordering::Release);
         let _ = self.inner.stop.send(());
+    }
+
+    /// Whether a shutdown was asked for (a signal, or [`PipelineHandle::request_shutdown`]): a
+    /// source still starting up stops waiting.
+    pub fn shutdown_requested(&self) -> bool {
+        self.inner.shared.shutdown_requested.load(Ordering::Acquire)
     }
 
     /// Reports a fatal error: the pipeline stops with exit code 1.

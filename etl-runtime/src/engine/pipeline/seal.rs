@@ -56,8 +56,8 @@ impl LaneCut for Cutter<'_> {
         self.lanes[self.i].fence.as_deref()
     }
 
-    fn count_batch_left(&self) {
-        self.shared.metrics.batches_left.inc();
+    fn count_batches_left(&self, n: u64) {
+        self.shared.metrics.batches_left.inc_by(n);
     }
 
     /// A rejection keeps the chunk as the lane's resume point and, when the delivery says so,
