@@ -57,6 +57,70 @@ fn absent_optional_values_are_null_and_absent_containers_empty() {
     assert_eq!(row["geo_lat"], 1.5);
 }
 
+/// The minimal document with `extra` after it (a JSON text serde_json cannot make: a key may
+/// repeat), as a framed payload.
+fn with_tail(tail: &str) -> Vec<u8> {
+    let text = minimal().to_string();
+    framed(&format!("{}, {tail}}}", &text[..text.len() - 1]))
+}
+
+// Issue 39, case 1: a map whose key repeats keeps the key's last value (as Python's json and
+// serde_json read it), once.
+#[test]
+fn a_repeated_map_key_keeps_its_last_value() {
+    let payload = with_tail(r#""counts": {"a": 1, "b": 5, "a": 2}"#);
+    let row = decode(&payload).unwrap();
+    assert_eq!(row["counts"], json!({"a": 2, "b": 5}));
+    // Read back through serde_json a repeated key would look fine: the row's own text has it once.
+    let mut harness = rt::ChainHarness::new(1);
+    let record = rt::Record { payload: Some(&payload), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
+    harness.process(&mut sink::Chain::default(), &record).unwrap();
+    let text = String::from_utf8(harness.take_output()).unwrap();
+    assert_eq!(text.matches(r#""a":"#).count(), 1, "{text}");
+}
+
+// Issue 39, case 2: an object key that comes again replaces the object, as JSON readers read
+// it: nothing of the first one is left, and a null replaces it whole.
+#[test]
+fn a_repeated_object_key_replaces_the_earlier_object() {
+    let row = decode(&with_tail(r#""geo": {"lat": 1, "lon": 5, "place": {"city": "x"}}, "geo": {"lat": 2}"#)).unwrap();
+    assert_eq!((row["geo_lat"].clone(), row["geo_lon"].clone()), (json!(2), Value::Null));
+    assert_eq!(row["geo_place_city"], Value::Null);
+    let row = decode(&with_tail(r#""extra": {"note": "first"}, "extra": null"#)).unwrap();
+    assert_eq!(row["extra_note"], Value::Null);
+    let error = decode(&with_tail(r#""extra": {"note": "first"}, "extra": {"say \"hi\"": 1}"#)).unwrap_err();
+    assert!(error.contains("extra.note"), "the second object lacks the required note: {error}");
+}
+
+// Issue 39, case 3: a raw control character inside a string is invalid JSON (RFC 8259, 7),
+// wherever the string is: a value read, a key, a value skipped unread.
+#[test]
+fn raw_control_characters_in_strings_are_errors() {
+    for tail in ["\"user-agent\": \"a\tb\"", "\"zzz\": \"a\u{1}b\"", "\"z\nz\": 1", "\"zzz\": [\"\u{1f}\"]"] {
+        let error = decode(&with_tail(tail)).unwrap_err();
+        assert!(error.contains("control character"), "{tail:?}: {error}");
+    }
+    // Escaped, they are fine.
+    assert_eq!(decode(&with_tail(r#""user-agent": "a\tb""#)).unwrap()["user_agent"], "a\tb");
+    // Invalid UTF-8 in a string skipped unread is an error too.
+    let mut payload = with_tail(r#""zzz": "ab""#);
+    let at = payload.len() - 3;
+    payload[at] = 0xff;
+    assert!(decode(&payload).unwrap_err().contains("UTF-8"));
+}
+
+// Issue 39, case 4: a required property of an optional object is required when the object is
+// present (and null or absent, the object leaves it null).
+#[test]
+fn a_present_optional_object_needs_its_required_properties() {
+    let error = decode(&with_tail(r#""extra": {"say \"hi\"": 5}"#)).unwrap_err();
+    assert!(error.contains("extra.note"), "{error}");
+    let row = decode(&with_tail(r#""extra": {"note": "n"}"#)).unwrap();
+    assert_eq!(row["extra_note"], "n");
+    assert_eq!(decode(&with_tail(r#""extra": null"#)).unwrap()["extra_note"], Value::Null);
+    assert_eq!(decode(&doc(&minimal())).unwrap()["extra_note"], Value::Null);
+}
+
 #[test]
 fn keys_in_any_order_with_unknown_keys_and_escapes() {
     let text = r#" {

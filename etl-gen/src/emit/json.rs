@@ -28,8 +28,8 @@ pub(super) fn decode(
     enums: &mut Vec<Vec<String>>,
 ) -> Vec<TokenStream> {
     let mut object = Object::default();
-    object.members(fields, "", "", false, &|column| live.contains(column), fresh, enums);
-    let Object { decls, arms, slots } = object;
+    object.members(fields, "", "", None, &|column| live.contains(column), fresh, enums);
+    let Object { decls, arms, slots, .. } = object;
     let mut out = vec![quote!(let mut doc = rt::json_read::Reader::new(buf);)];
     out.extend(decls);
     out.push(key_loop(&arms, ""));
@@ -94,14 +94,24 @@ fn key_loop(arms: &[(String, TokenStream)], path: &str) -> TokenStream {
     }
 }
 
-/// How an absent slot ends.
+/// What an absent, not required slot becomes.
 enum Absent {
-    /// A record error naming the field.
-    Missing,
     /// `None` (the slot holds the `Option` a nullable column carries).
     Null,
     /// An empty array or map.
     Empty,
+}
+
+/// When a field's key must come.
+enum Required {
+    /// Never: absent, it is [`Absent`].
+    No,
+    /// Always: it is required, and so is every object above it.
+    Always,
+    /// When the object it belongs to is present (this flag is set): the object is optional or
+    /// nullable, or lies below one that is (a required property of an optional object is required
+    /// when the object is present).
+    WhenPresent(proc_macro2::Ident),
 }
 
 /// One field's slot.
@@ -110,16 +120,29 @@ struct Slot {
     id: proc_macro2::Ident,
     path: String,
     absent: Absent,
+    required: Required,
 }
 
 impl Slot {
-    /// The field's value once the document is read.
+    /// The field's value once the document is read: an absent required key is a record error
+    /// naming it.
     fn finish(&self) -> TokenStream {
         let (id, path) = (&self.id, &self.path);
-        match self.absent {
-            Absent::Missing => quote!(#id.ok_or_else(|| rt::json_read::missing(#path))?),
-            Absent::Null => quote!(#id.flatten()),
-            Absent::Empty => quote!(#id.unwrap_or_default()),
+        let fallback = match self.absent {
+            Absent::Null => quote!(None),
+            Absent::Empty => quote!(::std::vec::Vec::new()),
+        };
+        match &self.required {
+            Required::Always => quote!(#id.ok_or_else(|| rt::json_read::missing(#path))?),
+            Required::WhenPresent(present) => quote!(match #id {
+                Some(value) => value,
+                None if #present => return Err(rt::json_read::missing(#path).into()),
+                None => #fallback,
+            }),
+            Required::No => match self.absent {
+                Absent::Null => quote!(#id.flatten()),
+                Absent::Empty => quote!(#id.unwrap_or_default()),
+            },
         }
     }
 }
@@ -131,18 +154,22 @@ struct Object {
     /// `(key, what to do with its value)`, in schema order.
     arms: Vec<(String, TokenStream)>,
     slots: Vec<Slot>,
+    /// The presence flags of the optional objects flattened into this one.
+    flags: Vec<proc_macro2::Ident>,
 }
 
 impl Object {
-    /// Adds `fields` (their columns prefixed with `prefix`, their paths with `path`); `optional`
-    /// says an enclosing object may be absent or null, which makes every field below optional.
+    /// Adds `fields` (their columns prefixed with `prefix`, their paths with `path`). `present`
+    /// is the presence flag of the nearest enclosing object that may be absent or null (`None`
+    /// when there is none): every field below such an object is optional, and its required ones
+    /// are required when the object is present.
     #[allow(clippy::too_many_arguments)]
     fn members(
         &mut self,
         fields: &[JField],
         prefix: &str,
         path: &str,
-        optional: bool,
+        present: Option<&proc_macro2::Ident>,
         live: &dyn Fn(&str) -> bool,
         fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
         enums: &mut Vec<Vec<String>>,
@@ -150,22 +177,49 @@ impl Object {
         for f in fields {
             let column = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
             let field_path = if path.is_empty() { f.key.clone() } else { format!("{path}.{}", f.key) };
-            let above = optional;
-            let optional = above || !f.required || matches!(f.ty, JType::Nullable(_));
-            // Only a key that is required all the way up may not be absent.
-            let must_come = f.required && !above;
+            let nullable = matches!(f.ty, JType::Nullable(_));
+            let optional = present.is_some() || !f.required || nullable;
+            let required = match (f.required, present) {
+                (false, _) => Required::No,
+                (true, None) => Required::Always,
+                (true, Some(flag)) => Required::WhenPresent(flag.clone()),
+            };
             match f.ty.non_null() {
                 JType::Object { fields: children, .. } => {
+                    // An object that must come whenever its parent does shares the parent's flag;
+                    // one that may be absent or null has a flag of its own.
+                    let own = (!f.required || nullable).then(|| fresh(&format!("present_{column}")));
+                    let flag = own.as_ref().or(present);
                     let mut inner = Object::default();
-                    inner.members(children, &column, &field_path, optional, live, fresh, enums);
+                    inner.members(children, &column, &field_path, flag, live, fresh, enums);
                     if inner.slots.is_empty() {
                         continue;
                     }
                     let body = key_loop(&inner.arms, &field_path);
+                    // A key that comes again replaces the object (the last one wins, as JSON
+                    // readers read it): what an earlier one set is cleared first.
+                    let clear_slots = inner.slots.iter().map(|s| &s.id);
+                    let clear_flags = inner.flags.iter();
+                    let arrive = match &own {
+                        Some(flag) => quote!(#flag = !doc.null(); if #flag #body),
+                        // A null object leaves its fields absent.
+                        None => quote!(if !doc.null() #body),
+                    };
                     self.decls.extend(inner.decls);
+                    if let Some(flag) = &own {
+                        self.decls.push(quote!(let mut #flag = false;));
+                        self.flags.push(flag.clone());
+                    }
+                    self.arms.push((
+                        f.key.clone(),
+                        quote!({
+                            #(#clear_slots = None;)*
+                            #(#clear_flags = false;)*
+                            #arrive
+                        }),
+                    ));
                     self.slots.extend(inner.slots);
-                    // A null object leaves its fields absent.
-                    self.arms.push((f.key.clone(), quote!(if !doc.null() #body)));
+                    self.flags.extend(inner.flags);
                 }
                 t if live(&column) => {
                     let id = fresh(&format!("slot_{column}"));
@@ -173,18 +227,17 @@ impl Object {
                     let (absent, store) = match t {
                         // ClickHouse has no Nullable(Array): null reads as empty.
                         JType::Array(_) | JType::Map(_) => (
-                            if must_come { Absent::Missing } else { Absent::Empty },
+                            Absent::Empty,
                             quote!(#id = Some(if doc.null() { ::std::vec::Vec::new() } else { #read });),
                         ),
-                        _ if optional => (
-                            if must_come { Absent::Missing } else { Absent::Null },
-                            quote!(#id = Some(if doc.null() { None } else { Some(#read) });),
-                        ),
-                        _ => (Absent::Missing, quote!(#id = Some(#read);)),
+                        _ if optional => {
+                            (Absent::Null, quote!(#id = Some(if doc.null() { None } else { Some(#read) });))
+                        }
+                        _ => (Absent::Null, quote!(#id = Some(#read);)),
                     };
                     self.decls.push(quote!(let mut #id = None;));
                     self.arms.push((f.key.clone(), quote!({ #store })));
-                    self.slots.push(Slot { column, id, path: field_path, absent });
+                    self.slots.push(Slot { column, id, path: field_path, absent, required });
                 }
                 _ => {}
             }
@@ -236,6 +289,7 @@ fn value(
         JType::Map(v) => {
             let value_path = format!("{path}{{}}");
             let v = value(v, &value_path, fresh, enums);
+            // A key that repeats keeps its last value, as JSON readers read it.
             quote!({
                 let mut entries = ::std::vec::Vec::new();
                 let mut seq = doc.begin_object(#path)?;
@@ -243,14 +297,15 @@ fn value(
                     let value = #v;
                     entries.push((key, value));
                 }
+                rt::json_read::last_key_wins(&mut entries);
                 entries
             })
         }
         JType::Object { name, fields } => {
             // A record inside a container: every field is built (the struct has them all).
             let mut object = Object::default();
-            object.members(fields, "", path, false, &|_| true, fresh, enums);
-            let Object { decls, arms, slots } = object;
+            object.members(fields, "", path, None, &|_| true, fresh, enums);
+            let Object { decls, arms, slots, .. } = object;
             let body = key_loop(&arms, path);
             let rec = RecordTy { name: name.clone(), fields: Vec::new() };
             let ident = record_ident(&rec);

@@ -9,7 +9,40 @@ pub mod ops;
 pub mod proto_read;
 pub mod rowbinary;
 
+use std::borrow::Cow;
+
 use crate::engine::errors::{RecordError, RecordErrorKind};
+
+/// Keeps the last entry of each key of a decoded map (Protobuf's rule when a key repeats, and
+/// JSON readers' such as Python's `json` and serde_json's), the
+/// kept entries in the order they came. Small maps are compared pairwise; larger ones go through
+/// a set, so that a hostile message cannot make this quadratic.
+pub fn last_key_wins<V>(entries: &mut Vec<(Cow<'_, str>, V)>) {
+    let n = entries.len();
+    let repeats = |i: usize| entries[i + 1..].iter().any(|(k, _)| *k == entries[i].0);
+    // The usual map has no repeated key: a small one is checked without allocating.
+    if n < 2 || (n <= 16 && !(0..n).any(repeats)) {
+        return;
+    }
+    let keep: Vec<bool> = if n <= 16 {
+        (0..n).map(|i| !repeats(i)).collect()
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        let mut keep = vec![false; n];
+        for (i, (k, _)) in entries.iter().enumerate().rev() {
+            keep[i] = seen.insert(&**k);
+        }
+        keep
+    };
+    if keep.iter().all(|k| *k) {
+        return;
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+}
 
 /// The shard hash: `xxHash64` with seed 0, as ClickHouse's `xxHash64()` computes it, over
 /// the value's little-endian bytes (integers) or its bytes (strings). A Distributed table

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 
+pub use super::last_key_wins;
 use crate::engine::errors::{RecordError, RecordErrorKind};
 
 /// Wire type 0: a varint.
@@ -437,36 +438,6 @@ impl<'a> Reader<'a> {
             ))
         }
     }
-}
-
-/// Keeps the last entry of each key of a decoded map (Protobuf's rule when a key repeats), the
-/// kept entries in the order they came. Small maps are compared pairwise; larger ones go through
-/// a set, so that a hostile message cannot make this quadratic.
-pub fn last_key_wins<V>(entries: &mut Vec<(Cow<'_, str>, V)>) {
-    let n = entries.len();
-    let repeats = |i: usize| entries[i + 1..].iter().any(|(k, _)| *k == entries[i].0);
-    // The usual map has no repeated key: a small one is checked without allocating.
-    if n < 2 || (n <= 16 && !(0..n).any(repeats)) {
-        return;
-    }
-    let keep: Vec<bool> = if n <= 16 {
-        (0..n).map(|i| !repeats(i)).collect()
-    } else {
-        let mut seen = std::collections::HashSet::with_capacity(n);
-        let mut keep = vec![false; n];
-        for (i, (k, _)) in entries.iter().enumerate().rev() {
-            keep[i] = seen.insert(&**k);
-        }
-        keep
-    };
-    if keep.iter().all(|k| *k) {
-        return;
-    }
-    let mut i = 0;
-    entries.retain(|_| {
-        i += 1;
-        keep[i - 1]
-    });
 }
 
 /// The map key's text: a string as it is, a number in decimal, a bool as `true`/`false`.
