@@ -349,7 +349,7 @@ messages the file defines); a construct without a mapping is rule E0609, with it
 | `enum` | `LowCardinality(String)`, the symbol's name; a number the enum does not define is a record error |
 | `google.protobuf.Timestamp` | `DateTime64(9, 'UTC')`; absent reads as 1970-01-01 (its fields' defaults) |
 | `google.protobuf.Int64Value` and the other wrappers | `Nullable(T)` of the wrapped type |
-| `optional T` (proto3 or proto2) | `Nullable(T)` |
+| `optional T` (proto3 or proto2) | `Nullable(T)`; of a message, every field (NULL when the message is absent); of a Timestamp, `Nullable(DateTime64(9, 'UTC'))` |
 | a member of a `oneof` | `Nullable(T)`; of a message member, every field; the last member to arrive is the one set |
 | `repeated T` | `Array(T)`, packed or not (both are read) |
 | `map<K, V>` | `Map(String, V)`; integer and bool keys become their text (`7`, `true`); a key that repeats keeps its last entry |
@@ -359,15 +359,25 @@ How messages are read:
 
 - A field without presence (proto3's plain fields, proto2 `required`) that is absent reads as its
   default: 0, `\"\"`, `false`, the enum's number 0 (proto2: its first value). An absent plain
-  message field reads as its fields' defaults.
+  message field (not `optional`, not in a oneof) reads as its fields' defaults, as proto3's
+  accessors show it; an absent `optional` or oneof message reads as NULL in every field.
 - Fields may come in any order; a field that repeats counts as Protobuf says (the last scalar
   wins, a message, Timestamp or wrapper is merged, a repeated field appends; a oneof member
   unsets the others, also one the chain does not read). A message that is a map's value and
-  comes twice within one entry is replaced, not merged. Field numbers the schema does not
-  know, and fields the chain never reads, are skipped by their wire type without being read.
-- A wire type that does not match the field's type, a length beyond the message, a string that
-  is not UTF-8, a truncated varint or an undefined enum number is a record error naming the
-  field (``field `items[].sku`: a string that is not UTF-8``).
+  comes twice within one entry is replaced, not merged.
+- Valid input, read as Google's parsers read it: unknown fields of every wire type are skipped,
+  groups (wire types 3 and 4, nested up to 100 deep) included; a known field number that
+  arrives with a wire type its type cannot have is an unknown field too (the field keeps its
+  value, a oneof its member); a repeated scalar may come packed, unpacked or both; fields the
+  chain never reads are skipped by their wire type without being read.
+- Record errors, each naming the field (``field `items[].sku`: a string that is not UTF-8``):
+  a length or fixed-size value beyond the end of its message, a varint that is truncated or
+  longer than 64 bits, field number 0 or above 2^29 - 1, wire type 6 or 7, an end-group tag
+  with no group open or closing another field's group, a group that never ends or nests more
+  than 100 deep, a string that is not UTF-8 in a field the chain reads (one it never reads is
+  skipped unchecked, where Google's parsers refuse the message under proto3), an enum
+  number the enum does not define (proto3 keeps it as a number, which a symbol column cannot
+  hold), a Timestamp outside 1677..2262 or with nanos outside 0..10^9.
 - Strings and bytes are borrowed from the message.
 - `wire: raw` (the default for Protobuf) is the bare message; `wire: confluent` is a magic byte,
   a 4-byte schema id and Confluent's message-index path (zig-zag varints; the single byte `0` for

@@ -183,7 +183,7 @@ fn protobuf_messages_become_typed_rows() {
     ids.sort_unstable();
     ids.dedup();
     assert!(ids.len() > 2900, "distinct records, not one repeated");
-    let (mut nulls, mut negative) = (0, 0);
+    let (mut nulls, mut negative, mut optional_absent) = (0, 0, 0);
     for row in &rows {
         let columns: Vec<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
@@ -221,7 +221,11 @@ fn protobuf_messages_become_typed_rows() {
                 "place_names",
                 "code",
                 "int32_min",
-                "plain_uint"
+                "plain_uint",
+                "o_item_sku",
+                "o_item_qty",
+                "o_item_price",
+                "o_at"
             ]
         );
         assert!(["KIND_UNSPECIFIED", "VIEW", "BUY"].contains(&text(row, "kind")));
@@ -231,12 +235,17 @@ fn protobuf_messages_become_typed_rows() {
         let set = [&row["url"], &row["place_lat"], &row["code"]].iter().filter(|v| !v.is_null()).count();
         assert!(set <= 1, "one oneof member at most: {row}");
         nulls += usize::from(row["maybe"].is_null());
+        // An `optional` message: all its columns NULL, or none but its own optional price.
+        let absent = ["o_item_sku", "o_item_qty"].iter().filter(|c| row[**c].is_null()).count();
+        assert!(absent == 0 || (absent == 2 && row["o_item_price"].is_null()), "{row}");
+        optional_absent += usize::from(absent == 2);
         negative += usize::from(int(row, "int32_min") < 0);
         for item in row["items"].as_array().unwrap() {
             assert!(item["sku"].is_string() && item["qty"].is_u64(), "{item}");
         }
     }
     assert!((500..2500).contains(&nulls), "wrappers are null and set: {nulls} null");
+    assert!((500..2500).contains(&optional_absent), "optional messages absent and present: {optional_absent} absent");
     assert!(negative > 0, "negative int32s (ten-byte varints) decode");
 }
 

@@ -13,7 +13,7 @@ pub mod compat;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
+use prost_reflect::{Cardinality, DescriptorPool, FieldDescriptor, Kind, MessageDescriptor, Syntax};
 
 use crate::Unsupported;
 
@@ -351,12 +351,15 @@ impl Walker {
             .containing_oneof()
             .filter(|o| !o.is_synthetic())
             .and_then(|o| f.parent_message().oneofs().position(|x| x.name() == o.name()));
-        // A message field always has presence on the wire, but only a oneof member's counts here:
-        // an absent plain message reads as its fields' defaults, as proto3 readers see it.
+        // A message field always has presence on the wire, but only one the schema marks counts
+        // here: a oneof member, or one declared `optional` (proto3's synthetic oneof, proto2's
+        // label). Its columns are Nullable, NULL when it is absent, as `optional T` is for every
+        // other T. An unmarked message (proto3's plain field, proto2's `required`) reads as its
+        // fields' defaults when absent, as proto3's generated accessors show it.
         let presence = !f.is_list()
             && !f.is_map()
             && match f.kind() {
-                Kind::Message(_) => oneof.is_some(),
+                Kind::Message(_) => oneof.is_some() || declared_optional(f),
                 _ => f.supports_presence(),
             };
         let ty = if f.is_map() {
@@ -492,4 +495,11 @@ fn references<E>(
         references(&referenced, get, imports, depth + 1)?;
     }
     Ok(())
+}
+
+/// Whether a singular field is declared `optional`: proto3's `optional` (which protoc records
+/// as a one-member synthetic oneof) or proto2's `optional` label.
+fn declared_optional(f: &FieldDescriptor) -> bool {
+    f.containing_oneof().is_some_and(|o| o.is_synthetic())
+        || (f.parent_file().syntax() == Syntax::Proto2 && f.cardinality() == Cardinality::Optional)
 }

@@ -195,6 +195,10 @@ impl Object {
                     if inner.slots.is_empty() {
                         continue;
                     }
+                    // The flag is kept only if a required field below reads it.
+                    let own = own.filter(|flag| {
+                        inner.slots.iter().any(|s| matches!(&s.required, Required::WhenPresent(f) if f == flag))
+                    });
                     let body = key_loop(&inner.arms, &field_path);
                     // A key that comes again replaces the object (the last one wins, as JSON
                     // readers read it): what an earlier one set is cleared first.

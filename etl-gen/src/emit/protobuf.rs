@@ -59,6 +59,10 @@ struct Cx<'c, F> {
 }
 
 /// The loop over a message's tags: each known number's action, anything else skipped.
+///
+/// A known number that arrives with a wire type its field cannot have is an unknown field, as
+/// Google's parsers treat it: skipped, the field left as it was (and a oneof's other members
+/// untouched). Hence each arm's guard on `wire`.
 fn tag_loop(arms: &[(u32, TokenStream)], reader: &Ident) -> TokenStream {
     if arms.is_empty() {
         // Nothing is wanted; the tags are still walked, so a malformed message is an error.
@@ -68,7 +72,7 @@ fn tag_loop(arms: &[(u32, TokenStream)], reader: &Ident) -> TokenStream {
     }
     let cases = arms.iter().map(|(n, action)| {
         let n = Literal::u32_unsuffixed(*n);
-        quote!(#n => #action,)
+        quote!(#n #action,)
     });
     quote!(while let Some((number, wire)) = #reader.tag()? {
         match number {
@@ -91,7 +95,8 @@ struct Slot {
 /// The slots and tag arms of one message, its nested messages flattened into it.
 #[derive(Default)]
 struct Message {
-    /// `(field number, what to do with its value)`, in schema order.
+    /// `(field number, what to do with its value)`, in schema order; each action a match arm's
+    /// guard and body (`if wire == ... => ...`).
     arms: Vec<(u32, TokenStream)>,
     slots: Vec<Slot>,
     /// What runs when this message arrives, if it sits below a field with presence: each field
@@ -168,7 +173,8 @@ impl Message {
                             PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #field_path, #so_far)?),
                             PType::Wrapper(s) => {
                                 let method = format_ident!("{}", s.name());
-                                quote!(#reader.wrapper(wire, #field_path, #so_far, rt::proto_read::Reader::#method)?)
+                                let element = element_wire(*s);
+                                quote!(#reader.wrapper(wire, #field_path, #so_far, #element, rt::proto_read::Reader::#method)?)
                             }
                             t => value(t, reader, &field_path, depth, cx),
                         };
@@ -199,8 +205,33 @@ impl Message {
                 .map(|(id, default)| quote!(#id = #default;))
                 .collect();
             let action = if clears.is_empty() { action.clone() } else { quote!({ #(#clears)* #action }) };
-            self.arms.push((*number, action));
+            let field = fields.iter().find(|f| f.number == *number).expect("an arm per field");
+            let guard = wire_guard(field);
+            self.arms.push((*number, quote!(#guard => #action)));
         }
+    }
+}
+
+/// The guard of a field's arm: the wire types it may arrive with. A repeated packable field
+/// takes both its element's and the packed form's, which `Reader::repeated` tells apart (and
+/// skips anything else).
+fn wire_guard(f: &PField) -> TokenStream {
+    match &f.ty {
+        PType::Scalar(s) if f.repeated && s.packable() => quote!(),
+        PType::Enum { .. } if f.repeated => quote!(),
+        t => {
+            let wire = value_wire(t);
+            quote!(if wire == #wire)
+        }
+    }
+}
+
+/// The wire type a single value of `t` arrives with.
+fn value_wire(t: &PType) -> TokenStream {
+    match t {
+        PType::Scalar(s) => element_wire(*s),
+        PType::Enum { .. } => quote!(rt::proto_read::VARINT),
+        PType::Timestamp | PType::Wrapper(_) | PType::Message { .. } | PType::Map { .. } => quote!(rt::proto_read::LEN),
     }
 }
 
@@ -296,6 +327,7 @@ fn map_entry<F: FnMut(&str) -> Ident>(
     let key_default = scalar_default(key);
     let value_path = format!("{path}{{}}");
     let read = value(value_ty, &entry, &value_path, depth + 1, cx);
+    let (key_wire, value_wire) = (element_wire(key), value_wire(value_ty));
     let (value_default, store, finish) = match value_ty {
         // A message value is built when it comes, or from no bytes when it does not.
         PType::Message { .. } => {
@@ -310,8 +342,8 @@ fn map_entry<F: FnMut(&str) -> Ident>(
         let mut value = #value_default;
         while let Some((number, wire)) = #entry.tag()? {
             match number {
-                1 => key = #entry.#key_method(wire, #path)?,
-                2 => value = #store,
+                1 if wire == #key_wire => key = #entry.#key_method(wire, #path)?,
+                2 if wire == #value_wire => value = #store,
                 _ => #entry.skip(wire)?,
             }
         }
@@ -353,7 +385,8 @@ fn value<F: FnMut(&str) -> Ident>(
         PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #path, 0)?),
         PType::Wrapper(s) => {
             let method = format_ident!("{}", s.name());
-            quote!(Some(#reader.wrapper(wire, #path, Default::default(), rt::proto_read::Reader::#method)?))
+            let element = element_wire(*s);
+            quote!(Some(#reader.wrapper(wire, #path, Default::default(), #element, rt::proto_read::Reader::#method)?))
         }
         PType::Message { fields, .. } => {
             let sub = format_ident!("m{}", depth + 1);

@@ -18,8 +18,14 @@ pub const VARINT: u8 = 0;
 pub const I64: u8 = 1;
 /// Wire type 2: a length, then that many bytes.
 pub const LEN: u8 = 2;
+/// Wire type 3: the start of a (deprecated, proto2) group, which ends at wire type 4.
+pub const START_GROUP: u8 = 3;
+/// Wire type 4: the end of a group.
+pub const END_GROUP: u8 = 4;
 /// Wire type 5: four bytes.
 pub const I32: u8 = 5;
+/// How deep groups may nest before a message is refused (Google's default recursion limit).
+const MAX_GROUP_DEPTH: u32 = 100;
 
 /// Why a message did not decode: what was wrong, in which field, at which byte.
 ///
@@ -80,12 +86,15 @@ pub struct Reader<'a> {
     pos: usize,
     /// Where `buf` starts in the whole payload, for error positions.
     base: usize,
+    /// The number of the last tag read, so that [`Reader::skip`] knows which end-group tag
+    /// closes a group.
+    number: u32,
 }
 
 impl<'a> Reader<'a> {
     /// A reader of the message `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0, base: 0 }
+        Reader { buf, pos: 0, base: 0, number: 0 }
     }
 
     #[cold]
@@ -179,18 +188,47 @@ impl<'a> Reader<'a> {
         if number == 0 || number > u64::from(u32::MAX >> 3) {
             return Err(self.error("a field number outside 1..2^29", ""));
         }
-        Ok(Some((number as u32, (tag & 7) as u8)))
+        self.number = number as u32;
+        Ok(Some((self.number, (tag & 7) as u8)))
     }
 
-    /// Reads past one value of wire type `wire` (a field the decoder does not want).
+    /// Reads past one value of wire type `wire` (a field the decoder does not want), the one
+    /// whose tag [`Reader::tag`] returned last.
+    ///
+    /// Every wire type is skipped, the deprecated groups (3 and 4) included: an unknown field
+    /// is valid Protobuf whatever its wire type, and Google's parsers keep or skip it. An end
+    /// group (4) with no group open is malformed, as is a group that never ends or whose end
+    /// tag names another field.
     pub fn skip(&mut self, wire: u8) -> Result<(), ProtoError> {
         match wire {
             VARINT => self.varint("").map(drop),
             I64 => self.fixed::<8>("").map(drop),
             LEN => self.delimited("").map(drop),
             I32 => self.fixed::<4>("").map(drop),
-            3 | 4 => Err(self.error("a proto2 group, which etl-rs does not read", "")),
+            START_GROUP => self.skip_group(self.number, 0),
+            END_GROUP => Err(self.error("an end-group tag with no group open", "")),
             _ => Err(self.error("an invalid wire type", "")),
+        }
+    }
+
+    /// Reads past the fields of group `number` up to and including its end-group tag.
+    /// Groups nest; the depth is bounded as Google's parsers bound it (100), so that a hostile
+    /// message cannot exhaust the stack.
+    #[cold]
+    fn skip_group(&mut self, number: u32, depth: u32) -> Result<(), ProtoError> {
+        if depth >= MAX_GROUP_DEPTH {
+            return Err(self.error("groups nested more than 100 deep", ""));
+        }
+        loop {
+            let Some((inner, wire)) = self.tag()? else {
+                return Err(self.error("the message ends inside a group", ""));
+            };
+            match wire {
+                END_GROUP if inner == number => return Ok(()),
+                END_GROUP => return Err(self.error("an end-group tag that closes another field's group", "")),
+                START_GROUP => self.skip_group(inner, depth + 1)?,
+                _ => self.skip(wire)?,
+            }
         }
     }
 
@@ -310,7 +348,7 @@ impl<'a> Reader<'a> {
     pub fn message(&mut self, wire: u8, field: &'static str) -> Result<Reader<'a>, ProtoError> {
         self.expect(wire, LEN, field)?;
         let bytes = self.delimited(field)?;
-        Ok(Reader { buf: bytes, pos: 0, base: self.base + self.pos - bytes.len() })
+        Ok(Reader { buf: bytes, pos: 0, base: self.base + self.pos - bytes.len(), number: 0 })
     }
 
     /// An enum: its number, mapped to a symbol index by `symbol` (the generated match). A
@@ -346,8 +384,8 @@ impl<'a> Reader<'a> {
         }
         while let Some((number, wire)) = m.tag()? {
             match number {
-                1 => seconds = m.int64(wire, field)?,
-                2 => nanos = m.int32(wire, field)?,
+                1 if wire == VARINT => seconds = m.int64(wire, field)?,
+                2 if wire == VARINT => nanos = m.int32(wire, field)?,
                 _ => m.skip(wire)?,
             }
         }
@@ -360,20 +398,22 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.error("a Timestamp outside DateTime64(9)'s range (1677..2262)", field))
     }
 
-    /// A wrapper (`google.protobuf.Int64Value`, ...): its field 1, read by `read`, merged into
-    /// `so_far` (an earlier occurrence's value, or the default): absent, it keeps that value.
+    /// A wrapper (`google.protobuf.Int64Value`, ...): its field 1 (wire type `element`), read
+    /// by `read`, merged into `so_far` (an earlier occurrence's value, or the default): absent,
+    /// it keeps that value.
     pub fn wrapper<T>(
         &mut self,
         wire: u8,
         field: &'static str,
         so_far: T,
+        element: u8,
         read: impl Fn(&mut Reader<'a>, u8, &'static str) -> Result<T, ProtoError>,
     ) -> Result<T, ProtoError> {
         let mut m = self.message(wire, field)?;
         let mut value = so_far;
         while let Some((number, wire)) = m.tag()? {
             match number {
-                1 => value = read(&mut m, wire, field)?,
+                1 if wire == element => value = read(&mut m, wire, field)?,
                 _ => m.skip(wire)?,
             }
         }
@@ -381,7 +421,8 @@ impl<'a> Reader<'a> {
     }
 
     /// One occurrence of a repeated scalar field: packed (wire type 2, many values) or not (the
-    /// element's own wire type `element`, one value). Writers may use either; both are accepted.
+    /// element's own wire type `element`, one value). Writers may use either; both are accepted,
+    /// and any other wire type is an unknown field, skipped.
     #[inline]
     pub fn repeated<T>(
         &mut self,
@@ -397,9 +438,12 @@ impl<'a> Reader<'a> {
                 out.push(read(&mut packed, element, field)?);
             }
             Ok(())
-        } else {
+        } else if wire == element {
             out.push(read(self, wire, field)?);
             Ok(())
+        } else {
+            // Another wire type: an unknown field, as Google's parsers read it.
+            self.skip(wire)
         }
     }
 
