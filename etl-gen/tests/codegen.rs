@@ -115,8 +115,20 @@ fn int(row: &Value, key: &str) -> i64 {
     row[key].as_i64().unwrap_or_else(|| panic!("`{key}` is an integer in {row}"))
 }
 
+/// A float column: a number, or NaN and the infinities as the file sink writes them.
 fn float(row: &Value, key: &str) -> f64 {
-    row[key].as_f64().unwrap_or_else(|| panic!("`{key}` is a number in {row}"))
+    match &row[key] {
+        Value::String(s) if s == "nan" => f64::NAN,
+        Value::String(s) if s == "inf" => f64::INFINITY,
+        Value::String(s) if s == "-inf" => f64::NEG_INFINITY,
+        v => v.as_f64().unwrap_or_else(|| panic!("`{key}` is a number in {row}")),
+    }
+}
+
+/// Whether two floats agree: equal (NaN with NaN, an infinity with itself) or within a relative
+/// 1e-12.
+fn close(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-12 * a.abs().max(1.0)
 }
 
 fn text<'a>(row: &'a Value, key: &str) -> &'a str {
@@ -134,7 +146,8 @@ fn json_documents_become_typed_rows() {
     let mut ids: Vec<i64> = rows.iter().map(|r| int(r, "id")).collect();
     ids.sort_unstable();
     ids.dedup();
-    assert!(ids.len() > 2900, "distinct records, not one repeated");
+    // Datagen gives edge values (i64::MIN, 0, -1, ...) to one value in eight.
+    assert!(ids.len() > 2500, "distinct records, not one repeated");
     for row in &rows {
         let object = row.as_object().unwrap();
         let columns: Vec<&str> = object.keys().map(String::as_str).collect();
@@ -165,7 +178,7 @@ fn json_documents_become_typed_rows() {
         assert!(["a", "b", "c"].contains(&text(row, "kind")));
         assert!(text(row, "at").ends_with('Z') && text(row, "at").len() == 27, "DateTime64(6): {row}");
         assert_eq!(text(row, "day").len(), 10);
-        assert!(row["geo_lat"].is_f64());
+        assert!(row["geo_lat"].is_number(), "{row}");
         for item in row["items"].as_array().unwrap() {
             assert!(item["sku"].is_string() && (item["qty"].is_i64() || item["qty"].is_null()), "{item}");
         }
@@ -182,7 +195,8 @@ fn protobuf_messages_become_typed_rows() {
     let mut ids: Vec<i64> = rows.iter().map(|r| int(r, "id")).collect();
     ids.sort_unstable();
     ids.dedup();
-    assert!(ids.len() > 2900, "distinct records, not one repeated");
+    // Datagen gives edge values (i64::MIN, 0, -1, ...) to one value in eight.
+    assert!(ids.len() > 2500, "distinct records, not one repeated");
     let (mut nulls, mut negative, mut optional_absent) = (0, 0, 0);
     for row in &rows {
         let columns: Vec<&str> = row.as_object().unwrap().keys().map(String::as_str).collect();
@@ -261,7 +275,7 @@ fn kitchen_sink_computes_what_the_expressions_say() {
         assert_ne!(text(row, "region"), "APAC", "filtered out");
         assert_ne!(small % 7, 3, "filtered out");
         assert_eq!(int(row, "sum"), id + small);
-        assert!((float(row, "half") - float(row, "ratio") / 2.0).abs() < 1e-9);
+        assert!(close(float(row, "half"), float(row, "ratio") / 2.0), "{row}");
         assert_eq!(text(row, "lname"), text(row, "name").to_lowercase());
         assert_eq!(int(row, "n_tags"), row["tags"].as_array().unwrap().len() as i64);
         assert_eq!(row["has_maybe"].as_bool().unwrap(), !row["maybe"].is_null());
@@ -271,7 +285,7 @@ fn kitchen_sink_computes_what_the_expressions_say() {
             None => assert!(row["plus_n"].is_null(), "arithmetic with null is null"),
         }
         assert_eq!(int(row, "neg"), -small);
-        assert!((float(row, "absd") - float(row, "price").abs()).abs() < 1e-9);
+        assert!(close(float(row, "absd"), float(row, "price").abs()), "{row}");
         assert_eq!(text(row, "cat"), format!("{}-{}", text(row, "name"), text(row, "region")));
         assert_eq!(row["big"].as_bool().unwrap(), float(row, "price") > 0.0 || row["flag"].as_bool().unwrap());
         // Timestamps are RFC 3339 in the file; `ts + 1000` is its millisecond count + 1000.

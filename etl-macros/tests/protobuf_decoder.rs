@@ -87,10 +87,6 @@ fn is_wrapper(m: &MessageDescriptor) -> bool {
     m.full_name().starts_with("google.protobuf.") && m.full_name().ends_with("Value")
 }
 
-fn in_oneof(f: &FieldDescriptor) -> bool {
-    f.containing_oneof().is_some_and(|o| !o.is_synthetic())
-}
-
 /// A message field whose absence is NULL: a oneof member or one declared `optional`.
 fn nullable_message(f: &FieldDescriptor) -> bool {
     f.containing_oneof().is_some()

@@ -1,5 +1,5 @@
 //! NDJSON values as `sink.file` writes them (docs/configuration.md, `sink.file`): timestamps as RFC 3339 UTC, dates
-//! as `YYYY-MM-DD`, decimals and UUIDs as strings, non-finite floats as null.
+//! as `YYYY-MM-DD`, decimals and UUIDs as strings, non-finite floats as the strings `nan`, `inf`, `-inf`.
 
 use std::io::Write as _;
 
@@ -50,13 +50,20 @@ pub fn uint(buf: &mut Vec<u8>, v: u64) {
     buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
-/// A float; NaN and infinities have no JSON form and are written as null.
+/// A float. NaN and the infinities have no JSON number form; they are written as the strings
+/// `"nan"`, `"inf"` and `"-inf"`, as ClickHouse writes them with
+/// `output_format_json_quote_denormals` (and reads them back in `JSONEachRow`), so a row
+/// keeps them apart from NULL.
 #[inline]
 pub fn float(buf: &mut Vec<u8>, v: f64) {
     if v.is_finite() {
         let _ = write!(buf, "{v}");
+    } else if v.is_nan() {
+        buf.extend_from_slice(b"\"nan\"");
+    } else if v > 0.0 {
+        buf.extend_from_slice(b"\"inf\"");
     } else {
-        buf.extend_from_slice(b"null");
+        buf.extend_from_slice(b"\"-inf\"");
     }
 }
 
@@ -135,7 +142,8 @@ mod tests {
         assert_eq!(with(|b| date(b, 19_782)), "\"2024-02-29\"");
         assert_eq!(with(|b| decimal(b, -12345, 2)), "\"-123.45\"");
         assert_eq!(with(|b| decimal(b, 5, 3)), "\"0.005\"");
-        assert_eq!(with(|b| float(b, f64::NAN)), "null");
+        assert_eq!(with(|b| float(b, f64::NAN)), "\"nan\"");
+        assert_eq!(with(|b| float(b, f64::NEG_INFINITY)), "\"-inf\"");
         assert_eq!(with(|b| float(b, 2.5)), "2.5");
         assert_eq!(
             with(|b| uuid(b, 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef)),

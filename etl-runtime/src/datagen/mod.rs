@@ -165,7 +165,7 @@ impl Lane for DatagenLane {
                 return None;
             }
         }
-        let value = random_value(&self.schema, &self.names, &mut self.rng, 0);
+        let value = random_value(&self.schema, &self.names, &mut self.rng, 0, Policy::of(self.encoding));
         self.buffer.clear();
         if let Err(error) = encode(&self.schema, &self.names, value, self.encoding, self.wire, &mut self.buffer) {
             return Some(Err(SourceError::fatal(format!("datagen could not encode a datum: {error}"))));
@@ -325,8 +325,85 @@ fn json_value(schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) {
 /// recursive schemas terminate.
 const MAX_DEPTH: usize = 8;
 
+/// One value in this many is an edge value (an integer width's minimum or maximum, an empty,
+/// long or non-ASCII string, a non-finite float, a far timestamp); the rest look like ordinary
+/// data, so that the bench and the soak measure realistic rows.
+const EDGE_ONE_IN: u32 = 8;
+
+/// The earliest and latest instants every timestamp mapping holds (`DateTime64(3|6|9)` and
+/// `Date32`: 1900-01-01 to 2261-12-31), in seconds since the epoch.
+const EARLIEST_SECOND: i64 = -2_208_988_800;
+const LATEST_SECOND: i64 = 9_183_110_399;
+
+/// What random values may be, by the encoding they are written in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    /// Whether floats may be NaN or infinite: not in JSON, which has no such numbers.
+    pub(crate) non_finite: bool,
+}
+
+impl Policy {
+    /// The policy of `encoding`: its mapping's NaN and infinity rules.
+    pub(crate) fn of(encoding: Encoding) -> Self {
+        Policy { non_finite: encoding != Encoding::Json }
+    }
+}
+
+fn edge(rng: &mut StdRng) -> bool {
+    rng.random_ratio(1, EDGE_ONE_IN)
+}
+
+/// Characters that stress readers and writers: quotes and backslashes (escaped in JSON), control
+/// characters, the separators JavaScript treats as line ends, a byte-order mark, two- three- and
+/// four-byte UTF-8 (the last a surrogate pair in JSON's `\u` form).
+const AWKWARD: &[char] = &[
+    '"',
+    '\\',
+    '/',
+    '\u{0}',
+    '\u{1}',
+    '\t',
+    '\n',
+    '\r',
+    '\u{1f}',
+    '\u{7f}',
+    '\u{80}',
+    'é',
+    'ß',
+    '\u{2028}',
+    '\u{2029}',
+    '\u{feff}',
+    '€',
+    '中',
+    '\u{fffd}',
+    '\u{ffff}',
+    '😀',
+    '\u{10ffff}',
+];
+
 fn random_string(rng: &mut StdRng, max: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    if edge(rng) {
+        return match rng.random_range(0..4) {
+            0 => String::new(),
+            // Long: past every small-string and one-byte-length fast path.
+            1 => (0..rng.random_range(128..2_048))
+                .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+                .collect(),
+            // Awkward characters only.
+            2 => (0..rng.random_range(1..=max)).map(|_| AWKWARD[rng.random_range(0..AWKWARD.len())]).collect(),
+            // Any scalar value, ASCII mixed in.
+            _ => (0..rng.random_range(1..=max))
+                .map(|_| {
+                    if rng.random_bool(0.3) {
+                        ALPHABET[rng.random_range(0..ALPHABET.len())] as char
+                    } else {
+                        rng.random::<char>()
+                    }
+                })
+                .collect(),
+        };
+    }
     let len = rng.random_range(1..=max);
     (0..len).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
 }
@@ -335,27 +412,89 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A random value of `schema`; `names` resolves references to named types.
-pub(crate) fn random_value(schema: &Schema, names: &HashMap<Name, Schema>, rng: &mut StdRng, depth: usize) -> Value {
+/// An instant in milliseconds: within the last day mostly, sometimes anywhere in
+/// 1900-01-01..2261-12-31 (its ends included).
+fn random_ms(rng: &mut StdRng) -> i64 {
+    if !edge(rng) {
+        return now_ms() - rng.random_range(0..86_400_000);
+    }
+    match rng.random_range(0..4) {
+        0 => EARLIEST_SECOND * 1_000,
+        1 => LATEST_SECOND * 1_000 + 999,
+        2 => rng.random_range(-1_000..1_000),
+        _ => rng.random_range(EARLIEST_SECOND * 1_000..=LATEST_SECOND * 1_000 + 999),
+    }
+}
+
+/// An integer of `bits` bits (32 or 64): small mostly, sometimes the width's minimum, maximum,
+/// 0, -1, or anything in it.
+fn random_int(rng: &mut StdRng, bits: u32, usual: std::ops::RangeInclusive<i64>) -> i64 {
+    if !edge(rng) {
+        return rng.random_range(usual);
+    }
+    let (min, max) = if bits == 32 { (i64::from(i32::MIN), i64::from(i32::MAX)) } else { (i64::MIN, i64::MAX) };
+    match rng.random_range(0..6) {
+        0 => min,
+        1 => max,
+        2 => 0,
+        3 => -1,
+        4 => min + 1,
+        _ => rng.random_range(min..=max),
+    }
+}
+
+/// A float: ordinary mostly, sometimes an edge (±0, the smallest subnormal, the largest finite
+/// value, and where `policy` allows NaN and the infinities).
+fn random_float(rng: &mut StdRng, policy: Policy, min_positive: f64, max: f64) -> f64 {
+    if !edge(rng) {
+        return rng.random_range(-1_000.0..1_000.0);
+    }
+    let finite = [0.0, -0.0, min_positive, -min_positive, max, -max, 1e-7, 123_456_789.125];
+    let all = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+    let i = rng.random_range(0..finite.len() + if policy.non_finite { all.len() } else { 0 });
+    finite.get(i).copied().unwrap_or_else(|| all[i - finite.len()])
+}
+
+/// How many elements an array or map gets: a few mostly, sometimes none or many.
+fn random_len(rng: &mut StdRng, deep: bool) -> usize {
+    if deep {
+        0
+    } else if edge(rng) {
+        [0, 1, rng.random_range(16..64)][rng.random_range(0..3)]
+    } else {
+        rng.random_range(0..4)
+    }
+}
+
+/// A random value of `schema`; `names` resolves references to named types, `policy` says what
+/// the encoding can carry.
+pub(crate) fn random_value(
+    schema: &Schema,
+    names: &HashMap<Name, Schema>,
+    rng: &mut StdRng,
+    depth: usize,
+    policy: Policy,
+) -> Value {
     let deep = depth >= MAX_DEPTH;
+    let inner = |schema: &Schema, rng: &mut StdRng| random_value(schema, names, rng, depth + 1, policy);
     match schema {
         Schema::Null => Value::Null,
         Schema::Boolean => Value::Boolean(rng.random_bool(0.5)),
-        Schema::Int => Value::Int(rng.random_range(-1_000..=1_000_000)),
-        Schema::Long => Value::Long(rng.random_range(-1_000..=1_000_000_000)),
-        Schema::Float => Value::Float(rng.random_range(-1_000.0..1_000.0)),
-        Schema::Double => Value::Double(rng.random_range(-1_000.0..1_000.0)),
-        Schema::Bytes => Value::Bytes((0..rng.random_range(0..16)).map(|_| rng.random()).collect()),
+        Schema::Int => Value::Int(random_int(rng, 32, -1_000..=1_000_000) as i32),
+        Schema::Long => Value::Long(random_int(rng, 64, -1_000..=1_000_000_000)),
+        Schema::Float => {
+            Value::Float(random_float(rng, policy, f64::from(f32::from_bits(1)), f64::from(f32::MAX)) as f32)
+        }
+        Schema::Double => Value::Double(random_float(rng, policy, f64::from_bits(1), f64::MAX)),
+        Schema::Bytes => Value::Bytes((0..random_len(rng, false) * 4).map(|_| rng.random()).collect()),
         Schema::String => Value::String(random_string(rng, 12)),
         Schema::Array(array) => {
-            let len = if deep { 0 } else { rng.random_range(0..4) };
-            Value::Array((0..len).map(|_| random_value(&array.items, names, rng, depth + 1)).collect())
+            let len = random_len(rng, deep);
+            Value::Array((0..len).map(|_| inner(&array.items, rng)).collect())
         }
         Schema::Map(map) => {
-            let len = if deep { 0 } else { rng.random_range(0..4) };
-            Value::Map(
-                (0..len).map(|_| (random_string(rng, 8), random_value(&map.types, names, rng, depth + 1))).collect(),
-            )
+            let len = random_len(rng, deep);
+            Value::Map((0..len).map(|_| (random_string(rng, 8), inner(&map.types, rng))).collect())
         }
         Schema::Union(union) => {
             let variants = union.variants();
@@ -364,56 +503,77 @@ pub(crate) fn random_value(schema: &Schema, names: &HashMap<Name, Schema>, rng: 
                 Some(null) if deep => null,
                 _ => rng.random_range(0..variants.len()),
             };
-            Value::Union(index as u32, Box::new(random_value(&variants[index], names, rng, depth + 1)))
+            Value::Union(index as u32, Box::new(inner(&variants[index], rng)))
         }
-        Schema::Record(record) => Value::Record(
-            record.fields.iter().map(|f| (f.name.clone(), random_value(&f.schema, names, rng, depth + 1))).collect(),
-        ),
+        Schema::Record(record) => {
+            Value::Record(record.fields.iter().map(|f| (f.name.clone(), inner(&f.schema, rng))).collect())
+        }
         Schema::Enum(e) => {
             let index = rng.random_range(0..e.symbols.len());
             Value::Enum(index as u32, e.symbols[index].clone())
         }
         Schema::Fixed(fixed) => Value::Fixed(fixed.size, (0..fixed.size).map(|_| rng.random()).collect()),
         Schema::Decimal(decimal) => {
-            let digits = decimal.precision.clamp(1, 18) as u32;
-            let bound = 10i64.pow(digits) - 1;
-            let unscaled: i64 = rng.random_range(-bound..=bound);
+            // Up to the precision's every digit (38 at most, an i128), the size of a fixed
+            // permitting.
+            let fits = match &*decimal.inner {
+                Schema::Fixed(fixed) => ((fixed.size * 8 - 1) as f64 * std::f64::consts::LOG10_2) as usize,
+                _ => 38,
+            };
+            let digits = decimal.precision.clamp(1, 38).min(fits) as u32;
+            let bound = 10i128.pow(digits) - 1;
+            let unscaled: i128 = if edge(rng) {
+                [bound, -bound, 0, 1, -1][rng.random_range(0..5)]
+            } else {
+                rng.random_range(-bound.min(999_999_999)..=bound.min(999_999_999))
+            };
+            let be = unscaled.to_be_bytes();
             let bytes = match &*decimal.inner {
                 Schema::Fixed(fixed) => {
                     let fill = if unscaled < 0 { 0xFF } else { 0 };
-                    let be = unscaled.to_be_bytes();
-                    let mut out = vec![fill; fixed.size.saturating_sub(8)];
-                    out.extend_from_slice(&be[8usize.saturating_sub(fixed.size)..]);
+                    let mut out = vec![fill; fixed.size.saturating_sub(16)];
+                    out.extend_from_slice(&be[16usize.saturating_sub(fixed.size)..]);
                     out
                 }
-                _ => unscaled.to_be_bytes().to_vec(),
+                // The shortest two's-complement form, as writers send it.
+                _ => {
+                    let skip = be
+                        .windows(2)
+                        .take_while(|w| (w[0] == 0 && w[1] < 0x80) || (w[0] == 0xFF && w[1] >= 0x80))
+                        .count();
+                    be[skip..].to_vec()
+                }
             };
             Value::Decimal(apache_avro::Decimal::from(bytes))
         }
         Schema::BigDecimal => {
             Value::BigDecimal(apache_avro::BigDecimal::from(rng.random_range(-1_000_000i64..1_000_000)))
         }
-        Schema::Uuid => Value::Uuid(apache_avro::Uuid::from_bytes(rng.random())),
-        Schema::Date => Value::Date(rng.random_range(0..25_000)),
+        Schema::Uuid => Value::Uuid(apache_avro::Uuid::from_bytes(if edge(rng) {
+            [[0; 16], [0xFF; 16]][rng.random_range(0..2)]
+        } else {
+            rng.random()
+        })),
+        Schema::Date => Value::Date(if edge(rng) {
+            [(EARLIEST_SECOND / 86_400) as i32, (LATEST_SECOND / 86_400) as i32, -1, 0][rng.random_range(0..4)]
+        } else {
+            rng.random_range(0..25_000)
+        }),
         Schema::TimeMillis => Value::TimeMillis(rng.random_range(0..86_400_000)),
         Schema::TimeMicros => Value::TimeMicros(rng.random_range(0..86_400_000_000)),
-        Schema::TimestampMillis => Value::TimestampMillis(now_ms() - rng.random_range(0..86_400_000)),
-        Schema::TimestampMicros => Value::TimestampMicros((now_ms() - rng.random_range(0..86_400_000)) * 1_000),
-        Schema::TimestampNanos => Value::TimestampNanos((now_ms() - rng.random_range(0..86_400_000)) * 1_000_000),
-        Schema::LocalTimestampMillis => Value::LocalTimestampMillis(now_ms() - rng.random_range(0..86_400_000)),
-        Schema::LocalTimestampMicros => {
-            Value::LocalTimestampMicros((now_ms() - rng.random_range(0..86_400_000)) * 1_000)
-        }
-        Schema::LocalTimestampNanos => {
-            Value::LocalTimestampNanos((now_ms() - rng.random_range(0..86_400_000)) * 1_000_000)
-        }
+        Schema::TimestampMillis => Value::TimestampMillis(random_ms(rng)),
+        Schema::TimestampMicros => Value::TimestampMicros(random_ms(rng) * 1_000 + rng.random_range(0..1_000)),
+        Schema::TimestampNanos => Value::TimestampNanos(random_ms(rng) * 1_000_000 + rng.random_range(0..1_000_000)),
+        Schema::LocalTimestampMillis => Value::LocalTimestampMillis(random_ms(rng)),
+        Schema::LocalTimestampMicros => Value::LocalTimestampMicros(random_ms(rng) * 1_000),
+        Schema::LocalTimestampNanos => Value::LocalTimestampNanos(random_ms(rng) * 1_000_000),
         Schema::Duration => Value::Duration(apache_avro::Duration::new(
             apache_avro::Months::new(rng.random_range(0..24)),
             apache_avro::Days::new(rng.random_range(0..31)),
             apache_avro::Millis::new(rng.random_range(0..86_400_000)),
         )),
         Schema::Ref { name } => match names.get(name) {
-            Some(schema) => random_value(schema, names, rng, depth + 1),
+            Some(schema) => random_value(schema, names, rng, depth + 1, policy),
             None => Value::Null,
         },
     }
