@@ -278,8 +278,10 @@ const TYPES: &str = "
 | `string`, `bytes` | `String` |
 | `enum` | `LowCardinality(String)` |
 | `[\"null\", T]` | `Nullable(T)` |
-| `array<T>` / `map<T>` | `Array(T)` / `Map(String, T)` |
+| `array<T>` / `map<T>` | `Array(T)` / `Map(String, T)`; a key written twice keeps its last value |
+| `[\"null\", array<T>]` / `[\"null\", map<T>]` | `Array(T)` / `Map(String, T)`: null reads as empty (ClickHouse has no `Nullable(Array)`) |
 | record (nested) | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
+| `[\"null\", record]` | flattened into `Nullable` columns, all NULL (arrays and maps empty) when the record is null; inside an array or map it is refused (no `Nullable(Tuple)`: drop `null` from the element's union) |
 | `timestamp-millis` / `timestamp-micros` | `DateTime64(3, 'UTC')` / `DateTime64(6, 'UTC')` |
 | `date` | `Date32` |
 | `decimal(p, s)`, p ≤ 38 | `Decimal(p, s)` |

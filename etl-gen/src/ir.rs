@@ -226,28 +226,62 @@ pub(crate) enum DecodeNode {
         column: String,
         /// The Avro type, which decides how bytes are read.
         avro: AvroType,
+        /// Whether it lies below a nullable record, which makes its column Nullable (its value
+        /// is wrapped in `Some` when the record is there).
+        below_null: bool,
     },
     /// A nested record: its fields are read in order and flattened.
-    Nested(Vec<DecodeNode>),
+    Nested {
+        /// Its fields.
+        children: Vec<DecodeNode>,
+        /// For `["null", record]`, the null branch's index: the union index is read first, and
+        /// when it is null every column below is NULL (arrays and maps empty).
+        null_index: Option<u8>,
+    },
 }
 
 /// The input row of a schema and the read plan that produces it.
 pub(crate) fn input_row(schema: &RecordType) -> (Vec<Column>, Vec<DecodeNode>) {
     let mut columns = Vec::new();
-    let nodes = flatten(&schema.fields, "", &mut columns);
+    let nodes = flatten(&schema.fields, "", false, &mut columns);
     (columns, nodes)
 }
 
-fn flatten(fields: &[crate::schema::Field], prefix: &str, columns: &mut Vec<Column>) -> Vec<DecodeNode> {
+/// The columns and read plan of `fields`; `below_null` says a nullable record lies above them.
+///
+/// A nullable record (`["null", record]`) is flattened like any record, its columns Nullable, as
+/// JSON's optional objects and Protobuf's optional messages are: ClickHouse has no
+/// `Nullable(Tuple)`.
+fn flatten(
+    fields: &[crate::schema::Field],
+    prefix: &str,
+    below_null: bool,
+    columns: &mut Vec<Column>,
+) -> Vec<DecodeNode> {
     fields
         .iter()
         .map(|f| {
             let name = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
             match &f.ty {
-                AvroType::Record(r) => DecodeNode::Nested(flatten(&r.fields, &name, columns)),
+                AvroType::Record(r) => {
+                    DecodeNode::Nested { children: flatten(&r.fields, &name, below_null, columns), null_index: None }
+                }
+                AvroType::Nullable { inner, null_index } if matches!(**inner, AvroType::Record(_)) => {
+                    let AvroType::Record(r) = &**inner else { unreachable!("matched a record") };
+                    DecodeNode::Nested {
+                        children: flatten(&r.fields, &name, true, columns),
+                        null_index: Some(*null_index),
+                    }
+                }
                 other => {
-                    columns.push(Column { name: name.clone(), ty: ty_of(other) });
-                    DecodeNode::Leaf { column: name, avro: other.clone() }
+                    let ty = ty_of(other);
+                    let ty = match ty {
+                        Ty::Nullable(_) | Ty::Array(_) | Ty::Map(_) => ty,
+                        ty if below_null => Ty::Nullable(Box::new(ty)),
+                        ty => ty,
+                    };
+                    columns.push(Column { name: name.clone(), ty });
+                    DecodeNode::Leaf { column: name, avro: other.clone(), below_null }
                 }
             }
         })
@@ -267,10 +301,13 @@ pub(crate) fn ty_of(avro: &AvroType) -> Ty {
         AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
         AvroType::Array(t) => Ty::Array(Box::new(ty_of(t))),
         AvroType::Map(t) => Ty::Map(Box::new(ty_of(t))),
+        // ClickHouse has no Nullable(Array) or Nullable(Map): null reads as empty, as JSON's
+        // null arrays do.
+        AvroType::Nullable { inner, .. } if matches!(**inner, AvroType::Array(_) | AvroType::Map(_)) => ty_of(inner),
         AvroType::Nullable { inner, .. } => Ty::Nullable(Box::new(ty_of(inner))),
         AvroType::Record(r) => {
             let mut fields = Vec::new();
-            flatten(&r.fields, "", &mut fields);
+            flatten(&r.fields, "", false, &mut fields);
             Ty::Record(Box::new(RecordTy { name: r.name.clone(), fields }))
         }
         AvroType::TimestampMillis => Ty::TimestampMillis,

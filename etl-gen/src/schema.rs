@@ -128,6 +128,8 @@ struct Converter {
     named: HashMap<String, AvroType>,
     in_progress: Vec<String>,
     errors: Vec<Unsupported>,
+    /// How many arrays and maps enclose the type being converted.
+    containers: usize,
 }
 
 impl Converter {
@@ -170,8 +172,18 @@ impl Converter {
                 self.named.insert(e.name.fullname(None), ty.clone());
                 ty
             }
-            Schema::Array(a) => AvroType::Array(Box::new(self.convert(&a.items, &format!("{path}[]"))?)),
-            Schema::Map(m) => AvroType::Map(Box::new(self.convert(&m.types, &format!("{path}{{}}"))?)),
+            Schema::Array(a) => {
+                self.containers += 1;
+                let items = self.convert(&a.items, &format!("{path}[]"));
+                self.containers -= 1;
+                AvroType::Array(Box::new(items?))
+            }
+            Schema::Map(m) => {
+                self.containers += 1;
+                let values = self.convert(&m.types, &format!("{path}{{}}"));
+                self.containers -= 1;
+                AvroType::Map(Box::new(values?))
+            }
             Schema::Union(u) => {
                 let variants = u.variants();
                 let null_index = variants.iter().position(|v| matches!(v, Schema::Null));
@@ -182,7 +194,21 @@ impl Converter {
                             self.unsupported(path, "a nested union is not supported".into(), "use [\"null\", T]");
                             return None;
                         }
-                        AvroType::Nullable { inner: Box::new(self.convert(other, path)?), null_index: null_index as u8 }
+                        let inner = self.convert(other, path)?;
+                        // At the top level a nullable record flattens into Nullable columns and
+                        // a nullable array or map reads null as empty; inside an array or map
+                        // neither has a ClickHouse type (no Nullable(Tuple), Nullable(Array)).
+                        if self.containers > 0
+                            && matches!(inner, AvroType::Array(_) | AvroType::Map(_) | AvroType::Record(_))
+                        {
+                            self.unsupported(
+                                path,
+                                format!("a nullable {} inside an array or map is not supported", describe(other)),
+                                "remove \"null\" from the element's union (use an empty array or map, or a record whose fields are nullable)",
+                            );
+                            return None;
+                        }
+                        AvroType::Nullable { inner: Box::new(inner), null_index: null_index as u8 }
                     }
                     _ => {
                         let names: Vec<String> = variants.iter().map(describe).collect();
@@ -342,6 +368,51 @@ mod tests {
         let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["u", "items[].t", "fx"]);
         assert!(errors[0].what.contains("union of [string, long]"));
+    }
+
+    // ClickHouse has no Nullable(Array), Nullable(Map) or Nullable(Tuple): a nullable record
+    // flattens into Nullable columns, a nullable array or map is a plain one (null reads empty).
+    #[test]
+    fn nullable_containers_map_to_types_clickhouse_has() {
+        let record = parse(
+            r#"{"type":"record","name":"R","fields":[
+                {"name":"o","type":["null",{"type":"record","name":"O","fields":[
+                    {"name":"x","type":"int"},{"name":"w","type":{"type":"array","items":"string"}},
+                    {"name":"n","type":["null","string"]},
+                    {"name":"i","type":["null",{"type":"record","name":"I","fields":[{"name":"y","type":"long"}]}]}]}]},
+                {"name":"a","type":["null",{"type":"array","items":"long"}]},
+                {"name":"m","type":[{"type":"map","values":"string"},"null"]}
+            ]}"#,
+        )
+        .unwrap();
+        let (columns, _) = crate::ir::input_row(&record);
+        let types: Vec<(String, String)> = columns.iter().map(|c| (c.name.clone(), c.ty.clickhouse())).collect();
+        let expected = [
+            ("o_x", "Nullable(Int32)"),
+            ("o_w", "Array(String)"),
+            ("o_n", "Nullable(String)"),
+            ("o_i_y", "Nullable(Int64)"),
+            ("a", "Array(Int64)"),
+            ("m", "Map(String, String)"),
+        ];
+        let expected: Vec<(String, String)> = expected.iter().map(|(n, t)| ((*n).into(), (*t).into())).collect();
+        assert_eq!(types, expected);
+    }
+
+    #[test]
+    fn nullable_containers_inside_containers_are_refused() {
+        let errors = parse(
+            r#"{"type":"record","name":"R","fields":[
+                {"name":"a","type":{"type":"array","items":["null",{"type":"array","items":"int"}]}},
+                {"name":"m","type":{"type":"map","values":["null",{"type":"record","name":"V","fields":[{"name":"v","type":"int"}]}]}},
+                {"name":"ok","type":{"type":"array","items":["null","int"]}}
+            ]}"#,
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["a[]", "m{}"]);
+        assert!(errors[0].what.contains("nullable array inside an array or map"), "{}", errors[0].what);
+        assert!(errors[0].fix.contains("remove \"null\""), "{}", errors[0].fix);
     }
 
     #[test]

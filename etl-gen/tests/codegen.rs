@@ -297,7 +297,17 @@ fn kitchen_sink_computes_what_the_expressions_say() {
         assert!(row.get("na").is_some() && row.get("nested_a").is_none(), "renamed");
         assert!(row.get("nested_b").is_some(), "nested records are flattened");
         assert!(row.get("blob").is_none(), "dropped");
+        // A null record's columns are all NULL (its arrays empty); a null array or map is empty.
+        if row["opt_x"].is_null() {
+            assert!(row["opt_note"].is_null() && row["opt_inner_y"].is_null(), "{row}");
+            assert_eq!(row["opt_words"], serde_json::json!([]), "{row}");
+        }
+        assert!(row["maybe_tags"].is_array() && row["maybe_attrs"].is_object(), "{row}");
     }
+    let opt_null = rows.iter().filter(|r| r["opt_x"].is_null()).count();
+    assert!(opt_null > 0 && opt_null < rows.len(), "nullable records are null and set: {opt_null} null");
+    let inner_null = rows.iter().filter(|r| !r["opt_x"].is_null() && r["opt_inner_y"].is_null()).count();
+    assert!(inner_null > 0, "a nullable record inside a present one is null in some rows");
     // The column order is the row order: schema fields, then the map's new fields.
     let keys: Vec<&String> = rows[0].as_object().unwrap().keys().collect();
     assert_eq!(keys.first().map(|k| k.as_str()), Some("id"));

@@ -15,6 +15,7 @@ use crate::ir::{TExpr, TKind};
 use crate::load::{Input, Validated};
 use crate::model::{Encoding, FileFormat, Operator, Sink, Wire};
 use crate::plan::Step;
+use crate::schema::AvroType;
 
 /// What the emitted `main.rs` needs besides the plan.
 pub(super) struct MainInputs<'a> {
@@ -353,15 +354,59 @@ fn decode_nodes(
 ) {
     for node in nodes {
         match node {
-            DecodeNode::Leaf { column, avro } if !live.contains(column) => out.push(skip(avro)),
-            DecodeNode::Leaf { column, avro } => {
+            DecodeNode::Leaf { column, avro, .. } if !live.contains(column) => out.push(skip(avro)),
+            DecodeNode::Leaf { column, avro, below_null } => {
                 let id = fresh(column);
                 let ty = input.iter().find(|c| &c.name == column).map(|c| local_ty(&c.ty)).expect("input column");
                 let d = decode(avro);
+                let d = if *below_null
+                    && !matches!(avro, AvroType::Nullable { .. } | AvroType::Array(_) | AvroType::Map(_))
+                {
+                    quote!(Some(#d))
+                } else {
+                    d
+                };
                 out.push(quote!(let #id: #ty = #d;));
                 scope.insert(column.clone(), id);
             }
-            DecodeNode::Nested(children) => decode_nodes(children, input, live, out, scope, fresh),
+            DecodeNode::Nested { children, null_index: None } => decode_nodes(children, input, live, out, scope, fresh),
+            DecodeNode::Nested { children, null_index: Some(null_index) } => {
+                let mut present = Vec::new();
+                let mut inner_scope = Scope::default();
+                decode_nodes(children, input, live, &mut present, &mut inner_scope, fresh);
+                let mut outer = Vec::new();
+                let mut absent = Vec::new();
+                let mut inner = Vec::new();
+                // In input order, so the generated code does not depend on hashing.
+                for (column, id, ty) in
+                    input.iter().filter_map(|c| inner_scope.get(&c.name).map(|id| (&c.name, id, &c.ty)))
+                {
+                    let id_outer = fresh(column);
+                    absent.push(match ty {
+                        Ty::Array(_) | Ty::Map(_) => quote!(::std::vec::Vec::new()),
+                        _ => quote!(None),
+                    });
+                    inner.push(id.clone());
+                    scope.insert(column.clone(), id_outer.clone());
+                    outer.push(id_outer);
+                }
+                let n = Literal::u32_unsuffixed(u32::from(*null_index));
+                if outer.is_empty() {
+                    // Nothing below is read: the record's fields are skipped when it is there.
+                    out.push(quote!(if rt::avro::union_index(&mut buf, 2)? != #n {
+                        #(#present)*
+                    }));
+                } else {
+                    // One tuple binding, set by both branches: NULL (or empty) when the record is
+                    // null, read when it is there. The read branch's locals carry the types.
+                    out.push(quote!(let (#(#outer,)*) = if rt::avro::union_index(&mut buf, 2)? == #n {
+                        (#(#absent,)*)
+                    } else {
+                        #(#present)*
+                        (#(#inner,)*)
+                    };));
+                }
+            }
         }
     }
 }

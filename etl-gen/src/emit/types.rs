@@ -111,8 +111,14 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
             quote!(rt::avro::decimal(rt::avro::fixed(&mut buf, #n)?)?)
         }
         AvroType::Nullable { inner, null_index } => {
-            let inner = decode(inner);
             let null_index = Literal::u32_unsuffixed(u32::from(*null_index));
+            if matches!(**inner, AvroType::Array(_) | AvroType::Map(_)) {
+                // Its column is a plain Array or Map (ClickHouse has no Nullable(Array)): null
+                // reads as empty.
+                let inner = decode(inner);
+                return quote!(if rt::avro::union_index(&mut buf, 2)? == #null_index { ::std::vec::Vec::new() } else { #inner });
+            }
+            let inner = decode(inner);
             quote!(if rt::avro::union_index(&mut buf, 2)? == #null_index { None } else { Some(#inner) })
         }
         AvroType::Array(item) => {
@@ -145,6 +151,8 @@ pub(super) fn decode(avro: &AvroType) -> TokenStream {
                 loop {
                     let n = rt::avro::block_count(&mut buf, #min)?;
                     if n == 0 {
+                        // A key written twice keeps its last value, as Avro's readers do.
+                        rt::avro::last_key_wins(&mut entries);
                         break entries;
                     }
                     entries.reserve(n);

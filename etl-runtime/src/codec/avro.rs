@@ -5,6 +5,8 @@
 
 use crate::engine::errors::{RecordError, RecordErrorKind};
 
+pub use super::last_key_wins;
+
 /// Why a datum did not decode. One pointer wide, so that `Result<i64, DecodeError>` comes
 /// back in registers: the decoder's hot path pays nothing for its error type. It becomes a
 /// [`RecordError`] (with `?`) only when a record fails.
