@@ -29,6 +29,7 @@ impl Chain for ToJson {
             .ok_or_else(|| RecordError::new(RecordErrorKind::Decode, "missing Confluent frame"))?;
         let value = apache_avro::from_avro_datum(&self.0, &mut &datum[..], None)
             .map_err(|e| RecordError::new(RecordErrorKind::Decode, e.to_string()))?;
+        let value = quote_non_finite(value);
         let mut json =
             serde_json::Value::try_from(value).map_err(|e| RecordError::new(RecordErrorKind::Encode, e.to_string()))?;
         json["_partition"] = record.partition.into();
@@ -40,6 +41,18 @@ impl Chain for ToJson {
             buf.push(b'\n');
             Ok(())
         })
+    }
+}
+
+/// NaN and the infinities (datagen writes them) as the generated file sink writes them: JSON
+/// numbers cannot hold them.
+fn quote_non_finite(value: apache_avro::types::Value) -> apache_avro::types::Value {
+    use apache_avro::types::Value;
+    match value {
+        Value::Double(f) if !f.is_finite() => Value::String(format!("{f}").to_lowercase()),
+        Value::Record(fields) => Value::Record(fields.into_iter().map(|(k, v)| (k, quote_non_finite(v))).collect()),
+        Value::Union(i, v) => Value::Union(i, Box::new(quote_non_finite(*v))),
+        other => other,
     }
 }
 
