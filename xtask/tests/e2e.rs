@@ -1991,8 +1991,9 @@ enum ProtoPoison {
     /// Bytes that are no message: a tag (of field 15, unknown) with wire type 7, which does not exist.
     NotProtobuf,
     Truncated,
-    /// `order_id` as a string (wire type 2 where the schema says varint).
-    WrongType,
+    /// `coupon` holding bytes that are not UTF-8, which proto3 forbids in a `string`. (A known
+    /// number with another wire type is an unknown field to Google's parsers, not an error.)
+    InvalidUtf8,
     /// `region` 7, which the enum does not define.
     UnknownSymbol,
     /// The Confluent frame names message index 1, another message than `e2e.Order`.
@@ -2006,14 +2007,14 @@ impl FormatPoison for ProtoPoison {
     const ALL: &'static [Self] = &[
         ProtoPoison::NotProtobuf,
         ProtoPoison::Truncated,
-        ProtoPoison::WrongType,
+        ProtoPoison::InvalidUtf8,
         ProtoPoison::UnknownSymbol,
         ProtoPoison::OtherMessage,
         ProtoPoison::Oversize,
         ProtoPoison::Tombstone,
     ];
     const FAIL: &'static [Self] =
-        &[ProtoPoison::NotProtobuf, ProtoPoison::WrongType, ProtoPoison::OtherMessage, ProtoPoison::Tombstone];
+        &[ProtoPoison::NotProtobuf, ProtoPoison::InvalidUtf8, ProtoPoison::OtherMessage, ProtoPoison::Tombstone];
 
     fn producer(topic: &str) -> Producer {
         Producer::protobuf(topic)
@@ -2027,7 +2028,7 @@ impl FormatPoison for ProtoPoison {
                 let good = order_proto(999_999, 0);
                 good[..good.len() - 3].to_vec()
             }
-            ProtoPoison::WrongType => framed(&[&[0x0a, 6][..], b"999999"].concat()),
+            ProtoPoison::InvalidUtf8 => framed(&[0x2a, 2, 0xff, 0xfe]),
             ProtoPoison::UnknownSymbol => framed(&[0x08, 0x01, 0x18, 0x07]),
             // Count 1 and index 1, zig-zag: [2, 2].
             ProtoPoison::OtherMessage => [&[0u8, 0, 0, 0, 1, 2, 2][..], &order_message(999_999, 0)].concat(),
@@ -2040,7 +2041,7 @@ impl FormatPoison for ProtoPoison {
         match self {
             ProtoPoison::NotProtobuf => ("decode", "invalid Protobuf message: an invalid wire type"),
             ProtoPoison::Truncated => ("decode", "beyond the end of the message"),
-            ProtoPoison::WrongType => ("decode", "field `order_id`: the wire type does not match"),
+            ProtoPoison::InvalidUtf8 => ("decode", "field `coupon`: a string that is not UTF-8"),
             ProtoPoison::UnknownSymbol => ("decode", "field `region`: an enum number the schema does not define"),
             ProtoPoison::OtherMessage => ("decode", "message-index path"),
             ProtoPoison::Oversize => ("oversize", "exceeds format.max_message_bytes"),
@@ -2157,7 +2158,7 @@ fn protobuf_one_million_exactly_once_through_a_kill() {
     a_million_exactly_once_through_a_kill(Variant::Protobuf, "protobuf", Producer::protobuf);
 }
 
-/// Scenario 27, `skip`, for Protobuf messages: not Protobuf, truncated, a wrong wire type, an
+/// Scenario 27, `skip`, for Protobuf messages: not Protobuf, truncated, a string not UTF-8, an
 /// unknown enum number, another message of the schema, oversize, a tombstone.
 #[test]
 fn protobuf_poison_skip() {
@@ -2170,7 +2171,7 @@ fn protobuf_poison_dead_letter() {
     poisons_are_dead_letters::<ProtoPoison>(Variant::ProtobufDlq, "protobuf");
 }
 
-/// Scenario 27, `fail`, for Protobuf messages: not Protobuf, a wrong wire type, another message,
+/// Scenario 27, `fail`, for Protobuf messages: not Protobuf, a string not UTF-8, another message,
 /// a tombstone.
 #[test]
 fn protobuf_poison_fail() {
