@@ -9,7 +9,9 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::expr::{Scope, condition, value};
-use super::types::{Val, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip};
+use super::types::{
+    Val, borrows, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip,
+};
 use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
 use crate::ir::{TExpr, TKind};
 use crate::load::{Input, Validated};
@@ -93,7 +95,8 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         });
         let doc = format!("The record `{}`.", r.name);
         // Field names are the schema's (`userId` stays `userId`).
-        quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] #[allow(non_snake_case)] pub struct #name<'a> { #(#fields,)* })
+        let generics = if borrows(&Ty::Record(Box::new(r.clone()))) { quote!(<'a>) } else { TokenStream::new() };
+        quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] #[allow(non_snake_case)] pub struct #name #generics { #(#fields,)* })
     });
 
     // The operators, innermost last: flat_map opens a loop that the rest runs inside.

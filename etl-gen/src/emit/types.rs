@@ -41,12 +41,27 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
             let t = rust_ty(t);
             quote!(::std::option::Option<#t>)
         }
-        Ty::Record(r) => {
+        Ty::Record(r) if borrows(ty) => {
             let name = record_ident(r);
             quote!(#name<#lt>)
         }
+        Ty::Record(r) => {
+            let name = record_ident(r);
+            quote!(#name)
+        }
         Ty::Decimal { .. } => quote!(i128),
         Ty::Uuid => quote!(u128),
+    }
+}
+
+/// Whether values of `ty` borrow from the message (strings, bytes, map keys): a record struct
+/// has a lifetime parameter only then (an unused one does not compile).
+pub(super) fn borrows(ty: &Ty) -> bool {
+    match ty {
+        Ty::String | Ty::Bytes | Ty::Map(_) => true,
+        Ty::Array(t) | Ty::Nullable(t) => borrows(t),
+        Ty::Record(r) => r.fields.iter().any(|c| borrows(&c.ty)),
+        _ => false,
     }
 }
 
@@ -505,7 +520,8 @@ pub(super) fn rust_ty_doc(ty: &Ty) -> String {
         Ty::Array(t) => format!("Vec<{}>", rust_ty_doc(t)),
         Ty::Map(t) => format!("Vec<(Cow<'a, str>, {})>", rust_ty_doc(t)),
         Ty::Nullable(t) => format!("Option<{}>", rust_ty_doc(t)),
-        Ty::Record(r) => format!("{}<'a>", record_ident(r)),
+        Ty::Record(r) if borrows(ty) => format!("{}<'a>", record_ident(r)),
+        Ty::Record(r) => record_ident(r).to_string(),
         Ty::Decimal { .. } => "i128 (unscaled)".into(),
         Ty::Uuid => "u128".into(),
     }
