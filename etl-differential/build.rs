@@ -194,7 +194,7 @@ fn json_object(rng: &mut Rng, depth: u32) -> Value {
     let mut required = Vec::new();
     for i in 0..n {
         let name = format!("p{i}");
-        properties.insert(name.clone(), json_type(rng, depth + 1));
+        properties.insert(name.clone(), json_type(rng, depth + 1, false));
         if rng.below(3) > 0 {
             required.push(name);
         }
@@ -202,7 +202,7 @@ fn json_object(rng: &mut Rng, depth: u32) -> Value {
     json!({"type": "object", "properties": properties, "required": required})
 }
 
-fn json_type(rng: &mut Rng, depth: u32) -> Value {
+fn json_type(rng: &mut Rng, depth: u32, in_container: bool) -> Value {
     let kinds = if depth < 3 { 12 } else { 9 };
     let mut ty = match rng.below(kinds) {
         0 => json!({"type": "integer"}),
@@ -218,11 +218,13 @@ fn json_type(rng: &mut Rng, depth: u32) -> Value {
             json!({"type": "string", "enum": symbols})
         }
         8 => json!({"type": "integer"}),
-        9 => json!({"type": "array", "items": json_type(rng, depth + 1)}),
-        10 => json!({"type": "object", "additionalProperties": json_type(rng, depth + 1)}),
+        9 => json!({"type": "array", "items": json_type(rng, depth + 1, true)}),
+        10 => json!({"type": "object", "additionalProperties": json_type(rng, depth + 1, true)}),
         _ => json_object(rng, depth),
     };
-    if rng.one_in(4) && ty.get("enum").is_none() {
+    // ClickHouse has no Nullable(Array/Map/Tuple): inside arrays and maps only scalars are nullable.
+    let container = matches!(ty["type"].as_str(), Some("array" | "object"));
+    if rng.one_in(4) && ty.get("enum").is_none() && !(in_container && container) {
         let t = ty["type"].clone();
         ty["type"] = json!([t, "null"]);
     }
@@ -279,7 +281,7 @@ fn proto_message(rng: &mut Rng, index: u32, depth: u32, next: &mut u32, out: &mu
                 } else {
                     SCALARS[rng.below(SCALARS.len() as u64) as usize].to_owned()
                 };
-                let _ = writeln!(body, "    {ty} {name}_{m} = {number};");
+                let _ = writeln!(body, "    {ty} {name}m{m} = {number};");
                 number += 1;
             }
             let _ = writeln!(body, "  }}");

@@ -135,6 +135,21 @@ fn same(row: &Value, expected: &Value) -> bool {
     }
 }
 
+/// The columns two rows disagree on.
+fn differences(row: &Value, expected: &Value) -> String {
+    let (Value::Object(r), Value::Object(e)) = (row, expected) else {
+        return format!("ours: {row}\n  reference: {expected}");
+    };
+    let mut out = String::new();
+    for key in r.keys().chain(e.keys().filter(|k| !r.contains_key(*k))) {
+        let (a, b) = (r.get(key).unwrap_or(&Value::Null), e.get(key).unwrap_or(&Value::Null));
+        if !(r.contains_key(key) && e.contains_key(key) && same(a, b)) {
+            out.push_str(&format!("\n  column {key}: ours {a} reference {b}"));
+        }
+    }
+    out
+}
+
 fn f32_value(f: f32) -> Value {
     json!({ "$f32": f.to_bits() })
 }
@@ -242,7 +257,7 @@ fn corrupted_payloads_agree_where_both_accept() {
             match (got, expected) {
                 (Ok(row), Ok(expected)) if same(&row, &expected) => findings.compared += 1,
                 (Ok(row), Ok(expected)) => {
-                    findings.fail(case, "corrupted, both accept", &bad, format!("ours: {row}\n  reference: {expected}"))
+                    findings.fail(case, "corrupted, both accept", &bad, differences(&row, &expected))
                 }
                 (Ok(row), Err(e)) if case.format == "json" && e.starts_with("serde_json") => {
                     findings.fail(case, "corrupted, serde_json refuses", &bad, format!("ours: {row}\n  reference: {e}"))

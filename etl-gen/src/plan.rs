@@ -124,6 +124,23 @@ pub(crate) fn plan(
     let mut row = input.clone();
     let mut steps = Vec::new();
     let mut errors = Vec::new();
+    // Nested fields are flattened as `parent_child`, which a field of the parent may already be
+    // called: two columns with one name, one of them silently lost.
+    for (i, c) in input.iter().enumerate() {
+        if input[..i].iter().any(|d| d.name == c.name) {
+            errors.push(
+                Diagnostic::error(
+                    &rules::DUPLICATE_FIELD,
+                    "format",
+                    format!("the schema flattens two fields into the column `{}`", c.name),
+                )
+                .help("a nested field `a.b` becomes the column `a_b`: rename one of the two in the schema"),
+            );
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     for (i, op) in model.transform.iter().enumerate() {
         let at = format!("transform[{i}]");
         match plan_step(op, &at, i, &mut row, sources.get(&i)) {

@@ -29,11 +29,13 @@ pub(super) fn decode(
 ) -> Vec<TokenStream> {
     let mut object = Object::default();
     object.members(fields, "", "", None, &|column| live.contains(column), fresh, enums);
+    let checks = object.checks();
     let Object { decls, arms, slots, .. } = object;
     let mut out = vec![quote!(let mut doc = rt::json_read::Reader::new(buf);)];
     out.extend(decls);
     out.push(key_loop(&arms, ""));
     out.push(quote!(doc.end()?;));
+    out.extend(checks);
     for slot in slots {
         let column = input.iter().find(|c| c.name == slot.column).expect("a slot per input column");
         let id = fresh(&slot.column);
@@ -154,8 +156,30 @@ struct Object {
     /// `(key, what to do with its value)`, in schema order.
     arms: Vec<(String, TokenStream)>,
     slots: Vec<Slot>,
-    /// The presence flags of the optional objects flattened into this one.
+    /// The presence flags of the optional objects flattened into this one, and the flags that
+    /// say a required object's key came: cleared when an enclosing object's key comes again.
     flags: Vec<proc_macro2::Ident>,
+    /// `(flag, path, parent)`: a required object's key must have come (when its parent, if it
+    /// has a presence flag, is present).
+    checks: Vec<(proc_macro2::Ident, String, Option<proc_macro2::Ident>)>,
+}
+
+impl Object {
+    /// The statements that make an absent required object a record error naming it.
+    fn checks(&self) -> Vec<TokenStream> {
+        self.checks
+            .iter()
+            .map(|(seen, path, parent)| {
+                let when = match parent {
+                    Some(flag) => quote!(#flag && !#seen),
+                    None => quote!(!#seen),
+                };
+                quote!(if #when {
+                    return Err(rt::json_read::missing(#path).into());
+                })
+            })
+            .collect()
+    }
 }
 
 impl Object {
@@ -195,9 +219,13 @@ impl Object {
                     if inner.slots.is_empty() {
                         continue;
                     }
-                    // The flag is kept only if a required field below reads it.
+                    // A required object's key must come, even as null (JSON Schema's `required`
+                    // is about keys), when its parent does.
+                    let seen = f.required.then(|| fresh(&format!("seen_{column}")));
+                    // The flag is kept only if a required field or object below reads it.
                     let own = own.filter(|flag| {
                         inner.slots.iter().any(|s| matches!(&s.required, Required::WhenPresent(f) if f == flag))
+                            || inner.checks.iter().any(|(_, _, parent)| parent.as_ref() == Some(flag))
                     });
                     let body = key_loop(&inner.arms, &field_path);
                     // A key that comes again replaces the object (the last one wins, as JSON
@@ -209,7 +237,17 @@ impl Object {
                         // A null object leaves its fields absent.
                         None => quote!(if !doc.null() #body),
                     };
+                    let arrive = match &seen {
+                        Some(seen) => quote!(#seen = true; #arrive),
+                        None => arrive,
+                    };
                     self.decls.extend(inner.decls);
+                    if let Some(seen) = seen {
+                        self.decls.push(quote!(let mut #seen = false;));
+                        self.flags.push(seen.clone());
+                        self.checks.push((seen, field_path.clone(), present.cloned()));
+                    }
+                    self.checks.extend(inner.checks);
                     if let Some(flag) = &own {
                         self.decls.push(quote!(let mut #flag = false;));
                         self.flags.push(flag.clone());
@@ -309,6 +347,7 @@ fn value(
             // A record inside a container: every field is built (the struct has them all).
             let mut object = Object::default();
             object.members(fields, "", path, None, &|_| true, fresh, enums);
+            let checks = object.checks();
             let Object { decls, arms, slots, .. } = object;
             let body = key_loop(&arms, path);
             let rec = RecordTy { name: name.clone(), fields: Vec::new() };
@@ -321,6 +360,7 @@ fn value(
             quote!({
                 #(#decls)*
                 #body
+                #(#checks)*
                 #ident { #(#inits,)* }
             })
         }
