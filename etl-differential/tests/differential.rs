@@ -199,7 +199,62 @@ fn reference(case: &Case) -> Box<dyn Reference> {
 /// Decodes with the generated chain: the row, or the record error.
 fn ours(case: &Case, payload: &[u8]) -> Result<Value, String> {
     let text = (case.decode)(payload)?;
-    Ok(serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: the row is not JSON ({e}): {text:?}", case.name)))
+    // Read strictly: a key twice in the row (a map entry kept twice) would otherwise collapse
+    // into its last value here and hide.
+    let Strict(row) = serde_json::from_slice(&text).unwrap_or_else(|e| {
+        panic!("{}: the row is not JSON with unique keys ({e}): {}", case.name, String::from_utf8_lossy(&text))
+    });
+    Ok(row)
+}
+
+/// A JSON value whose objects must not repeat a key.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Strict;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Strict, E> {
+                Ok(Strict(json!(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Strict, E> {
+                Ok(Strict(json!(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Strict, E> {
+                Ok(Strict(json!(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Strict, E> {
+                Ok(Strict(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Strict, E> {
+                Ok(Strict(json!(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Strict, E> {
+                Ok(Strict(Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+                let mut items = Vec::new();
+                while let Some(Strict(v)) = seq.next_element()? {
+                    items.push(v);
+                }
+                Ok(Strict(Value::Array(items)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+                let mut out = Map::new();
+                while let Some((k, Strict(v))) = map.next_entry::<String, Strict>()? {
+                    if out.insert(k.clone(), v).is_some() {
+                        return Err(serde::de::Error::custom(format!("the key {k:?} twice")));
+                    }
+                }
+                Ok(Strict(Value::Object(out)))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 // Every value datagen writes, and the same value rewritten (blocks, escapes, key order,
@@ -384,11 +439,16 @@ mod avro {
             (_, A::Date(d)) => formatted(|b| rt::json::date(b, *d)),
             (_, A::Uuid(u)) => json!(u.as_hyphenated().to_string()),
             (Schema::Decimal(d), A::Decimal(v)) => {
-                let bytes: Vec<u8> = v.try_into().unwrap();
-                formatted(|b| rt::json::decimal(b, signed(&bytes), d.scale as u32))
+                formatted(|b| rt::json::decimal(b, signed(&decimal_bytes(v)), d.scale as u32))
             }
             (schema, value) => panic!("no mapping for {value:?} of {schema:?}"),
         }
+    }
+
+    /// A decimal's two's-complement bytes. apache-avro cannot give them back for a datum of no
+    /// bytes (it refuses to write a number in zero bytes), which is 0.
+    fn decimal_bytes(v: &rt::apache_avro::Decimal) -> Vec<u8> {
+        Vec::<u8>::try_from(v).unwrap_or_default()
     }
 
     /// A big-endian two's-complement integer.
@@ -447,7 +507,7 @@ mod avro {
                 blocks(encoded, rng, out);
             }
             (Schema::Decimal(d), A::Decimal(v)) => {
-                let bytes: Vec<u8> = v.try_into().unwrap();
+                let bytes = decimal_bytes(v);
                 match d.inner.as_ref() {
                     Schema::Fixed(f) => {
                         let fill = if bytes.first().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 };
