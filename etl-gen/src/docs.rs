@@ -287,6 +287,19 @@ const TYPES: &str = "
 | `decimal(p, s)`, p ≤ 38 | `Decimal(p, s)` |
 | `uuid` | `UUID` |
 
+How datums are read (checked against apache-avro on random schemas: docs/INVARIANTS.md,
+Invariant 10):
+
+- Valid input, read as apache-avro reads it: an array or map in any number of blocks, a block's
+  count negative and followed by its byte size; a map key written twice keeps its last value;
+  a union's branch chosen by its index; fields the chain never reads are skipped by their framing
+  (lengths, indexes and varints checked) without being built.
+- Record errors: a datum shorter than its schema says, or with bytes left after it (the writer
+  used another schema); a varint longer than 10 bytes, an `int` beyond 32 bits, a negative
+  length; a boolean byte other than 0 or 1; a union or enum index the schema does not have; a
+  block count more items than the bytes left could hold; a string that is not UTF-8, a `uuid`
+  that is not a UUID string, a decimal wider than 16 bytes, in a field the chain reads.
+
 ## JSON to ClickHouse types
 
 `format.json.schema` is a JSON Schema describing one message. `gen` reads the subset below
@@ -318,12 +331,15 @@ How documents are read:
 - A key that is not a column name becomes one: every character outside `[A-Za-z0-9_]` becomes
   `_` (`user-agent` → `user_agent`); two keys that meet as one column are rule E0606.
 - A required property that is absent is a record error naming it (``field `geo.lat`: a required
-  property is missing``); so is a value of the wrong type (``field `id`: expected an integer,
-  found a string``), a document that is not JSON, or anything after the document. A required
+  property is missing``), a nullable one too (`required` is about the key: it may hold `null`),
+  objects included; so is a value of the wrong type (``field `id`: expected an integer, found a
+  string``), a document that is not JSON (RFC 8259: a raw control character in a string,
+  invalid UTF-8 anywhere, a number beyond `Float64`), or anything after the document. A required
   property below an optional object is required only when the object is present. Properties the
-  chain never reads are not checked for presence or type.
-- Strings are borrowed from the message unless they contain escapes. Whether a string is valid
-  UTF-8 is checked for the properties the chain reads.
+  chain never reads are not checked for presence or type, but their JSON is checked as the rest
+  is. These statements are checked against serde_json on random schemas (docs/INVARIANTS.md,
+  Invariant 10).
+- Strings are borrowed from the message unless they contain escapes.
 - `wire: raw` (the default for JSON) is one document per message; `wire: confluent` is a magic
   byte and a 4-byte schema id before the document, and then `schema_id` lists the ids whose
   documents the reader schema reads: any other id is a record error. There is no registry
