@@ -213,8 +213,10 @@ fn json_type(rng: &mut Rng, depth: u32, in_container: bool) -> Value {
         5 => json!({"type": "string", "format": "date"}),
         6 => json!({"type": "string", "format": "uuid"}),
         7 => {
-            let symbols: Vec<String> =
-                ["a", "B", "c_d", "x1", "Z"][..1 + rng.below(5) as usize].iter().map(|s| (*s).to_owned()).collect();
+            let symbols: Vec<String> = ["a", "with space", "ü", "x1", ""][..1 + rng.below(5) as usize]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
             json!({"type": "string", "enum": symbols})
         }
         8 => json!({"type": "integer"}),

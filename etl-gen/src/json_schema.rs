@@ -52,7 +52,15 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
             JType::DateTime => json!({"type": "long", "logicalType": "timestamp-micros"}),
             JType::Date => json!({"type": "int", "logicalType": "date"}),
             JType::Uuid => json!({"type": "string", "logicalType": "uuid"}),
-            JType::Enum { name, symbols } => json!({"type": "enum", "name": name, "symbols": symbols}),
+            // Avro symbols are names; a JSON enum's strings need not be (`"with space"`, `""`):
+            // then the symbols are placeholders and `json_symbols` holds the strings datagen writes.
+            JType::Enum { name, symbols } if symbols.iter().all(|s| is_avro_name(s)) => {
+                json!({"type": "enum", "name": name, "symbols": symbols})
+            }
+            JType::Enum { name, symbols } => {
+                let placeholders: Vec<String> = (0..symbols.len()).map(|i| format!("S{i}")).collect();
+                json!({"type": "enum", "name": name, "symbols": placeholders, "json_symbols": symbols})
+            }
             JType::Array(t) => json!({"type": "array", "items": ty(t)}),
             JType::Map(t) => json!({"type": "map", "values": ty(t)}),
             JType::Object { name, fields } => record(name, fields),
@@ -78,6 +86,13 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
         json!({"type": "record", "name": name, "fields": fields})
     }
     serde_json::to_string_pretty(&record("Message", fields)).expect("a JSON value prints")
+}
+
+/// Whether `s` is an Avro name (`[A-Za-z_][A-Za-z0-9_]*`).
+fn is_avro_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The column type of a value inside a container (where presence is not a question).

@@ -236,7 +236,8 @@ pub(crate) fn encode(
 }
 
 /// `value` as JSON, as `format.json` reads it back. A record field whose schema carries a
-/// `json_key` attribute (a JSON key that is no Avro name, `user-agent`) is written under that key;
+/// `json_key` attribute (a JSON key that is no Avro name, `user-agent`) is written under that key,
+/// an enum with `json_symbols` (strings that are no Avro names) as those strings;
 /// `schema` follows the value where it can (`None` below a reference: names as they are).
 fn json_value(schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) {
     use crate::codec::json;
@@ -254,7 +255,18 @@ fn json_value(schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) {
         Value::Double(f) => json::float(out, *f),
         Value::String(s) => json::string(out, s),
         Value::Bytes(b) | Value::Fixed(_, b) => json::bytes(out, b),
-        Value::Enum(_, symbol) => json::string(out, symbol),
+        // A JSON enum whose strings are no Avro names carries them in `json_symbols`.
+        Value::Enum(index, symbol) => {
+            let text = match schema {
+                Some(Schema::Enum(e)) => e
+                    .attributes
+                    .get("json_symbols")
+                    .and_then(|s| s.get(*index as usize))
+                    .and_then(serde_json::Value::as_str),
+                _ => None,
+            };
+            json::string(out, text.unwrap_or(symbol))
+        }
         Value::Union(index, inner) => {
             let branch = match schema {
                 Some(Schema::Union(u)) => u.variants().get(*index as usize),
