@@ -921,10 +921,11 @@ mod protobuf {
                 if !allowed {
                     return false;
                 }
-                if let (Kind::Message(inner), 2) = (field.kind(), wire) {
-                    if depth < 100 && !wire_types_match(&inner, body, depth + 1) {
-                        return false;
-                    }
+                if let (Kind::Message(inner), 2) = (field.kind(), wire)
+                    && depth < 100
+                    && !wire_types_match(&inner, body, depth + 1)
+                {
+                    return false;
                 }
             }
             b = &b[consumed..];
