@@ -64,7 +64,7 @@ fn with_tail(tail: &str) -> Vec<u8> {
     framed(&format!("{}, {tail}}}", &text[..text.len() - 1]))
 }
 
-// Issue 39, case 1: a map whose key repeats keeps the key's last value (as Python's json and
+// A map whose key repeats keeps the key's last value (as Python's json and
 // serde_json read it), once.
 #[test]
 fn a_repeated_map_key_keeps_its_last_value() {
@@ -79,7 +79,7 @@ fn a_repeated_map_key_keeps_its_last_value() {
     assert_eq!(text.matches(r#""a":"#).count(), 1, "{text}");
 }
 
-// Issue 39, case 2: an object key that comes again replaces the object, as JSON readers read
+// An object key that comes again replaces the object, as JSON readers read
 // it: nothing of the first one is left, and a null replaces it whole.
 #[test]
 fn a_repeated_object_key_replaces_the_earlier_object() {
@@ -92,7 +92,7 @@ fn a_repeated_object_key_replaces_the_earlier_object() {
     assert!(error.contains("extra.note"), "the second object lacks the required note: {error}");
 }
 
-// Issue 39, case 3: a raw control character inside a string is invalid JSON (RFC 8259, 7),
+// A raw control character inside a string is invalid JSON (RFC 8259, 7),
 // wherever the string is: a value read, a key, a value skipped unread.
 #[test]
 fn raw_control_characters_in_strings_are_errors() {
@@ -109,7 +109,7 @@ fn raw_control_characters_in_strings_are_errors() {
     assert!(decode(&payload).unwrap_err().contains("UTF-8"));
 }
 
-// Issue 39, case 4: a required property of an optional object is required when the object is
+// A required property of an optional object is required when the object is
 // present (and null or absent, the object leaves it null).
 #[test]
 fn a_present_optional_object_needs_its_required_properties() {

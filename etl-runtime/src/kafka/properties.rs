@@ -28,8 +28,8 @@ pub(crate) const DEFAULT_FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 /// Default `fetch.wait.max.ms`: how long the broker may take to answer a fetch, librdkafka's own
 /// default. Kafka answers as soon as data is there, but a broker that keeps its log in object
 /// storage may spend the wait reading it: Tansu over S3 lists a partition's batch objects for at
-/// most this long and answers with what it listed by then, so with 100 ms (this default until
-/// issue 37) a partition of a thousand small batches was fetched at a few records a second, or
+/// most this long and answers with what it listed by then, so with 100 ms (the default once)
+/// a partition of a thousand small batches was fetched at a few records a second, or
 /// not at all (docs/INVARIANTS.md, Invariant 9). The price of the longer wait is latency, not
 /// throughput: a partition resumed while the fetch in flight waits for data that is not there
 /// (every other fetchable partition caught up) joins the next fetch up to this much later.
