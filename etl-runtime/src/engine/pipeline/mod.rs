@@ -59,6 +59,11 @@ pub(crate) struct PipelineThread<C: Chain, D: Delivery> {
     next_drain: u64,
     snapshot: Vec<(usize, u32)>,
     counts: Counts,
+    /// Where the next loop starts among the lanes. The first lane of a loop takes the budget and
+    /// the queue room its turn frees; starting each loop one lane further shares them, where a
+    /// fixed order let the first lanes take most of them under backpressure (the last lane of a
+    /// thread read a third to an eighth of the first's records).
+    first_lane: usize,
 }
 
 impl<C: Chain, D: Delivery> PipelineThread<C, D> {
@@ -86,6 +91,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             next_drain: SELF_DRAIN + 1,
             snapshot: Vec::new(),
             counts: Counts::default(),
+            first_lane: 0,
         }
     }
 
@@ -125,8 +131,12 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             let mut busy = false;
             let stopped = self.shared.fatal.is_set();
             let high = self.shared.budget.above_high();
-            for i in 0..self.lanes.len() {
-                busy |= self.step_lane(i, high, stopped);
+            let n = self.lanes.len();
+            if n > 0 {
+                self.first_lane = (self.first_lane + 1) % n;
+            }
+            for k in 0..n {
+                busy |= self.step_lane((self.first_lane + k) % n, high, stopped);
             }
             self.finish_drains();
             self.store_offsets();
