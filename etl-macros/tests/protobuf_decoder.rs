@@ -8,10 +8,13 @@
 use etl_runtime::__private as rt;
 use proptest::prelude::*;
 use prost::Message as _;
-use prost_reflect::{
-    DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value as P,
-};
-use serde_json::{Map, Value, json};
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use serde_json::{Value, json};
+
+#[path = "../../etl-differential/tests/shared/rows.rs"]
+#[allow(dead_code)]
+mod rows;
+use rows::same;
 
 #[allow(dead_code, clippy::all)]
 mod sink {
@@ -56,124 +59,10 @@ fn decode_text(chain: &mut impl rt::Chain, payload: &[u8]) -> Result<Vec<u8>, St
     Ok(harness.take_output())
 }
 
-/// What the row must hold for `message`, by the mapping in docs/configuration.md.
+/// What the row must hold for `message`, by the mapping in docs/configuration.md (shared with
+/// the differential tests, which check it on random schemas).
 fn expected(message: &DynamicMessage) -> Value {
-    value_of(message)
-}
-
-/// Equality of rows, floats within a relative 1e-12: serde_json's float parsing (without its
-/// `float_roundtrip` feature) may be off by a unit in the last place.
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            (x - y).abs() <= 1e-12 * x.abs().max(1.0)
-        }
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y)),
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
-        }
-        _ => a == b,
-    }
-}
-
-fn value_of(message: &DynamicMessage) -> Value {
-    let mut out = Map::new();
-    flatten(message, "", &mut out);
-    Value::Object(out)
-}
-
-fn is_wrapper(m: &MessageDescriptor) -> bool {
-    m.full_name().starts_with("google.protobuf.") && m.full_name().ends_with("Value")
-}
-
-/// A message field whose absence is NULL: a oneof member or one declared `optional`.
-fn nullable_message(f: &FieldDescriptor) -> bool {
-    f.containing_oneof().is_some()
-}
-
-fn flatten(message: &DynamicMessage, prefix: &str, out: &mut Map<String, Value>) {
-    for f in message.descriptor().fields() {
-        let column = format!("{prefix}{}", f.name());
-        let present = message.has_field(&f);
-        match f.kind() {
-            Kind::Message(m)
-                if !f.is_list() && !f.is_map() && !is_wrapper(&m) && m.full_name() != "google.protobuf.Timestamp" =>
-            {
-                let child = message.get_field(&f);
-                let child = child.as_message().unwrap();
-                if nullable_message(&f) && !present {
-                    // An absent oneof or optional message: its fields are null, its lists and maps
-                    // empty.
-                    let mut inner = Map::new();
-                    flatten(child, &format!("{column}_"), &mut inner);
-                    out.extend(inner.into_iter().map(|(k, v)| {
-                        let unset = match v {
-                            Value::Array(_) => json!([]),
-                            Value::Object(_) => json!({}),
-                            _ => Value::Null,
-                        };
-                        (k, unset)
-                    }));
-                } else {
-                    flatten(child, &format!("{column}_"), out);
-                }
-            }
-            kind => {
-                // A wrapper is Nullable; a Timestamp in a oneof or declared optional; a scalar
-                // with presence.
-                let nullable = !f.is_list()
-                    && !f.is_map()
-                    && match &kind {
-                        Kind::Message(m) => is_wrapper(m) || nullable_message(&f),
-                        _ => f.supports_presence(),
-                    };
-                let value = if nullable && !present { Value::Null } else { json_of(&kind, &message.get_field(&f)) };
-                out.insert(column, value);
-            }
-        }
-    }
-}
-
-fn json_of(kind: &Kind, value: &P) -> Value {
-    match (kind, value) {
-        (_, P::List(items)) => Value::Array(items.iter().map(|v| json_of(kind, v)).collect()),
-        (Kind::Message(entry), P::Map(entries)) => {
-            let value_kind = entry.map_entry_value_field().kind();
-            let mut out = Map::new();
-            for (k, v) in entries {
-                let key = match k {
-                    prost_reflect::MapKey::String(s) => s.clone(),
-                    prost_reflect::MapKey::I32(i) => i.to_string(),
-                    other => format!("{other:?}"),
-                };
-                out.insert(key, json_of(&value_kind, v));
-            }
-            Value::Object(out)
-        }
-        (Kind::Enum(e), P::EnumNumber(n)) => json!(e.get_value(*n).unwrap().name()),
-        (Kind::Message(m), P::Message(inner)) if m.full_name() == "google.protobuf.Timestamp" => {
-            let seconds = inner.get_field_by_name("seconds").unwrap().as_i64().unwrap();
-            let nanos = inner.get_field_by_name("nanos").unwrap().as_i32().unwrap();
-            let mut text = Vec::new();
-            rt::json::timestamp(&mut text, seconds * 1_000_000_000 + i64::from(nanos), 9);
-            serde_json::from_slice(&text).unwrap()
-        }
-        (Kind::Message(m), P::Message(inner)) if is_wrapper(m) => {
-            json_of(&m.get_field(1).unwrap().kind(), &inner.get_field_by_number(1).unwrap())
-        }
-        (Kind::Message(_), P::Message(inner)) => value_of(inner),
-        (_, P::Bool(b)) => json!(b),
-        (_, P::I32(i)) => json!(i),
-        (_, P::I64(i)) => json!(i),
-        (_, P::U32(i)) => json!(i),
-        (_, P::U64(i)) => json!(i),
-        (_, P::F32(f)) => float(f64::from(*f)),
-        (_, P::F64(f)) => float(*f),
-        (_, P::String(s)) => json!(s),
-        (_, P::Bytes(b)) => json!(String::from_utf8_lossy(b)),
-        other => panic!("no mapping for {other:?}"),
-    }
+    rows::protobuf_row(message)
 }
 
 proptest! {
@@ -197,16 +86,6 @@ proptest! {
             let padded = framed(&[&junk[..], &payload[HEADER..], &junk[..]].concat());
             prop_assert_eq!(decode(&padded).unwrap(), row);
         }
-    }
-}
-
-/// A float as the file sink writes it: NaN and the infinities as ClickHouse's quoted words.
-fn float(f: f64) -> Value {
-    match f {
-        f if f.is_nan() => json!("nan"),
-        f64::INFINITY => json!("inf"),
-        f64::NEG_INFINITY => json!("-inf"),
-        f => json!(f),
     }
 }
 
