@@ -28,7 +28,7 @@ pub fn configuration_markdown() -> String {
     for (name, signature, meaning) in crate::ir::FUNCTIONS {
         md.push_str(&format!("| `{name}` | `{signature}` | {meaning} |\n"));
     }
-    md.push_str(TYPES);
+    md.push_str(&types_markdown());
     md
 }
 
@@ -267,26 +267,30 @@ const EXPRESSIONS: &str = "
 |---|---|---|
 ";
 
-const TYPES: &str = "
+/// The three type tables, each from its reader's `MAPPING`, between the prose that explains them.
+fn types_markdown() -> String {
+    let mut md = String::new();
+    for (before, column, mapping) in [
+        (AVRO_TYPES, "Avro", crate::readers::avro::MAPPING),
+        (JSON_TYPES, "JSON Schema", crate::readers::json::MAPPING),
+        (PROTOBUF_TYPES, "Protobuf", crate::readers::protobuf::MAPPING),
+    ] {
+        md.push_str(before);
+        md.push_str(&format!("| {column} | ClickHouse |\n|---|---|\n"));
+        for (from, to) in mapping {
+            md.push_str(&format!("| {from} | {to} |\n"));
+        }
+    }
+    md.push_str(TYPES_END);
+    md
+}
+
+const AVRO_TYPES: &str = "
 ## Avro to ClickHouse types
 
-| Avro | ClickHouse |
-|---|---|
-| `long` / `int` | `Int64` / `Int32` |
-| `float` / `double` | `Float32` / `Float64` |
-| `boolean` | `Bool` |
-| `string`, `bytes` | `String` |
-| `enum` | `LowCardinality(String)` |
-| `[\"null\", T]` | `Nullable(T)` |
-| `array<T>` / `map<T>` | `Array(T)` / `Map(String, T)`; a key written twice keeps its last value |
-| `[\"null\", array<T>]` / `[\"null\", map<T>]` | `Array(T)` / `Map(String, T)`: null reads as empty (ClickHouse has no `Nullable(Array)`) |
-| record (nested) | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
-| `[\"null\", record]` | flattened into `Nullable` columns, all NULL (arrays and maps empty) when the record is null; inside an array or map it is refused (no `Nullable(Tuple)`: drop `null` from the element's union) |
-| `timestamp-millis` / `timestamp-micros` | `DateTime64(3, 'UTC')` / `DateTime64(6, 'UTC')` |
-| `date` | `Date32` |
-| `decimal(p, s)`, p ≤ 38 | `Decimal(p, s)` |
-| `uuid` | `UUID` |
+";
 
+const JSON_TYPES: &str = "
 How datums are read (checked against apache-avro on random schemas: docs/INVARIANTS.md,
 Invariant 10):
 
@@ -306,23 +310,9 @@ Invariant 10):
 (anything else that changes a value's shape is rule E0606, with its path in the schema) and
 writes a decoder for exactly these keys.
 
-| JSON Schema | ClickHouse |
-|---|---|
-| `integer` | `Int64` (`1.0` and `2e3` are read as integers; a fraction is a record error) |
-| `number` | `Float64` |
-| `boolean` | `Bool` |
-| `string` | `String` (other `format`s, `pattern`, `maxLength` are not enforced) |
-| `string` with `format: date-time` | `DateTime64(6, 'UTC')`: RFC 3339 with `Z` or an offset, converted to UTC; digits beyond microseconds are truncated |
-| `string` with `format: date` | `Date32` |
-| `string` with `format: uuid` | `UUID` |
-| string `enum` | `LowCardinality(String)`; another string is a record error |
-| `array` with `items` | `Array(T)`; absent or `null` reads as empty |
-| `object` with `additionalProperties: {schema}` and no `properties` | `Map(String, T)`; absent or `null` reads as empty |
-| `object` with `properties` | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
-| a property not in `required`, or whose `type` includes `\"null\"` (also `oneOf`/`anyOf` of one schema and `{\"type\": \"null\"}`) | `Nullable(T)` |
-| every property below an object that is optional or nullable | `Nullable(T)` (an absent object has absent fields) |
-| `$ref` to `#/$defs/X` or `#/definitions/X` | the referenced schema (no remote or recursive references) |
+";
 
+const PROTOBUF_TYPES: &str = "
 How documents are read:
 
 - Keys may come in any order; keys the schema does not name, and properties the chain never
@@ -342,8 +332,11 @@ How documents are read:
 - Strings are borrowed from the message unless they contain escapes.
 - `wire: raw` (the default for JSON) is one document per message; `wire: confluent` is a magic
   byte and a 4-byte schema id before the document, and then `schema_id` lists the ids whose
-  documents the reader schema reads: any other id is a record error. There is no registry
-  lookup at run time yet; `gen --check --registry` checks the subject's registered versions
+  documents the reader schema reads. Any other id is a record error, unless `registry` is set:
+  then the writer schema under that id is fetched once (retried for `registry_timeout`, the
+  record's lane paused meanwhile), and its documents are decoded when the reader schema reads
+  them by the rules of `gen --check --registry`, record errors when it does not. Before a
+  deployment, `gen --check --registry` checks the subject's registered versions
   (docs/operations.md, section JSON documents and schema changes).
 
 ## Protobuf to ClickHouse types
@@ -355,24 +348,9 @@ directory; Google's well-known types built in) and writes a decoder for exactly 
 A file that does not compile, or a message it does not define, is rule E0608 (which lists the
 messages the file defines); a construct without a mapping is rule E0609, with its field path.
 
-| Protobuf | ClickHouse |
-|---|---|
-| `int32`, `sint32`, `sfixed32` | `Int32` |
-| `int64`, `sint64`, `sfixed64` | `Int64` |
-| `uint32`, `fixed32` | `UInt32` |
-| `uint64`, `fixed64` | `UInt64` (expressions do not read it: no signed type holds all of it) |
-| `float` / `double` | `Float32` / `Float64` |
-| `bool` | `Bool` |
-| `string`, `bytes` | `String` |
-| `enum` | `LowCardinality(String)`, the symbol's name; a number the enum does not define is a record error |
-| `google.protobuf.Timestamp` | `DateTime64(9, 'UTC')`; absent reads as 1970-01-01 (its fields' defaults) |
-| `google.protobuf.Int64Value` and the other wrappers | `Nullable(T)` of the wrapped type |
-| `optional T` (proto3 or proto2) | `Nullable(T)`; of a message, every field (NULL when the message is absent); of a Timestamp, `Nullable(DateTime64(9, 'UTC'))` |
-| a member of a `oneof` | `Nullable(T)`; of a message member, every field; the last member to arrive is the one set |
-| `repeated T` | `Array(T)`, packed or not (both are read) |
-| `map<K, V>` | `Map(String, V)`; integer and bool keys become their text (`7`, `true`); a key that repeats keeps its last entry |
-| a message field (nested) | flattened into `parent_child` columns; inside an array or map, `Tuple(...)` |
+";
 
+const TYPES_END: &str = "
 How messages are read:
 
 - A field without presence (proto3's plain fields, proto2 `required`) that is absent reads as its
@@ -400,9 +378,12 @@ How messages are read:
 - `wire: raw` (the default for Protobuf) is the bare message; `wire: confluent` is a magic byte,
   a 4-byte schema id and Confluent's message-index path (zig-zag varints; the single byte `0` for
   the first message of the file) before it. `schema_id` lists the ids whose messages the reader
-  schema reads, and the path must name `format.protobuf.message`: anything else is a record
-  error. There is no registry lookup at run time yet; `gen --check --registry` checks the
-  subject's registered versions (docs/operations.md, section Protobuf messages and schema changes).
+  schema reads, and the path must name `format.protobuf.message`. Any other id is a record
+  error, unless `registry` is set: then the writer `.proto` under that id (and its references)
+  is fetched once and compiled, and its messages are decoded when the reader schema reads them
+  by the rules of `gen --check --registry`, record errors when it does not. Before a
+  deployment, `gen --check --registry` checks the subject's registered versions
+  (docs/operations.md, section Protobuf messages and schema changes).
 - Not supported (rule E0609): proto2 groups and extensions, recursive messages, the other
   well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), repeated
   wrappers and maps of wrappers, and two types whose generated struct names meet (`Foo.Bar`

@@ -1,76 +1,99 @@
-//! The IR between validation and emission: value types, row types and typed expressions.
+//! The IR between the readers and emission: value types, the reader schema as a record of
+//! them, row types and typed expressions.
 //!
-//! A row is an ordered list of named, typed fields. The decoder produces the input row
-//! (the reader schema, nested records flattened as `parent_child`); each operator maps a
-//! row type to the next; the last row type is the sink's column list.
+//! Each format's reader (`readers::{avro, json, protobuf}`) turns its schema into a [`RecordTy`]
+//! whose fields keep their nesting; [`input_row`] flattens it into the input row (nested records
+//! as `parent_child`). Each operator maps a row type to the next; the last row type is the sink's
+//! column list. Nothing here knows which format a value came from.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::expr::{BinOp, Lit, UnOp};
-use crate::schema::{AvroType, RecordType};
 
-/// A value type, as seen by expressions, the encoders and the DDL.
+/// A value type, as seen by expressions, the encoders and the DDL: what ClickHouse and the
+/// chain need to know, whichever format the value was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Ty {
-    /// `boolean` / `Bool`
+    /// `Bool`
     Bool,
-    /// `int` / `Int32`
+    /// `Int32`
     Int32,
-    /// `long` / `Int64`
+    /// `Int64`
     Int64,
-    /// `float` / `Float32`
+    /// `UInt32`
+    UInt32,
+    /// `UInt64`
+    UInt64,
+    /// `Float32`
     Float32,
-    /// `double` / `Float64`
+    /// `Float64`
     Float64,
-    /// `string` / `String`
+    /// Text / `String`
     String,
-    /// `bytes` / `String`
+    /// Bytes / `String`
     Bytes,
-    /// `enum` / `LowCardinality(String)`; values are symbol indexes.
+    /// A closed set of symbols / `LowCardinality(String)`; values are symbol indexes.
     Enum {
-        /// The Avro enum's name.
+        /// The enum's name in its schema.
         name: String,
         /// Its symbols.
         symbols: Vec<String>,
     },
-    /// `array` / `Array(T)`
+    /// `Array(T)`
     Array(Box<Ty>),
-    /// `map` / `Map(String, T)`
+    /// `Map(String, T)`
     Map(Box<Ty>),
-    /// `["null", T]` / `Nullable(T)`
+    /// `Nullable(T)`. In a reader's [`RecordTy`], a nullable record is flattened by
+    /// [`input_row`] into Nullable columns (ClickHouse has no `Nullable(Tuple)`).
     Nullable(Box<Ty>),
-    /// A record inside an array or map / `Tuple(name T, ...)`.
+    /// A record: flattened into the row at the top level, `Tuple(name T, ...)` inside an array
+    /// or map.
     Record(Box<RecordTy>),
-    /// `timestamp-millis` / `DateTime64(3, 'UTC')`
-    TimestampMillis,
-    /// `timestamp-micros` / `DateTime64(6, 'UTC')`
-    TimestampMicros,
-    /// `date` / `Date32`
+    /// A UTC instant counted in `unit`s since the epoch / `DateTime64(digits, 'UTC')`.
+    Timestamp(TimeUnit),
+    /// Days since the epoch / `Date32`
     Date,
-    /// `decimal(p, s)` / `Decimal(p, s)`; values are unscaled `i128`.
+    /// `Decimal(p, s)`; values are unscaled `i128`.
     Decimal {
         /// Precision.
         precision: u32,
         /// Scale.
         scale: u32,
     },
-    /// `uuid` / `UUID`; values are `u128`.
+    /// `UUID`; values are `u128`.
     Uuid,
-    /// Protobuf `uint32` / `UInt32`
-    UInt32,
-    /// Protobuf `uint64` / `UInt64`
-    UInt64,
-    /// `google.protobuf.Timestamp` / `DateTime64(9, 'UTC')`
-    TimestampNanos,
 }
 
-/// A record type nested inside an array or map.
+/// The tick of a timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TimeUnit {
+    /// Milliseconds: `DateTime64(3)`.
+    Millis,
+    /// Microseconds: `DateTime64(6)`.
+    Micros,
+    /// Nanoseconds: `DateTime64(9)`.
+    Nanos,
+}
+
+impl TimeUnit {
+    /// Digits after the second: the `DateTime64` precision.
+    pub(crate) fn digits(self) -> u32 {
+        match self {
+            TimeUnit::Millis => 3,
+            TimeUnit::Micros => 6,
+            TimeUnit::Nanos => 9,
+        }
+    }
+}
+
+/// A record: the reader schema (fields nested as the schema nests them), or a record inside an
+/// array or map after [`input_row`] (fields flattened).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecordTy {
-    /// The Avro record's full name.
+    /// The record's name in its schema (its full name, for formats with namespaces).
     pub name: String,
-    /// Its fields (nested records flattened).
+    /// Its fields, in schema order.
     pub fields: Vec<Column>,
 }
 
@@ -89,7 +112,7 @@ impl Ty {
         match self {
             Ty::Bool => 1,
             Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date => 4,
-            Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => 8,
+            Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::Timestamp(_) => 8,
             Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(_) | Ty::Nullable(_) => 1,
             Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
             Ty::Decimal { precision, .. } => match precision {
@@ -126,9 +149,7 @@ impl Ty {
                     r.fields.iter().map(|c| format!("{} {}", c.name, c.ty.clickhouse())).collect();
                 format!("Tuple({})", fields.join(", "))
             }
-            Ty::TimestampMillis => "DateTime64(3, 'UTC')".into(),
-            Ty::TimestampMicros => "DateTime64(6, 'UTC')".into(),
-            Ty::TimestampNanos => "DateTime64(9, 'UTC')".into(),
+            Ty::Timestamp(unit) => format!("DateTime64({}, 'UTC')", unit.digits()),
             Ty::Date => "Date32".into(),
             Ty::Decimal { precision, scale } => format!("Decimal({precision}, {scale})"),
             Ty::Uuid => "UUID".into(),
@@ -148,6 +169,15 @@ impl Ty {
         }
     }
 
+    /// `Nullable(self)`, unless values already may be null or the type has no Nullable form in
+    /// ClickHouse (arrays and maps: an absent one reads as empty).
+    pub(crate) fn or_null(self) -> Ty {
+        match self {
+            Ty::Nullable(_) | Ty::Array(_) | Ty::Map(_) => self,
+            ty => Ty::Nullable(Box::new(ty)),
+        }
+    }
+
     /// Whether expressions can do arithmetic with it.
     pub(crate) fn is_numeric(&self) -> bool {
         matches!(
@@ -158,9 +188,7 @@ impl Ty {
                 | Ty::Float32
                 | Ty::Float64
                 | Ty::Decimal { .. }
-                | Ty::TimestampMillis
-                | Ty::TimestampMicros
-                | Ty::TimestampNanos
+                | Ty::Timestamp(_)
                 | Ty::Date
         )
     }
@@ -168,16 +196,7 @@ impl Ty {
     /// Whether it is an integer in expressions (timestamps and dates count as their ticks).
     /// `UInt64` is not: no signed type holds all of it, so expressions do not read it.
     pub(crate) fn is_integer(&self) -> bool {
-        matches!(
-            self.non_null(),
-            Ty::Int32
-                | Ty::Int64
-                | Ty::UInt32
-                | Ty::TimestampMillis
-                | Ty::TimestampMicros
-                | Ty::TimestampNanos
-                | Ty::Date
-        )
+        matches!(self.non_null(), Ty::Int32 | Ty::Int64 | Ty::UInt32 | Ty::Timestamp(_) | Ty::Date)
     }
 
     /// Whether it is text in expressions.
@@ -186,6 +205,7 @@ impl Ty {
     }
 }
 
+/// How types read in diagnostics (the words the documentation uses for them).
 impl fmt::Display for Ty {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -203,9 +223,9 @@ impl fmt::Display for Ty {
                 Ty::Float64 => "double",
                 Ty::String => "string",
                 Ty::Bytes => "bytes",
-                Ty::TimestampMillis => "timestamp-millis",
-                Ty::TimestampMicros => "timestamp-micros",
-                Ty::TimestampNanos => "timestamp-nanos",
+                Ty::Timestamp(TimeUnit::Millis) => "timestamp-millis",
+                Ty::Timestamp(TimeUnit::Micros) => "timestamp-micros",
+                Ty::Timestamp(TimeUnit::Nanos) => "timestamp-nanos",
                 Ty::UInt32 => "uint32",
                 Ty::UInt64 => "uint64",
                 Ty::Date => "date",
@@ -216,108 +236,54 @@ impl fmt::Display for Ty {
     }
 }
 
-/// How a decoded Avro value reaches a row: a leaf field (with its flattened name) or a
-/// nested record whose fields are flattened into the row.
-#[derive(Clone, Debug)]
-pub(crate) enum DecodeNode {
-    /// A field that becomes one row field.
-    Leaf {
-        /// The row field name (`parent_child` for nested fields).
-        column: String,
-        /// The Avro type, which decides how bytes are read.
-        avro: AvroType,
-        /// Whether it lies below a nullable record, which makes its column Nullable (its value
-        /// is wrapped in `Some` when the record is there).
-        below_null: bool,
-    },
-    /// A nested record: its fields are read in order and flattened.
-    Nested {
-        /// Its fields.
-        children: Vec<DecodeNode>,
-        /// For `["null", record]`, the null branch's index: the union index is read first, and
-        /// when it is null every column below is NULL (arrays and maps empty).
-        null_index: Option<u8>,
-    },
-}
-
-/// The input row of a schema and the read plan that produces it.
-pub(crate) fn input_row(schema: &RecordType) -> (Vec<Column>, Vec<DecodeNode>) {
+/// The input row of a reader schema: its fields in order, nested records flattened as
+/// `parent_child`, the fields below a nullable record Nullable (arrays and maps stay plain).
+/// Records inside arrays and maps become tuples of their own flattened fields.
+pub(crate) fn input_row(schema: &RecordTy) -> Vec<Column> {
     let mut columns = Vec::new();
-    let nodes = flatten(&schema.fields, "", false, &mut columns);
-    (columns, nodes)
+    flatten(&schema.fields, "", false, &mut columns);
+    columns
 }
 
-/// The columns and read plan of `fields`; `below_null` says a nullable record lies above them.
-///
-/// A nullable record (`["null", record]`) is flattened like any record, its columns Nullable, as
-/// JSON's optional objects and Protobuf's optional messages are: ClickHouse has no
-/// `Nullable(Tuple)`.
-fn flatten(
-    fields: &[crate::schema::Field],
-    prefix: &str,
-    below_null: bool,
-    columns: &mut Vec<Column>,
-) -> Vec<DecodeNode> {
-    fields
-        .iter()
-        .map(|f| {
-            let name = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}_{}", f.name) };
-            match &f.ty {
-                AvroType::Record(r) => {
-                    DecodeNode::Nested { children: flatten(&r.fields, &name, below_null, columns), null_index: None }
-                }
-                AvroType::Nullable { inner, null_index } if matches!(**inner, AvroType::Record(_)) => {
-                    let AvroType::Record(r) = &**inner else { unreachable!("matched a record") };
-                    DecodeNode::Nested {
-                        children: flatten(&r.fields, &name, true, columns),
-                        null_index: Some(*null_index),
-                    }
-                }
-                other => {
-                    let ty = ty_of(other);
-                    let ty = match ty {
-                        Ty::Nullable(_) | Ty::Array(_) | Ty::Map(_) => ty,
-                        ty if below_null => Ty::Nullable(Box::new(ty)),
-                        ty => ty,
-                    };
-                    columns.push(Column { name: name.clone(), ty });
-                    DecodeNode::Leaf { column: name, avro: other.clone(), below_null }
-                }
+/// The column name of `field` inside a record flattened under `prefix`.
+pub(crate) fn flat_name(prefix: &str, field: &str) -> String {
+    if prefix.is_empty() { field.to_owned() } else { format!("{prefix}_{field}") }
+}
+
+/// If `ty` is a record or a nullable record, the record and whether it is nullable.
+pub(crate) fn as_record(ty: &Ty) -> Option<(&RecordTy, bool)> {
+    match ty {
+        Ty::Record(r) => Some((r, false)),
+        Ty::Nullable(inner) => match inner.as_ref() {
+            Ty::Record(r) => Some((r, true)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn flatten(fields: &[Column], prefix: &str, below_null: bool, columns: &mut Vec<Column>) {
+    for f in fields {
+        let name = flat_name(prefix, &f.name);
+        match as_record(&f.ty) {
+            Some((r, nullable)) => flatten(&r.fields, &name, below_null || nullable, columns),
+            None => {
+                let ty = value_ty(&f.ty);
+                let ty = if below_null { ty.or_null() } else { ty };
+                columns.push(Column { name, ty });
             }
-        })
-        .collect()
+        }
+    }
 }
 
-/// The value type of an Avro type (records inside containers keep their structure).
-pub(crate) fn ty_of(avro: &AvroType) -> Ty {
-    match avro {
-        AvroType::Boolean => Ty::Bool,
-        AvroType::Int => Ty::Int32,
-        AvroType::Long => Ty::Int64,
-        AvroType::Float => Ty::Float32,
-        AvroType::Double => Ty::Float64,
-        AvroType::Bytes => Ty::Bytes,
-        AvroType::String => Ty::String,
-        AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
-        AvroType::Array(t) => Ty::Array(Box::new(ty_of(t))),
-        AvroType::Map(t) => Ty::Map(Box::new(ty_of(t))),
-        // ClickHouse has no Nullable(Array) or Nullable(Map): null reads as empty, as JSON's
-        // null arrays do.
-        AvroType::Nullable { inner, .. } if matches!(**inner, AvroType::Array(_) | AvroType::Map(_)) => ty_of(inner),
-        AvroType::Nullable { inner, .. } => Ty::Nullable(Box::new(ty_of(inner))),
-        AvroType::Record(r) => {
-            let mut fields = Vec::new();
-            flatten(&r.fields, "", false, &mut fields);
-            Ty::Record(Box::new(RecordTy { name: r.name.clone(), fields }))
-        }
-        AvroType::TimestampMillis => Ty::TimestampMillis,
-        AvroType::TimestampMicros => Ty::TimestampMicros,
-        AvroType::Date => Ty::Date,
-        AvroType::Decimal { precision, scale, .. } => Ty::Decimal { precision: *precision, scale: *scale },
-        AvroType::Uuid => Ty::Uuid,
-        AvroType::UInt32 => Ty::UInt32,
-        AvroType::UInt64 => Ty::UInt64,
-        AvroType::TimestampNanos => Ty::TimestampNanos,
+/// A value's type with the records inside its containers flattened into tuples.
+fn value_ty(ty: &Ty) -> Ty {
+    match ty {
+        Ty::Array(t) => Ty::Array(Box::new(value_ty(t))),
+        Ty::Map(t) => Ty::Map(Box::new(value_ty(t))),
+        Ty::Nullable(t) => Ty::Nullable(Box::new(value_ty(t))),
+        Ty::Record(r) => Ty::Record(Box::new(RecordTy { name: r.name.clone(), fields: input_row(r) })),
+        other => other.clone(),
     }
 }
 
@@ -327,7 +293,7 @@ pub(crate) fn metadata_columns() -> Vec<Column> {
         Column { name: "_key".into(), ty: Ty::Nullable(Box::new(Ty::Bytes)) },
         Column { name: "_partition".into(), ty: Ty::Int32 },
         Column { name: "_offset".into(), ty: Ty::Int64 },
-        Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::TimestampMillis)) },
+        Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::Timestamp(TimeUnit::Millis))) },
     ]
 }
 

@@ -21,16 +21,14 @@ mod expr;
 #[cfg(feature = "cli")]
 mod init;
 mod ir;
-mod json_schema;
 pub mod load;
 pub mod memory;
 #[cfg(feature = "cli")]
 mod migrate;
 pub mod model;
 mod plan;
-mod proto_schema;
+mod readers;
 pub mod rules;
-mod schema;
 mod source_map;
 mod template;
 mod typeck;

@@ -19,13 +19,14 @@ use serde_yaml::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::diag::{Diagnostic, Report};
+use crate::ir::RecordTy;
 use crate::model::{Encoding, Operator, PipelineFile, TEMPLATED_KEYS};
 use crate::plan::{Plan, RustSource, Step};
+use crate::readers::avro::AvroRecord;
 use crate::rules::{
     self, Context, Options, avro_schema, format_choice, invalid_value, json_schema, literal_required, missing_key,
     proto_schema, unknown_key, yaml_syntax,
 };
-use crate::schema::RecordType;
 use crate::source_map::{SourceMap, join, parent};
 
 /// A configuration that passed every rule, with what the generator needs next.
@@ -33,12 +34,11 @@ use crate::source_map::{SourceMap, join, parent};
 pub struct Validated {
     /// The typed configuration.
     pub model: PipelineFile,
-    /// The reader schema.
-    pub(crate) schema: RecordType,
+    /// The reader schema's column view: what every stage after the readers sees.
+    pub(crate) schema: RecordTy,
     /// The schema file's text, compiled into the binary.
     pub schema_text: String,
-    /// What the decoder is generated from besides the column view: nothing more for Avro, the
-    /// JSON Schema's properties (keys, presence) for JSON.
+    /// What the decoder is generated from: the format's own view of the schema.
     pub(crate) input: Input,
     /// The records' shape as an Avro schema: what `source.datagen`, `cargo xtask produce` and
     /// the generated fuzz test synthesize values from (and encode in the pipeline's format).
@@ -61,15 +61,16 @@ pub struct Validated {
     pub config_hash: String,
 }
 
-/// The format-specific part of the reader schema.
+/// The reader schema as its format's decoder walks it.
 #[derive(Clone, Debug)]
 pub(crate) enum Input {
-    /// Avro: the column view ([`Validated::schema`]) is the whole schema.
-    Avro,
+    /// Avro: the record's types as the binary encoding needs them (union branch indexes, fixed
+    /// sizes).
+    Avro(AvroRecord),
     /// JSON: the top-level properties.
-    Json(Vec<crate::json_schema::JField>),
+    Json(Vec<crate::readers::json::JField>),
     /// Protobuf: the message's fields and its message-index path.
-    Protobuf(crate::proto_schema::Message),
+    Protobuf(crate::readers::protobuf::Message),
 }
 
 /// A user Rust file a `rust` operator names, as read.
@@ -145,20 +146,21 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                 let loaded = match std::fs::read_to_string(&schema_file) {
                     Err(e) => Err(vec![avro_schema::unreadable(&key, relative, &e)]),
                     Ok(text) => match format.encoding {
-                        Encoding::Avro => avro_schema::convert(relative, &text).map(|record| {
+                        Encoding::Avro => avro_schema::convert(relative, &text).map(|avro| {
+                            let record = crate::readers::avro::record_ty(&avro);
                             let datagen = text.clone();
-                            (text, record, Input::Avro, datagen)
+                            (text, record, Input::Avro(avro), datagen)
                         }),
                         Encoding::Json => json_schema::convert(relative, &text).map(|fields| {
-                            let record = crate::json_schema::record("Message", &fields);
-                            let datagen = crate::json_schema::datagen_schema(&fields);
+                            let record = crate::readers::json::record_ty("Message", &fields);
+                            let datagen = crate::readers::json::datagen_schema(&fields);
                             (text, record, Input::Json(fields), datagen)
                         }),
                         Encoding::Protobuf => {
                             let message = model.format.protobuf.as_ref().map_or("", |p| p.message.as_str());
                             proto_schema::convert(relative, &schema_file, message).map(|message| {
-                                let record = crate::proto_schema::record("Message", &message.fields);
-                                let datagen = crate::proto_schema::datagen_schema(&message);
+                                let record = crate::readers::protobuf::record_ty("Message", &message.fields);
+                                let datagen = crate::readers::protobuf::datagen_schema(&message);
                                 (text, record, Input::Protobuf(message), datagen)
                             })
                         }
@@ -173,12 +175,7 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                 }
             }
         };
-        let cx = Context {
-            model: &model,
-            source_map: &source_map,
-            schema: schema.as_ref().map(|(_, (_, s, _, _))| s),
-            options,
-        };
+        let cx = Context { model: &model, source_map: &source_map, options };
         rules::check(&cx, &mut diagnostics);
         if let Some((schema_file, (schema_text, schema, input, datagen_schema))) = schema {
             let sources = read_rust_sources(&model, base_dir);

@@ -8,10 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use crate::diag::Diagnostic;
-use crate::ir::{Column, DecodeNode, TExpr, Ty, input_row};
+use crate::ir::{Column, RecordTy, TExpr, Ty, input_row};
 use crate::model::{Operator, PipelineFile, Sink};
 use crate::rules::transform as rules;
-use crate::schema::RecordType;
 use crate::typeck::{names, typed, unknown_field};
 
 /// The planned chain.
@@ -19,8 +18,6 @@ use crate::typeck::{names, typed, unknown_field};
 pub(crate) struct Plan {
     /// The decoded row: the reader schema with nested records flattened.
     pub input: Vec<Column>,
-    /// How the decoder reads it.
-    pub decode: Vec<DecodeNode>,
     /// The operators, typed.
     pub steps: Vec<Step>,
     /// The row after the last operator: the sink's columns, in order.
@@ -117,10 +114,10 @@ pub(crate) struct RustSource {
 /// `sources` holds, by position in `transform`, the file of each `rust` operator.
 pub(crate) fn plan(
     model: &PipelineFile,
-    schema: &RecordType,
+    schema: &RecordTy,
     sources: &BTreeMap<usize, std::io::Result<RustSource>>,
 ) -> Result<Plan, Vec<Diagnostic>> {
-    let (input, decode) = input_row(schema);
+    let input = input_row(schema);
     let mut row = input.clone();
     let mut steps = Vec::new();
     let mut errors = Vec::new();
@@ -189,7 +186,7 @@ pub(crate) fn plan(
             }
         }
     }
-    if errors.is_empty() { Ok(Plan { input, decode, steps, output: row, shard_key }) } else { Err(errors) }
+    if errors.is_empty() { Ok(Plan { input, steps, output: row, shard_key }) } else { Err(errors) }
 }
 
 /// Types the shard key may have.
@@ -203,9 +200,7 @@ fn hashable(ty: &Ty) -> bool {
             | Ty::Enum { .. }
             | Ty::Uuid
             | Ty::Date
-            | Ty::TimestampMillis
-            | Ty::TimestampMicros
-            | Ty::TimestampNanos
+            | Ty::Timestamp(_)
             | Ty::UInt32
             | Ty::UInt64
             | Ty::Bool

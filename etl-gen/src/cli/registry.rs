@@ -62,7 +62,7 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
         }
     };
     let broken = match &v.input {
-        Input::Avro => match Schema::parse_str(&v.schema_text) {
+        Input::Avro(_) => match Schema::parse_str(&v.schema_text) {
             Ok(reader) => compat::check(&reader, &versions),
             Err(e) => {
                 eprintln!("error: the reader schema {}: {e}", v.schema_path.display());

@@ -3,7 +3,7 @@
 //! binary applies to the writer schemas it fetches.
 
 use super::{Incompatible, WriterVersion};
-use crate::json_schema::JField;
+use crate::readers::json::JField;
 
 /// Checks each version against the reader's properties; the result lists the versions (and in
 /// them each property) the reader cannot read.
@@ -26,7 +26,7 @@ mod tests {
     }}"#;
 
     fn reader() -> Vec<JField> {
-        crate::json_schema::parse(READER).unwrap().unwrap()
+        crate::readers::json::parse(READER).unwrap().unwrap()
     }
 
     fn version(version: u32, schema: &str) -> WriterVersion {

@@ -3,7 +3,7 @@
 //! is checked), the rules the binary applies to the writer schemas it fetches.
 
 use super::{Incompatible, WriterVersion};
-use crate::proto_schema::Message;
+use crate::readers::protobuf::Message;
 
 /// Checks each version against the reader's message; the result lists the versions (and in them
 /// each field) the reader cannot read.

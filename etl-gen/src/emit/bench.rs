@@ -6,12 +6,11 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::types::field_ident;
-use crate::ir::Ty;
-use crate::json_schema::{JField, JType};
+use super::rust_types::{field_ident, serde_owned_ty};
 use crate::load::{Input, Validated};
 use crate::model::Wire;
-use crate::proto_schema::{PField, PType, Scalar};
+use crate::readers::json::{JField, JType};
+use crate::readers::protobuf::{PField, PType, Scalar};
 
 /// The benchmark file, formatted.
 pub(super) fn emit(v: &Validated) -> Result<String, String> {
@@ -23,7 +22,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
     let encoding = super::chain::datagen_encoding(&v.model);
     // Each generic decoder: its items, its set-up, its name and the body run per payload `p`.
     let generics: Vec<(TokenStream, TokenStream, &str, TokenStream)> = match &v.input {
-        Input::Avro => {
+        Input::Avro(_) => {
             // The generic path deserializes into a serde struct of owned values, as an
             // application using apache-avro's `from_value` would; types without a plain serde
             // form are skipped with IgnoredAny (they are still decoded by `from_avro_datum`).
@@ -33,7 +32,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
                 .iter()
                 .map(|f| {
                     let id = field_ident(&f.name);
-                    let ty = owned_ty(&crate::ir::ty_of(&f.ty));
+                    let ty = serde_owned_ty(&f.ty);
                     quote!(#[allow(dead_code)] #id: #ty)
                 })
                 .collect();
@@ -264,7 +263,7 @@ fn index_bytes(indexes: &[i32]) -> usize {
 /// pushes it and the types it uses to `out` and returns its name. Enums are read as their `i32`
 /// numbers, which is what prost's `enumeration` fields hold.
 fn prost_struct(full_name: &str, fields: &[PField], out: &mut Vec<TokenStream>) -> proc_macro2::Ident {
-    let ident = format_ident!("Prost{}", crate::proto_schema::record_name(full_name));
+    let ident = format_ident!("Prost{}", crate::readers::protobuf::record_name(full_name));
     if out.iter().any(|t| t.to_string().contains(&format!("struct {ident} "))) {
         return ident;
     }
@@ -375,32 +374,5 @@ fn prost_scalar_ty(s: Scalar) -> TokenStream {
         Scalar::Double => quote!(f64),
         Scalar::String => quote!(String),
         Scalar::Bytes => quote!(Vec<u8>),
-    }
-}
-
-/// An owned serde type for the generic path.
-fn owned_ty(ty: &Ty) -> TokenStream {
-    match ty {
-        Ty::Bool => quote!(bool),
-        Ty::Int32 | Ty::Date => quote!(i32),
-        Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos => quote!(i64),
-        Ty::UInt32 => quote!(u32),
-        Ty::UInt64 => quote!(u64),
-        Ty::Float32 => quote!(f32),
-        Ty::Float64 => quote!(f64),
-        Ty::String | Ty::Enum { .. } => quote!(String),
-        Ty::Array(t) => {
-            let t = owned_ty(t);
-            quote!(Vec<#t>)
-        }
-        Ty::Map(t) => {
-            let t = owned_ty(t);
-            quote!(std::collections::HashMap<String, #t>)
-        }
-        Ty::Nullable(t) => {
-            let t = owned_ty(t);
-            quote!(Option<#t>)
-        }
-        _ => quote!(serde::de::IgnoredAny),
     }
 }

@@ -8,16 +8,14 @@ use indexmap::IndexMap;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
+use super::encode::{Val, json, rowbinary};
 use super::expr::{Scope, condition, value};
-use super::types::{
-    Val, borrows, decode, field_ident, json, local_ty, nested_records, record_ident, rowbinary, rust_ty, skip,
-};
-use crate::ir::{Column, DecodeNode, Ty, metadata_columns};
+use super::rust_types::{borrows, field_ident, local_ty, nested_records, record_ident, rust_ty};
+use crate::ir::{Column, Ty, metadata_columns};
 use crate::ir::{TExpr, TKind};
 use crate::load::{Input, Validated};
 use crate::model::{Encoding, FileFormat, Operator, Sink, Wire};
 use crate::plan::Step;
-use crate::schema::AvroType;
 
 /// What the emitted `main.rs` needs besides the plan.
 pub(super) struct MainInputs<'a> {
@@ -331,85 +329,11 @@ fn decode_input(
 ) -> Vec<TokenStream> {
     let plan = &v.plan;
     match &v.input {
-        Input::Avro => {
-            let mut stmts = Vec::new();
-            decode_nodes(&plan.decode, &plan.input, live, &mut stmts, scope, fresh);
-            stmts.push(quote!(rt::avro::end(buf)?;));
-            stmts
-        }
+        Input::Avro(record) => super::avro::decode_row(record, &plan.input, live, scope, fresh),
         Input::Json(fields) => super::json::decode(fields, &plan.input, live, scope, fresh, enums),
         Input::Protobuf(message) => {
             let indexes = (v.model.format.get().wire == Wire::Confluent).then_some(&message.indexes[..]);
             super::protobuf::decode(&message.fields, indexes, &plan.input, live, scope, fresh, enums)
-        }
-    }
-}
-
-/// The decoder's statements. A field the chain never reads (not in `live`) is read past, not
-/// built: no UTF-8 check of its strings, no allocation for its containers.
-fn decode_nodes(
-    nodes: &[DecodeNode],
-    input: &[Column],
-    live: &BTreeSet<String>,
-    out: &mut Vec<TokenStream>,
-    scope: &mut Scope,
-    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
-) {
-    for node in nodes {
-        match node {
-            DecodeNode::Leaf { column, avro, .. } if !live.contains(column) => out.push(skip(avro)),
-            DecodeNode::Leaf { column, avro, below_null } => {
-                let id = fresh(column);
-                let ty = input.iter().find(|c| &c.name == column).map(|c| local_ty(&c.ty)).expect("input column");
-                let d = decode(avro);
-                let d = if *below_null
-                    && !matches!(avro, AvroType::Nullable { .. } | AvroType::Array(_) | AvroType::Map(_))
-                {
-                    quote!(Some(#d))
-                } else {
-                    d
-                };
-                out.push(quote!(let #id: #ty = #d;));
-                scope.insert(column.clone(), id);
-            }
-            DecodeNode::Nested { children, null_index: None } => decode_nodes(children, input, live, out, scope, fresh),
-            DecodeNode::Nested { children, null_index: Some(null_index) } => {
-                let mut present = Vec::new();
-                let mut inner_scope = Scope::default();
-                decode_nodes(children, input, live, &mut present, &mut inner_scope, fresh);
-                let mut outer = Vec::new();
-                let mut absent = Vec::new();
-                let mut inner = Vec::new();
-                // In input order, so the generated code does not depend on hashing.
-                for (column, id, ty) in
-                    input.iter().filter_map(|c| inner_scope.get(&c.name).map(|id| (&c.name, id, &c.ty)))
-                {
-                    let id_outer = fresh(column);
-                    absent.push(match ty {
-                        Ty::Array(_) | Ty::Map(_) => quote!(::std::vec::Vec::new()),
-                        _ => quote!(None),
-                    });
-                    inner.push(id.clone());
-                    scope.insert(column.clone(), id_outer.clone());
-                    outer.push(id_outer);
-                }
-                let n = Literal::u32_unsuffixed(u32::from(*null_index));
-                if outer.is_empty() {
-                    // Nothing below is read: the record's fields are skipped when it is there.
-                    out.push(quote!(if rt::avro::union_index(&mut buf, 2)? != #n {
-                        #(#present)*
-                    }));
-                } else {
-                    // One tuple binding, set by both branches: NULL (or empty) when the record is
-                    // null, read when it is there. The read branch's locals carry the types.
-                    out.push(quote!(let (#(#outer,)*) = if rt::avro::union_index(&mut buf, 2)? == #n {
-                        (#(#absent,)*)
-                    } else {
-                        #(#present)*
-                        (#(#inner,)*)
-                    };));
-                }
-            }
         }
     }
 }
@@ -715,7 +639,7 @@ fn hash_bytes(ty: &Ty, x: TokenStream, enums: &mut Vec<Vec<String>>) -> TokenStr
         Ty::String => quote!(#x.as_bytes()),
         Ty::Bytes => quote!(&#x[..]),
         Ty::Enum { symbols, .. } => {
-            let table = super::types::enum_table(symbols, enums);
+            let table = super::rust_types::enum_table(symbols, enums);
             quote!(#table[*#x as usize].as_bytes())
         }
         Ty::Bool => quote!(&[u8::from(*#x)]),

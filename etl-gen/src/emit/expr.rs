@@ -139,8 +139,7 @@ fn convert(from: &Ty, to: &Ty, x: TokenStream) -> TokenStream {
             quote!(rt::ops::decimal_to_f64(#x, #s))
         }
         // Already of the target's Rust type (timestamps are `i64`s).
-        (Ty::Float64, Ty::Float64)
-        | (Ty::Int64 | Ty::TimestampMillis | Ty::TimestampMicros | Ty::TimestampNanos, Ty::Int64) => x,
+        (Ty::Float64, Ty::Float64) | (Ty::Int64 | Ty::Timestamp(_), Ty::Int64) => x,
         // Lossless: `f64::from` says so; a 64-bit integer needs `as`.
         (Ty::Float32 | Ty::Int32 | Ty::UInt32 | Ty::Date, Ty::Float64) => quote!(f64::from(#x)),
         (_, Ty::Float64) => quote!((#x as f64)),

@@ -13,9 +13,9 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 
 use super::expr::Scope;
-use super::types::{enum_table, field_ident, local_ty, record_ident};
+use super::rust_types::{enum_table, field_ident, local_ty, record_ident};
 use crate::ir::{Column, RecordTy};
-use crate::json_schema::{JField, JType};
+use crate::readers::json::{JField, JType};
 
 /// The statements that decode the document in `buf` into one local per live input field
 /// (registered in `scope`), ending with the check that nothing follows the document.

@@ -5,14 +5,16 @@
 //! is the caller's step (`cli::write`). Rust is emitted as tokens and formatted with
 //! prettyplease; the other files come from templates/ through minijinja.
 
+mod avro;
 mod bench;
 mod chain;
 mod comments;
+mod encode;
 mod expr;
 mod json;
 mod main_fn;
 mod protobuf;
-mod types;
+mod rust_types;
 
 use std::path::{Path, PathBuf};
 
@@ -238,7 +240,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
             Step::Rust { function, index, row, .. } => Some(context! {
                 function => function, index => index,
                 fields => row.iter().map(|c| context! {
-                    name => &c.name, ty => c.ty.to_string(), rust => types::rust_ty_doc(&c.ty),
+                    name => &c.name, ty => c.ty.to_string(), rust => rust_types::rust_ty_doc(&c.ty),
                 }).collect::<Vec<_>>(),
             }),
             _ => None,

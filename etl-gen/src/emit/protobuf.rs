@@ -13,9 +13,9 @@ use proc_macro2::{Ident, Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::expr::Scope;
-use super::types::{enum_table, field_ident, local_ty};
+use super::rust_types::{enum_table, field_ident, local_ty};
 use crate::ir::Column;
-use crate::proto_schema::{PField, PType, Scalar, record_name};
+use crate::readers::protobuf::{PField, PType, Scalar, record_name};
 
 /// The statements that decode the message in `buf` into one local per live input field
 /// (registered in `scope`). With the Confluent framing, `indexes` is the message-index path the

@@ -2,7 +2,10 @@
 //! only supported types.
 
 use crate::diag::{Diagnostic, Rule};
-use crate::schema::{self, RecordType};
+use crate::readers::{
+    Unsupported,
+    avro::{self, AvroRecord},
+};
 
 /// The schema file is missing or unreadable.
 pub(crate) static MISSING: Rule = Rule {
@@ -47,7 +50,7 @@ pub(crate) fn unreadable(path: &str, relative: &str, e: &std::io::Error) -> Diag
 }
 
 /// Parses the schema text of the file `relative` and reduces it to the supported types.
-pub(crate) fn convert(relative: &str, text: &str) -> Result<RecordType, Vec<Diagnostic>> {
+pub(crate) fn convert(relative: &str, text: &str) -> Result<AvroRecord, Vec<Diagnostic>> {
     let parsed = apache_avro::Schema::parse_str(text).map_err(|e| {
         vec![
             Diagnostic::error(&INVALID, PATH, format!("`{relative}` is not a valid Avro schema"))
@@ -56,7 +59,7 @@ pub(crate) fn convert(relative: &str, text: &str) -> Result<RecordType, Vec<Diag
                 .help("fix the schema so that it follows the Avro specification"),
         ]
     })?;
-    schema::convert(&parsed).map_err(|found| unsupported(&UNSUPPORTED, PATH, relative, "field", found))
+    avro::convert(&parsed).map_err(|found| unsupported(&UNSUPPORTED, PATH, relative, "field", found))
 }
 
 /// The diagnostics of a schema's unsupported constructs (every format's), each naming the schema
@@ -66,7 +69,7 @@ pub(crate) fn unsupported(
     path: &str,
     relative: &str,
     place: &str,
-    found: Vec<schema::Unsupported>,
+    found: Vec<Unsupported>,
 ) -> Vec<Diagnostic> {
     found
         .into_iter()

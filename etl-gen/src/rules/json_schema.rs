@@ -1,7 +1,7 @@
 //! E0605–E0606: a JSON Schema parses and uses only the subset that maps to columns.
 
 use crate::diag::{Diagnostic, Rule};
-use crate::json_schema::{self, JField};
+use crate::readers::json::{self as json_schema, JField};
 
 /// The schema file is not a JSON Schema object.
 pub(crate) static INVALID: Rule = Rule {

@@ -7,7 +7,6 @@
 
 use crate::diag::{Diagnostic, Rule};
 use crate::model::PipelineFile;
-use crate::schema::RecordType;
 use crate::source_map::SourceMap;
 
 pub(crate) mod avro_schema;
@@ -86,8 +85,6 @@ pub struct Context<'a> {
     pub model: &'a PipelineFile,
     /// Where keys are, for rules that care whether a key was written or defaulted.
     pub source_map: &'a SourceMap,
-    /// The reader schema, when it loaded.
-    pub schema: Option<&'a RecordType>,
     /// Options of this run.
     pub options: &'a Options,
 }

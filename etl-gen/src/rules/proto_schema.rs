@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::diag::{Diagnostic, Rule};
-use crate::proto_schema::{self, Invalid, Message};
+use crate::readers::protobuf::{self as proto_schema, Invalid, Message};
 
 /// The file does not compile, or does not define `format.protobuf.message`.
 pub(crate) static INVALID: Rule = Rule {

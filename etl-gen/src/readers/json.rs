@@ -1,10 +1,10 @@
-//! JSON Schema as the generator sees it: the fields etl-schema's walker reads from the schema file
-//! ([`JField`], what the generated decoder walks), reduced to the column view every format shares
-//! ([`RecordType`]).
+//! The JSON Schema reader: the fields etl-schema's walker reads from the schema file ([`JField`],
+//! what the generated JSON decoder walks) and their column view in the IR ([`record_ty`]),
+//! documented in [`MAPPING`].
 
 pub(crate) use etl_schema::json::{Invalid, JField, JType, parse};
 
-use crate::schema::{AvroType, Field, RecordType};
+use crate::ir::{Column, RecordTy, TimeUnit, Ty};
 
 /// The column view of the fields: what `ir::input_row` flattens into the input row, and what
 /// datagen synthesizes values from.
@@ -13,11 +13,11 @@ use crate::schema::{AvroType, Field, RecordType};
 /// property below an object that is optional or nullable (an absent object has absent
 /// children). Arrays and maps are never Nullable (ClickHouse has no `Nullable(Array)`): an
 /// absent or `null` one reads as empty.
-pub(crate) fn record(name: &str, fields: &[JField]) -> RecordType {
-    RecordType { name: name.to_owned(), fields: columns(fields, false) }
+pub(crate) fn record_ty(name: &str, fields: &[JField]) -> RecordTy {
+    RecordTy { name: name.to_owned(), fields: columns(fields, false) }
 }
 
-fn columns(fields: &[JField], optional_above: bool) -> Vec<Field> {
+fn columns(fields: &[JField], optional_above: bool) -> Vec<Column> {
     fields
         .iter()
         .map(|f| {
@@ -25,13 +25,12 @@ fn columns(fields: &[JField], optional_above: bool) -> Vec<Field> {
             let optional = optional_above || !f.required || nullable;
             let ty = match f.ty.non_null() {
                 JType::Object { name, fields } => {
-                    AvroType::Record(RecordType { name: name.clone(), fields: columns(fields, optional) })
+                    Ty::Record(Box::new(RecordTy { name: name.clone(), fields: columns(fields, optional) }))
                 }
-                t @ (JType::Array(_) | JType::Map(_)) => column_type(t),
-                t if optional => AvroType::Nullable { inner: Box::new(column_type(t)), null_index: 0 },
+                t if optional => column_type(t).or_null(),
                 t => column_type(t),
             };
-            Field { name: f.name.clone(), ty }
+            Column { name: f.name.clone(), ty }
         })
         .collect()
 }
@@ -96,24 +95,55 @@ fn is_avro_name(s: &str) -> bool {
 }
 
 /// The column type of a value inside a container (where presence is not a question).
-fn column_type(t: &JType) -> AvroType {
+fn column_type(t: &JType) -> Ty {
     match t {
-        JType::Integer => AvroType::Long,
-        JType::Number => AvroType::Double,
-        JType::Boolean => AvroType::Boolean,
-        JType::String => AvroType::String,
-        JType::DateTime => AvroType::TimestampMicros,
-        JType::Date => AvroType::Date,
-        JType::Uuid => AvroType::Uuid,
-        JType::Enum { name, symbols } => AvroType::Enum { name: name.clone(), symbols: symbols.clone() },
-        JType::Array(t) => AvroType::Array(Box::new(column_type(t))),
-        JType::Map(t) => AvroType::Map(Box::new(column_type(t))),
+        JType::Integer => Ty::Int64,
+        JType::Number => Ty::Float64,
+        JType::Boolean => Ty::Bool,
+        JType::String => Ty::String,
+        JType::DateTime => Ty::Timestamp(TimeUnit::Micros),
+        JType::Date => Ty::Date,
+        JType::Uuid => Ty::Uuid,
+        JType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        JType::Array(t) => Ty::Array(Box::new(column_type(t))),
+        JType::Map(t) => Ty::Map(Box::new(column_type(t))),
         JType::Object { name, fields } => {
-            AvroType::Record(RecordType { name: name.clone(), fields: columns(fields, false) })
+            Ty::Record(Box::new(RecordTy { name: name.clone(), fields: columns(fields, false) }))
         }
-        JType::Nullable(t) => AvroType::Nullable { inner: Box::new(column_type(t)), null_index: 0 },
+        JType::Nullable(t) => Ty::Nullable(Box::new(column_type(t))),
     }
 }
+
+/// The JSON Schema-to-ClickHouse type table of docs/configuration.md: what [`record_ty`] does, in
+/// words. `mapping_matches_record_ty` checks the ClickHouse types it names.
+pub(crate) const MAPPING: &[(&str, &str)] = &[
+    ("`integer`", "`Int64` (`1.0` and `2e3` are read as integers; a fraction is a record error)"),
+    ("`number`", "`Float64`"),
+    ("`boolean`", "`Bool`"),
+    ("`string`", "`String` (other `format`s, `pattern`, `maxLength` are not enforced)"),
+    (
+        "`string` with `format: date-time`",
+        "`DateTime64(6, 'UTC')`: RFC 3339 with `Z` or an offset, converted to UTC; digits beyond microseconds are truncated",
+    ),
+    ("`string` with `format: date`", "`Date32`"),
+    ("`string` with `format: uuid`", "`UUID`"),
+    ("string `enum`", "`LowCardinality(String)`; another string is a record error"),
+    ("`array` with `items`", "`Array(T)`; absent or `null` reads as empty"),
+    (
+        "`object` with `additionalProperties: {schema}` and no `properties`",
+        "`Map(String, T)`; absent or `null` reads as empty",
+    ),
+    ("`object` with `properties`", "flattened into `parent_child` columns; inside an array or map, `Tuple(...)`"),
+    (
+        "a property not in `required`, or whose `type` includes `\"null\"` (also `oneOf`/`anyOf` of one schema and `{\"type\": \"null\"}`)",
+        "`Nullable(T)`",
+    ),
+    (
+        "every property below an object that is optional or nullable",
+        "`Nullable(T)` (an absent object has absent fields)",
+    ),
+    ("`$ref` to `#/$defs/X` or `#/definitions/X`", "the referenced schema (no remote or recursive references)"),
+];
 
 #[cfg(test)]
 mod tests {
@@ -123,7 +153,7 @@ mod tests {
         parse(text).unwrap().unwrap()
     }
 
-    fn errors(text: &str) -> Vec<crate::schema::Unsupported> {
+    fn errors(text: &str) -> Vec<etl_schema::Unsupported> {
         parse(text).unwrap().unwrap_err()
     }
 
@@ -144,8 +174,8 @@ mod tests {
                 "address": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}, "zip": {"type": "string"}}},
                 "user-agent": {"anyOf": [{"type": "string"}, {"type": "null"}]}
             }}"#);
-        let rec = record("Message", &fields);
-        let (columns, _) = crate::ir::input_row(&rec);
+        let rec = record_ty("Message", &fields);
+        let columns = crate::ir::input_row(&rec);
         let shown: Vec<String> = columns.iter().map(|c| format!("{} {}", c.name, c.ty.clickhouse())).collect();
         assert_eq!(
             shown,
@@ -171,7 +201,7 @@ mod tests {
     fn children_of_an_optional_object_are_nullable() {
         let fields = ok(r#"{"type": "object", "properties": {
             "geo": {"type": "object", "required": ["lat"], "properties": {"lat": {"type": "number"}}}}}"#);
-        let (columns, _) = crate::ir::input_row(&record("Message", &fields));
+        let columns = crate::ir::input_row(&record_ty("Message", &fields));
         assert_eq!(columns[0].ty.clickhouse(), "Nullable(Float64)");
     }
 
@@ -180,7 +210,7 @@ mod tests {
         let fields = ok(r##"{"type": "object", "required": ["items"], "properties": {
             "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
             "$defs": {"Item": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}}}}"##);
-        let (columns, _) = crate::ir::input_row(&record("Message", &fields));
+        let columns = crate::ir::input_row(&record_ty("Message", &fields));
         assert_eq!(columns[0].ty.clickhouse(), "Array(Tuple(sku String, qty Nullable(Int64)))");
     }
 
@@ -215,5 +245,48 @@ mod tests {
         assert!(parse("[1]").is_err());
         assert!(parse("{").is_err());
         assert_eq!(errors(r#"{"type": "string"}"#)[0].path, "(top level)");
+    }
+
+    /// Whether the documented cell names `clickhouse`, its `T` (or `V`) standing for `inner`.
+    fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
+        let cell = match inner {
+            Some(t) => cell
+                .replace("(T)", &format!("({t})"))
+                .replace(", T)", &format!(", {t})"))
+                .replace(", V)", &format!(", {t})")),
+            None => cell.to_owned(),
+        };
+        cell.contains(&format!("`{clickhouse}`"))
+    }
+
+    // docs/configuration.md's table is MAPPING: each row names what `record_ty` makes of its types.
+    #[test]
+    fn mapping_matches_record_ty() {
+        let cases: &[(usize, &str, Option<&str>)] = &[
+            (0, r#"{"type": "integer"}"#, None),
+            (1, r#"{"type": "number"}"#, None),
+            (2, r#"{"type": "boolean"}"#, None),
+            (3, r#"{"type": "string"}"#, None),
+            (4, r#"{"type": "string", "format": "date-time"}"#, None),
+            (5, r#"{"type": "string", "format": "date"}"#, None),
+            (6, r#"{"type": "string", "format": "uuid"}"#, None),
+            (7, r#"{"enum": ["a", "b"]}"#, None),
+            (8, r#"{"type": "array", "items": {"type": "integer"}}"#, Some("Int64")),
+            (9, r#"{"type": "object", "additionalProperties": {"type": "integer"}}"#, Some("Int64")),
+            (11, r#"{"type": ["integer", "null"]}"#, Some("Int64")),
+        ];
+        for &(row, ty, inner) in cases {
+            let fields = ok(&format!(r#"{{"type": "object", "required": ["f"], "properties": {{"f": {ty}}}}}"#));
+            let column = crate::ir::input_row(&record_ty("Message", &fields)).remove(0).ty.clickhouse();
+            assert!(
+                documents(MAPPING[row].1, &column, inner),
+                "{ty} maps to {column}, but the table says {:?}",
+                MAPPING[row]
+            );
+        }
+        // Not in `required`: Nullable.
+        let fields = ok(r#"{"type": "object", "properties": {"f": {"type": "integer"}}}"#);
+        let column = crate::ir::input_row(&record_ty("Message", &fields)).remove(0).ty.clickhouse();
+        assert!(documents(MAPPING[11].1, &column, Some("Int64")), "{column}");
     }
 }

@@ -1,23 +1,23 @@
-//! Protobuf as the generator sees it: the message etl-schema reads from the `.proto` file
-//! ([`PField`]s, what the generated decoder dispatches on), reduced to the column view every format
-//! shares ([`RecordType`]).
+//! The Protobuf reader: the message etl-schema reads from the `.proto` file ([`PField`]s, what the
+//! generated Protobuf decoder dispatches on) and its column view in the IR ([`record_ty`]),
+//! documented in [`MAPPING`].
 
 pub(crate) use etl_schema::protobuf::{Invalid, Message, PField, PType, Scalar, parse, record_name};
 
-use crate::schema::{AvroType, Field, RecordType};
+use crate::ir::{Column, RecordTy, TimeUnit, Ty};
 
 /// The column type of a scalar: its ClickHouse twin.
-pub(crate) fn scalar_column(s: Scalar) -> AvroType {
+pub(crate) fn scalar_column(s: Scalar) -> Ty {
     match s {
-        Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => AvroType::Int,
-        Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => AvroType::Long,
-        Scalar::Uint32 | Scalar::Fixed32 => AvroType::UInt32,
-        Scalar::Uint64 | Scalar::Fixed64 => AvroType::UInt64,
-        Scalar::Bool => AvroType::Boolean,
-        Scalar::Float => AvroType::Float,
-        Scalar::Double => AvroType::Double,
-        Scalar::String => AvroType::String,
-        Scalar::Bytes => AvroType::Bytes,
+        Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => Ty::Int32,
+        Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => Ty::Int64,
+        Scalar::Uint32 | Scalar::Fixed32 => Ty::UInt32,
+        Scalar::Uint64 | Scalar::Fixed64 => Ty::UInt64,
+        Scalar::Bool => Ty::Bool,
+        Scalar::Float => Ty::Float32,
+        Scalar::Double => Ty::Float64,
+        Scalar::String => Ty::String,
+        Scalar::Bytes => Ty::Bytes,
     }
 }
 
@@ -28,41 +28,41 @@ pub(crate) fn scalar_column(s: Scalar) -> AvroType {
 /// Nullable; every field below a message with presence is too (an absent message has absent
 /// fields). A field without presence reads as its type's default when absent, and a message
 /// without presence as its fields' defaults. Repeated fields and maps are never Nullable.
-pub(crate) fn record(name: &str, fields: &[PField]) -> RecordType {
-    RecordType { name: name.to_owned(), fields: columns(fields, false) }
+pub(crate) fn record_ty(name: &str, fields: &[PField]) -> RecordTy {
+    RecordTy { name: name.to_owned(), fields: columns(fields, false) }
 }
 
-fn columns(fields: &[PField], optional_above: bool) -> Vec<Field> {
+fn columns(fields: &[PField], optional_above: bool) -> Vec<Column> {
     fields
         .iter()
         .map(|f| {
             let optional = optional_above || f.presence;
             let ty = match &f.ty {
-                _ if f.repeated => AvroType::Array(Box::new(column_type(&f.ty))),
+                _ if f.repeated => Ty::Array(Box::new(column_type(&f.ty))),
                 PType::Map { .. } => column_type(&f.ty),
                 PType::Message { name, fields } => {
-                    AvroType::Record(RecordType { name: record_name(name), fields: columns(fields, optional) })
+                    Ty::Record(Box::new(RecordTy { name: record_name(name), fields: columns(fields, optional) }))
                 }
                 PType::Wrapper(_) => column_type(&f.ty),
-                t if optional => AvroType::Nullable { inner: Box::new(column_type(t)), null_index: 0 },
+                t if optional => column_type(t).or_null(),
                 t => column_type(t),
             };
-            Field { name: f.name.clone(), ty }
+            Column { name: f.name.clone(), ty }
         })
         .collect()
 }
 
 /// The column type of a value inside a container, or of a field without presence.
-fn column_type(t: &PType) -> AvroType {
+fn column_type(t: &PType) -> Ty {
     match t {
         PType::Scalar(s) => scalar_column(*s),
-        PType::Enum { name, symbols, .. } => AvroType::Enum { name: name.clone(), symbols: symbols.clone() },
-        PType::Timestamp => AvroType::TimestampNanos,
-        PType::Wrapper(s) => AvroType::Nullable { inner: Box::new(scalar_column(*s)), null_index: 0 },
+        PType::Enum { name, symbols, .. } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        PType::Timestamp => Ty::Timestamp(TimeUnit::Nanos),
+        PType::Wrapper(s) => Ty::Nullable(Box::new(scalar_column(*s))),
         PType::Message { name, fields } => {
-            AvroType::Record(RecordType { name: record_name(name), fields: columns(fields, false) })
+            Ty::Record(Box::new(RecordTy { name: record_name(name), fields: columns(fields, false) }))
         }
-        PType::Map { value, .. } => AvroType::Map(Box::new(column_type(value))),
+        PType::Map { value, .. } => Ty::Map(Box::new(column_type(value))),
     }
 }
 
@@ -79,12 +79,12 @@ pub(crate) fn datagen_schema(message: &Message) -> String {
     fn shape(t: &PType, defined: &mut HashSet<String>) -> Value {
         match t {
             PType::Scalar(s) => json!(match scalar_column(*s) {
-                AvroType::Int => "int",
-                AvroType::Long | AvroType::UInt32 | AvroType::UInt64 => "long",
-                AvroType::Boolean => "boolean",
-                AvroType::Float => "float",
-                AvroType::Double => "double",
-                AvroType::String => "string",
+                Ty::Int32 => "int",
+                Ty::Int64 | Ty::UInt32 | Ty::UInt64 => "long",
+                Ty::Bool => "boolean",
+                Ty::Float32 => "float",
+                Ty::Float64 => "double",
+                Ty::String => "string",
                 _ => "bytes",
             }),
             PType::Enum { name, symbols, .. } => {
@@ -143,6 +143,35 @@ pub(crate) fn datagen_schema(message: &Message) -> String {
     serde_json::to_string_pretty(&top).expect("a JSON value prints")
 }
 
+/// The Protobuf-to-ClickHouse type table of docs/configuration.md: what [`record_ty`] does, in
+/// words. `mapping_matches_record_ty` checks the ClickHouse types it names.
+pub(crate) const MAPPING: &[(&str, &str)] = &[
+    ("`int32`, `sint32`, `sfixed32`", "`Int32`"),
+    ("`int64`, `sint64`, `sfixed64`", "`Int64`"),
+    ("`uint32`, `fixed32`", "`UInt32`"),
+    ("`uint64`, `fixed64`", "`UInt64` (expressions do not read it: no signed type holds all of it)"),
+    ("`float` / `double`", "`Float32` / `Float64`"),
+    ("`bool`", "`Bool`"),
+    ("`string`, `bytes`", "`String`"),
+    ("`enum`", "`LowCardinality(String)`, the symbol's name; a number the enum does not define is a record error"),
+    ("`google.protobuf.Timestamp`", "`DateTime64(9, 'UTC')`; absent reads as 1970-01-01 (its fields' defaults)"),
+    ("`google.protobuf.Int64Value` and the other wrappers", "`Nullable(T)` of the wrapped type"),
+    (
+        "`optional T` (proto3 or proto2)",
+        "`Nullable(T)`; of a message, every field (NULL when the message is absent); of a Timestamp, `Nullable(DateTime64(9, 'UTC'))`",
+    ),
+    (
+        "a member of a `oneof`",
+        "`Nullable(T)`; of a message member, every field; the last member to arrive is the one set",
+    ),
+    ("`repeated T`", "`Array(T)`, packed or not (both are read)"),
+    (
+        "`map<K, V>`",
+        "`Map(String, V)`; integer and bool keys become their text (`7`, `true`); a key that repeats keeps its last entry",
+    ),
+    ("a message field (nested)", "flattened into `parent_child` columns; inside an array or map, `Tuple(...)`"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,7 +227,7 @@ mod tests {
         let m = click();
         assert_eq!(m.indexes, vec![1]);
         let columns: Vec<(String, String)> = {
-            let (cols, _) = crate::ir::input_row(&record("Click", &m.fields));
+            let cols = crate::ir::input_row(&record_ty("Click", &m.fields));
             cols.into_iter().map(|c| (c.name, c.ty.clickhouse())).collect()
         };
         let expected = [
@@ -289,5 +318,47 @@ mod tests {
         assert_eq!(v["proto_indexes"], serde_json::json!([1]));
         assert_eq!(v["fields"][1]["proto"], serde_json::json!({"type": "sint32", "number": 2}));
         assert_eq!(v["fields"][4]["proto"], serde_json::json!({"type": "enum", "numbers": [0, 1, 5], "number": 5}));
+    }
+
+    /// Whether the documented cell names `clickhouse`, its `T` (or `V`) standing for `inner`.
+    fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
+        let cell = match inner {
+            Some(t) => cell
+                .replace("(T)", &format!("({t})"))
+                .replace(", T)", &format!(", {t})"))
+                .replace(", V)", &format!(", {t})")),
+            None => cell.to_owned(),
+        };
+        cell.contains(&format!("`{clickhouse}`"))
+    }
+
+    // docs/configuration.md's table is MAPPING: each row names what `record_ty` makes of the
+    // fields of `CLICK`.
+    #[test]
+    fn mapping_matches_record_ty() {
+        let m = click();
+        let columns = crate::ir::input_row(&record_ty("Click", &m.fields));
+        let cases: &[(usize, &str, Option<&str>)] = &[
+            (1, "id", None),
+            (0, "delta", None),
+            (3, "big", None),
+            (2, "f32", None),
+            (7, "kind", None),
+            (8, "at", None),
+            (9, "maybe", Some("Int64")),
+            (10, "note", Some("String")),
+            (12, "tags", Some("Int64")),
+            (13, "attrs", Some("Float64")),
+            (11, "url", Some("String")),
+            (6, "raw", None),
+        ];
+        for &(row, name, inner) in cases {
+            let column = columns.iter().find(|c| c.name == name).unwrap().ty.clickhouse();
+            assert!(
+                documents(MAPPING[row].1, &column, inner),
+                "{name} maps to {column}, but the table says {:?}",
+                MAPPING[row]
+            );
+        }
     }
 }

@@ -1,13 +1,16 @@
-//! The Avro reader schema as the generator sees it: only the types etl-rs can decode
-//! and map to ClickHouse columns, with named types resolved.
+//! The Avro reader: an `.avsc` file's types that etl-rs can decode, named types resolved
+//! ([`AvroType`], what the generated Avro decoder walks), and their column view in the IR
+//! ([`record_ty`]), documented in [`MAPPING`].
 
 use std::collections::HashMap;
 
 use apache_avro::Schema;
 
+use crate::ir::{Column, RecordTy, TimeUnit, Ty};
+
 /// A supported Avro type.
 #[derive(Clone, Debug, PartialEq)]
-pub enum AvroType {
+pub(crate) enum AvroType {
     /// `boolean`
     Boolean,
     /// `int`
@@ -41,7 +44,7 @@ pub enum AvroType {
         null_index: u8,
     },
     /// A nested `record`.
-    Record(RecordType),
+    Record(AvroRecord),
     /// `long` with logicalType `timestamp-millis`
     TimestampMillis,
     /// `long` with logicalType `timestamp-micros`
@@ -59,18 +62,12 @@ pub enum AvroType {
     },
     /// `string` with logicalType `uuid`
     Uuid,
-    /// Protobuf `uint32`/`fixed32` (Avro has no unsigned types)
-    UInt32,
-    /// Protobuf `uint64`/`fixed64`
-    UInt64,
-    /// `google.protobuf.Timestamp`, as nanoseconds since the epoch
-    TimestampNanos,
 }
 
 impl AvroType {
     /// The fewest bytes one value of this type takes in Avro's binary encoding: the decoder's
     /// guard against block counts that cannot fit in what is left of a message.
-    pub fn min_encoded_bytes(&self) -> u64 {
+    pub(crate) fn min_encoded_bytes(&self) -> u64 {
         match self {
             AvroType::Float => 4,
             AvroType::Double => 8,
@@ -84,27 +81,86 @@ impl AvroType {
 
 /// A record and its fields, in order.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RecordType {
+pub(crate) struct AvroRecord {
     /// The record's full name.
     pub name: String,
     /// Its fields.
-    pub fields: Vec<Field>,
+    pub fields: Vec<AvroField>,
 }
 
 /// One record field.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Field {
+pub(crate) struct AvroField {
     /// The field's name.
     pub name: String,
     /// Its type.
     pub ty: AvroType,
 }
 
-/// A type etl-rs does not support, found at `path` inside the schema.
-pub(crate) use etl_schema::Unsupported;
+/// The column view of an Avro record: what `ir::input_row` flattens into the input row, and the
+/// one place the Avro-to-ClickHouse mapping is decided ([`MAPPING`] documents it).
+pub(crate) fn record_ty(record: &AvroRecord) -> RecordTy {
+    let fields = record.fields.iter().map(|f| Column { name: f.name.clone(), ty: column_ty(&f.ty) }).collect();
+    RecordTy { name: record.name.clone(), fields }
+}
+
+/// The IR type of an Avro type.
+pub(crate) fn column_ty(avro: &AvroType) -> Ty {
+    match avro {
+        AvroType::Boolean => Ty::Bool,
+        AvroType::Int => Ty::Int32,
+        AvroType::Long => Ty::Int64,
+        AvroType::Float => Ty::Float32,
+        AvroType::Double => Ty::Float64,
+        AvroType::Bytes => Ty::Bytes,
+        AvroType::String => Ty::String,
+        AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        AvroType::Array(t) => Ty::Array(Box::new(column_ty(t))),
+        AvroType::Map(t) => Ty::Map(Box::new(column_ty(t))),
+        // ClickHouse has no Nullable(Array) or Nullable(Map): null reads as empty, as JSON's
+        // null arrays do.
+        AvroType::Nullable { inner, .. } if matches!(**inner, AvroType::Array(_) | AvroType::Map(_)) => {
+            column_ty(inner)
+        }
+        AvroType::Nullable { inner, .. } => Ty::Nullable(Box::new(column_ty(inner))),
+        AvroType::Record(r) => Ty::Record(Box::new(record_ty(r))),
+        AvroType::TimestampMillis => Ty::Timestamp(TimeUnit::Millis),
+        AvroType::TimestampMicros => Ty::Timestamp(TimeUnit::Micros),
+        AvroType::Date => Ty::Date,
+        AvroType::Decimal { precision, scale, .. } => Ty::Decimal { precision: *precision, scale: *scale },
+        AvroType::Uuid => Ty::Uuid,
+    }
+}
+
+/// The Avro-to-ClickHouse type table of docs/configuration.md: what [`column_ty`] does, in
+/// words. `mapping_matches_column_ty` checks each row's types against it.
+pub(crate) const MAPPING: &[(&str, &str)] = &[
+    ("`long` / `int`", "`Int64` / `Int32`"),
+    ("`float` / `double`", "`Float32` / `Float64`"),
+    ("`boolean`", "`Bool`"),
+    ("`string`, `bytes`", "`String`"),
+    ("`enum`", "`LowCardinality(String)`"),
+    ("`[\"null\", T]`", "`Nullable(T)`"),
+    ("`array<T>` / `map<T>`", "`Array(T)` / `Map(String, T)`; a key written twice keeps its last value"),
+    (
+        "`[\"null\", array<T>]` / `[\"null\", map<T>]`",
+        "`Array(T)` / `Map(String, T)`: null reads as empty (ClickHouse has no `Nullable(Array)`)",
+    ),
+    ("record (nested)", "flattened into `parent_child` columns; inside an array or map, `Tuple(...)`"),
+    (
+        "`[\"null\", record]`",
+        "flattened into `Nullable` columns, all NULL (arrays and maps empty) when the record is null; inside an array or map it is refused (no `Nullable(Tuple)`: drop `null` from the element's union)",
+    ),
+    ("`timestamp-millis` / `timestamp-micros`", "`DateTime64(3, 'UTC')` / `DateTime64(6, 'UTC')`"),
+    ("`date`", "`Date32`"),
+    ("`decimal(p, s)`, p ≤ 38", "`Decimal(p, s)`"),
+    ("`uuid`", "`UUID`"),
+];
+
+use super::Unsupported;
 
 /// Converts a parsed schema, listing every unsupported type rather than the first.
-pub(crate) fn convert(schema: &Schema) -> Result<RecordType, Vec<Unsupported>> {
+pub(crate) fn convert(schema: &Schema) -> Result<AvroRecord, Vec<Unsupported>> {
     let mut cx = Converter::default();
     let converted = match schema {
         Schema::Record(_) => cx.convert(schema, ""),
@@ -229,7 +285,7 @@ impl Converter {
                 for f in &r.fields {
                     let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
                     match self.convert(&f.schema, &field_path) {
-                        Some(ty) => fields.push(Field { name: f.name.clone(), ty }),
+                        Some(ty) => fields.push(AvroField { name: f.name.clone(), ty }),
                         None => ok = false,
                     }
                 }
@@ -237,7 +293,7 @@ impl Converter {
                 if !ok {
                     return None;
                 }
-                let ty = AvroType::Record(RecordType { name: name.clone(), fields });
+                let ty = AvroType::Record(AvroRecord { name: name.clone(), fields });
                 self.named.insert(name, ty.clone());
                 ty
             }
@@ -322,7 +378,7 @@ fn describe(schema: &Schema) -> String {
 mod tests {
     use super::*;
 
-    fn parse(json: &str) -> Result<RecordType, Vec<Unsupported>> {
+    fn parse(json: &str) -> Result<AvroRecord, Vec<Unsupported>> {
         convert(&Schema::parse_str(json).unwrap())
     }
 
@@ -385,7 +441,7 @@ mod tests {
             ]}"#,
         )
         .unwrap();
-        let (columns, _) = crate::ir::input_row(&record);
+        let columns = crate::ir::input_row(&record_ty(&record));
         let types: Vec<(String, String)> = columns.iter().map(|c| (c.name.clone(), c.ty.clickhouse())).collect();
         let expected = [
             ("o_x", "Nullable(Int32)"),
@@ -419,5 +475,49 @@ mod tests {
     fn top_level_must_be_a_record() {
         let errors = convert(&Schema::parse_str(r#""string""#).unwrap()).unwrap_err();
         assert_eq!(errors[0].path, "(top level)");
+    }
+
+    /// Whether the documented cell names `clickhouse`, its `T` (or `V`) standing for `inner`.
+    fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
+        let cell = match inner {
+            Some(t) => cell
+                .replace("(T)", &format!("({t})"))
+                .replace(", T)", &format!(", {t})"))
+                .replace(", V)", &format!(", {t})")),
+            None => cell.to_owned(),
+        };
+        cell.contains(&format!("`{clickhouse}`"))
+    }
+
+    // docs/configuration.md's table is MAPPING: each row names what `column_ty` makes of its types.
+    #[test]
+    fn mapping_matches_column_ty() {
+        let cases: &[(usize, &str, Option<&str>)] = &[
+            (0, r#""long""#, None),
+            (0, r#""int""#, None),
+            (1, r#""float""#, None),
+            (1, r#""double""#, None),
+            (2, r#""boolean""#, None),
+            (3, r#""string""#, None),
+            (3, r#""bytes""#, None),
+            (4, r#"{"type":"enum","name":"E","symbols":["A"]}"#, None),
+            (5, r#"["null","long"]"#, Some("Int64")),
+            (6, r#"{"type":"array","items":"long"}"#, Some("Int64")),
+            (6, r#"{"type":"map","values":"long"}"#, Some("Int64")),
+            (7, r#"["null",{"type":"array","items":"long"}]"#, Some("Int64")),
+            (7, r#"["null",{"type":"map","values":"long"}]"#, Some("Int64")),
+            (10, r#"{"type":"long","logicalType":"timestamp-millis"}"#, None),
+            (10, r#"{"type":"long","logicalType":"timestamp-micros"}"#, None),
+            (11, r#"{"type":"int","logicalType":"date"}"#, None),
+            (12, r#"{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}"#, Some("12, 2")),
+            (13, r#"{"type":"string","logicalType":"uuid"}"#, None),
+        ];
+        for &(row, ty, inner) in cases {
+            let record =
+                parse(&format!(r#"{{"type":"record","name":"R","fields":[{{"name":"f","type":{ty}}}]}}"#)).unwrap();
+            let column = crate::ir::input_row(&record_ty(&record)).remove(0).ty.clickhouse();
+            let cell = MAPPING[row].1.replace("(p, s)", "(T)");
+            assert!(documents(&cell, &column, inner), "{ty} maps to {column}, but the table says {:?}", MAPPING[row]);
+        }
     }
 }
