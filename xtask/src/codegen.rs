@@ -21,7 +21,7 @@ pub(crate) fn generated() -> Vec<(&'static str, String)> {
 }
 
 pub(crate) fn run(args: &CodegenArgs) -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::root();
     let mut stale = Vec::new();
     for (path, text) in generated() {
         let file = root.join(path);

@@ -517,7 +517,7 @@ fn stopped(pid: u32) -> bool {
 pub(crate) fn state_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"));
+        .unwrap_or_else(|| crate::workspace::root().join("target"));
     target.join("etl-infra")
 }
 

@@ -5,9 +5,10 @@
 
 mod apt;
 mod bench;
-mod bench_chain;
+mod chain_criterion;
 mod codegen;
 mod infra;
+mod lab;
 mod podman;
 mod produce;
 mod progress;
@@ -15,6 +16,7 @@ mod quickstart;
 mod soak;
 mod test;
 mod tls;
+mod workspace;
 
 use std::process::ExitCode;
 
@@ -40,7 +42,7 @@ enum Command {
     #[command(subcommand, hide = true)]
     BenchRaw(bench::raw::RawCommand),
     /// Benchmark a generated chain: decoder vs apache-avro's generic path, chain per record.
-    BenchChain(bench_chain::BenchChainArgs),
+    BenchChain(chain_criterion::BenchChainArgs),
     /// A long run of the flagship (exactly-once) under load with random faults; checks every record landed once.
     Soak(soak::SoakArgs),
     /// Produce synthesized records of a pipeline's schema to its topic.
@@ -63,7 +65,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => report(produce::run(&args)),
         Command::Bench(args) => report(bench::run(&args)),
         Command::BenchRaw(command) => report(bench::raw::run(command)),
-        Command::BenchChain(args) => report(bench_chain::run(&args)),
+        Command::BenchChain(args) => report(chain_criterion::run(&args)),
         Command::Soak(args) => report(soak::run(&args)),
         Command::Infra(command) => report(infra::run(command)),
     }
@@ -77,9 +79,4 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// The workspace root (xtask lives one level below it).
-pub(crate) fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
 }

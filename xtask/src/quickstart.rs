@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 pub(crate) fn run() -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::root();
     let pipeline = root.join("examples/quickstart/pipeline.yaml");
     let args = etl_gen::cli::GenArgs {
         path: pipeline.clone(),

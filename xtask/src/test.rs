@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
+use crate::workspace::{self, cargo};
+
 /// `test` arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TestArgs {
@@ -18,7 +20,7 @@ pub(crate) struct TestArgs {
 }
 
 pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = workspace::root();
     step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
     step(
@@ -183,9 +185,4 @@ fn step(name: &str, command: &mut Command) -> anyhow::Result<()> {
         bail!("{name} failed ({status})");
     }
     Ok(())
-}
-
-/// The cargo that runs this xtask, so a toolchain override applies to every step.
-pub(crate) fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }

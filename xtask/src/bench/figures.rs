@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::pipeline::Run;
 use super::variants::Variant;
-use super::{BenchArgs, MIB, plot};
+use super::{BenchArgs, MIB};
+use crate::lab::plot;
 
 /// `end_to_end.svg`: the flagship's intake and done rates, and its in-flight bytes against the
 /// watermarks.

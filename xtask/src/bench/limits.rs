@@ -10,9 +10,11 @@ use anyhow::bail;
 
 use super::load::{Load, LoadMeter};
 use super::rates::{per_million, per_second};
-use super::services::{Infra, recreate_table, xtask};
+use super::servers::Infra;
 use super::variants::Variant;
-use super::{BenchArgs, RAW_TABLE, cores, http, raw};
+use super::{BenchArgs, RAW_TABLE, cores, raw};
+use crate::lab::http;
+use crate::lab::services::{recreate_table, xtask};
 
 /// The raw source limit: `bench-raw consume` of the whole topic, with the threads the pipeline
 /// would have.

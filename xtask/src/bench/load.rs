@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
-use super::procfs;
-use super::services::Infra;
+use super::servers::Infra;
+use crate::lab::procfs;
 
 /// CPU seconds during one phase: the whole machine, the broker, ClickHouse, the measured client,
 /// this driver; the rest is other work on the machine (another engineer's build, say).

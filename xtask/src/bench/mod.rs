@@ -24,25 +24,23 @@
 //! The servers' CPU and the machine's other load are reported per phase, since on two cores
 //! anything else running moves the numbers.
 //!
-//! This file runs the phases in that order; each job has its own module: `services` (the release
-//! xtask, `infra up`, tables and topic), `variants` (the pipelines built), `limits` (the raw
-//! children's side here; `raw` is the children), `pipeline` (one pipeline run), `load` (what else
-//! used the cores), `rates`, and the output: `report` (Markdown) and `figures` (the SVG plots).
+//! This file runs the phases in that order; each job has its own module: `servers` (the addresses
+//! and pids of `infra up`), `variants` (the pipelines built), `limits` (the raw children's side
+//! here; `raw` is the children), `pipeline` (one pipeline run), `load` (what else used the cores),
+//! `rates`, and the output: `report` (Markdown) and `figures` (the SVG plots). What `soak` needs
+//! too (the release xtask, `infra up`, tables and topic, the flagship built and started, HTTP,
+//! /metrics, /proc and the plotting) is in `crate::lab`.
 
 mod figures;
-pub(crate) mod http;
 mod limits;
 mod load;
-pub(crate) mod pipeline;
-pub(crate) mod plot;
-pub(crate) mod procfs;
-pub(crate) mod prom;
+mod pipeline;
 mod rates;
 pub(crate) mod raw;
 mod report;
 mod rowbinary;
-pub(crate) mod services;
-pub(crate) mod variants;
+mod servers;
+mod variants;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -53,11 +51,11 @@ use etl_gen::rules::sizing::Sizing;
 
 use self::limits::Raw;
 use self::pipeline::{Run, run_pipeline};
-use self::services::{Infra, XTASK, delete_topic, infra_up, release_xtask, xtask};
-use self::variants::{
-    COMPRESSIONS, EXACTLY_ONCE, FORMATS, Variant, build, copy_dir, exactly_once_text, min_budget_mib, sink_label,
-    sink_of, sink_text, validate, variant_text,
-};
+use self::servers::{Infra, infra_up};
+use self::variants::{COMPRESSIONS, EXACTLY_ONCE, FORMATS, Variant, sink_label, sink_of, sink_text};
+use crate::lab::flagship::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
+use crate::lab::http;
+use crate::lab::services::{XTASK, delete_topic, release_xtask, xtask};
 
 /// `bench` arguments.
 #[derive(Debug, clap::Args)]
@@ -86,7 +84,7 @@ pub(crate) struct BenchArgs {
 }
 
 pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::root();
     let work = root.join("target/etl-bench-e2e");
     let logs = work.join("logs");
     fs::create_dir_all(&logs)?;

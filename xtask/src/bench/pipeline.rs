@@ -5,16 +5,19 @@
 use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 use super::load::{Load, LoadMeter};
+use super::nanos;
 use super::rates::{per_million, per_second, rates, steady_rate};
-use super::services::{Infra, recreate_table};
+use super::servers::Infra;
 use super::variants::Variant;
-use super::{http, nanos, procfs, prom};
+use crate::lab::flagship::flagship_command;
+use crate::lab::services::recreate_table;
+use crate::lab::{http, procfs, prom};
 
 /// One scrape of the pipeline's /metrics, at `t` seconds after it was started.
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,32 +99,6 @@ impl Run {
     pub(crate) fn rate(&self, f: impl Fn(&Sample) -> f64) -> Vec<(f64, f64)> {
         rates(&self.series(f))
     }
-}
-
-/// A flagship binary with its environment: the broker, both shards, topic and group, its admin
-/// address, `RUST_LOG=info`, no registry, stdout and stderr into `log`.
-pub(crate) fn flagship_command(
-    binary: &Path,
-    brokers: &str,
-    clickhouse: &[String],
-    (topic, group): (&str, &str),
-    admin: &str,
-    log: fs::File,
-) -> anyhow::Result<Command> {
-    let mut command = Command::new(binary);
-    command
-        .env("KAFKA_BROKERS", brokers)
-        .env("CLICKHOUSE_URL", &clickhouse[0])
-        .env("CLICKHOUSE_URL_2", &clickhouse[1])
-        .env("ORDERS_TOPIC", topic)
-        .env("ORDERS_GROUP", group)
-        .env("ADMIN_LISTEN", admin)
-        .env("RUST_LOG", "info")
-        .env_remove("SCHEMA_REGISTRY_URL")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    Ok(command)
 }
 
 pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64, logs: &Path) -> anyhow::Result<Run> {

@@ -22,7 +22,8 @@ use etl_runtime::PartitionBatches;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{http, procfs, rowbinary};
+use super::rowbinary;
+use crate::lab::{http, procfs};
 
 /// The raw measurements.
 #[derive(Debug, clap::Subcommand)]

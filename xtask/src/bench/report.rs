@@ -246,7 +246,7 @@ fn whole_box(out: &mut String, records: u64, m: &Measured) {
 /// The commit measured, and whether the work tree had changes on top of it (what was built).
 fn git_state() -> String {
     let output =
-        Command::new("git").current_dir(crate::workspace_root()).args(["describe", "--always", "--dirty"]).output();
+        Command::new("git").current_dir(crate::workspace::root()).args(["describe", "--always", "--dirty"]).output();
     output
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())

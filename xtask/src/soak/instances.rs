@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::sampling::scrape;
-use crate::bench::pipeline::flagship_command;
-use crate::bench::procfs;
+use super::sampling::{Target, scrape};
+use crate::lab::flagship::flagship_command;
+use crate::lab::procfs;
 
 /// An instance that ends by itself sooner than this after its start is not started again.
 const QUICK_EXIT: Duration = Duration::from_secs(10);
@@ -97,16 +97,6 @@ impl Drop for Instance {
             let _ = self.child.wait();
         }
     }
-}
-
-/// What the sampler reads: the main instance, and the second member's /metrics while it runs.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Target {
-    pub(super) pid: u32,
-    pub(super) admin: String,
-    /// Which run of the main instance (0 at first, one more after each restart).
-    pub(super) lifetime: u32,
-    pub(super) second: Option<String>,
 }
 
 /// One process exit.

@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn orders_are_confluent_framed_avro_of_the_flagship_schema() {
-        let root = crate::workspace_root();
+        let root = crate::workspace::root();
         let text = std::fs::read_to_string(root.join("examples/kafka_avro_to_clickhouse/schemas/order.avsc")).unwrap();
         let schema = apache_avro::Schema::parse_str(&text).unwrap();
         for id in [0u64, 2, 12_345, 9_999_999] {

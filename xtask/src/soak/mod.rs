@@ -48,7 +48,7 @@ use self::interrupts::Interrupts;
 use self::load::{Load, Produced};
 use self::sampling::{Sample, Sampler};
 use self::setup::{Infra, Pipeline, TABLE};
-use crate::bench::services::{XTASK, delete_topic, recreate_table, release_xtask};
+use crate::lab::services::{XTASK, delete_topic, recreate_table, release_xtask};
 
 /// `soak` arguments.
 #[derive(Debug, clap::Args)]
@@ -90,7 +90,7 @@ pub(crate) fn run(args: &SoakArgs) -> anyhow::Result<()> {
     if !(args.minutes > 0.0 && args.mean_fault_interval > 0.0 && args.rate > 0) {
         bail!("--minutes, --rate and --mean-fault-interval must be positive");
     }
-    let root = crate::workspace_root();
+    let root = crate::workspace::root();
     let out = args.out.clone().unwrap_or_else(|| root.join("target/etl-soak"));
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     // Absolute: the children (`cargo xtask build`) run in the workspace root.

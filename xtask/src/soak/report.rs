@@ -1,6 +1,6 @@
 //! The soak's output: every sample as samples.csv, the summary (Markdown, printed and written as
 //! summary.md) with the verdict, and soak.svg: RSS against the memory bound, in-flight bytes, lag
-//! and when each fault ran, over one time axis (drawn by the bench's `plot`).
+//! and when each fault ran, over one time axis (drawn by `lab::plot`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,7 +11,7 @@ use plotters::style::RGBColor;
 use super::faults::{Kind, Outcome};
 use super::sampling::Sample;
 use super::{MIB, Results};
-use crate::bench::plot;
+use crate::lab::plot;
 
 /// Leaving out each lifetime's first seconds from the RSS slope (see [`rss_growth`]).
 const WARM_UP_SECONDS: f64 = 120.0;
@@ -246,8 +246,8 @@ pub(super) fn summary(r: &Results) -> String {
     out
 }
 
-/// The heights of the fault markers in the faults panel, and their colors: the bench's four and
-/// one more of the same palette (Okabe-Ito).
+/// The heights of the fault markers in the faults panel, and their colors: `plot`'s four and one
+/// more of the same palette (Okabe-Ito).
 const MARKS: [(Kind, f64, RGBColor); 5] = [
     (Kind::Kill, 1.0, plot::COLORS[0]),
     (Kind::ClickhouseFreeze, 2.0, plot::COLORS[1]),

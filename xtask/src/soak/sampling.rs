@@ -1,6 +1,7 @@
 //! What the soak samples every second, on a thread of its own: the main instance's RSS (VmRSS),
 //! peak RSS (VmHWM) and whether it runs, from /proc; its in-flight bytes and records out, and the
-//! group's lag, from /metrics; and the producer's counts.
+//! group's lag, from /metrics; and the producer's counts. `instances` keeps the sampler's
+//! `Target` up to date and reads /metrics with the same short-timeout `scrape`.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -9,9 +10,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::instances::Target;
 use super::load::Counters;
-use crate::bench::{procfs, prom};
+use crate::lab::{procfs, prom};
+
+/// What the sampler reads: the main instance, and the second member's /metrics while it runs;
+/// `instances::Members` keeps it up to date across restarts.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Target {
+    pub(super) pid: u32,
+    pub(super) admin: String,
+    /// Which run of the main instance (0 at first, one more after each restart).
+    pub(super) lifetime: u32,
+    pub(super) second: Option<String>,
+}
 
 /// One second of the run. `None`: not read (the instance was restarting, /metrics did not answer).
 #[derive(Debug, Clone)]

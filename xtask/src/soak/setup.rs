@@ -13,9 +13,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use etl_gen::Validated;
 
-use crate::bench::http;
-use crate::bench::services::{run_infra_up, xtask};
-use crate::bench::variants::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
+use crate::lab::flagship::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
+use crate::lab::http;
+use crate::lab::services::{run_infra_up, xtask};
 
 /// The soak's variant of the flagship and its table (the tests and the bench own theirs).
 pub(super) const NAME: &str = "soak-orders-eo";

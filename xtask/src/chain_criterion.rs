@@ -1,6 +1,9 @@
 //! `cargo xtask bench-chain [PIPELINE]`: the criterion benchmark of a generated chain (the
 //! flagship by default): the generated decoder against apache-avro's generic path on the
 //! same bytes, and decode + operators + encode per record. Results: docs/BENCHMARKS.md.
+//!
+//! Named for what it runs rather than for its subcommand: `bench/` is the other benchmark, the
+//! whole pipeline against the local servers, and shares nothing with this one.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,7 +19,7 @@ pub(crate) struct BenchChainArgs {
 }
 
 pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::root();
     let pipeline =
         args.pipeline.clone().unwrap_or_else(|| root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml"));
     let outcome = etl_gen::validate_file(&pipeline, &etl_gen::Options::default())?;
@@ -35,7 +38,7 @@ pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
     };
     let files = emit::generate(&v, &options).map_err(anyhow::Error::msg)?;
     etl_gen::cli::write(&crate_dir, &files)?;
-    let status = Command::new(crate::test::cargo())
+    let status = Command::new(crate::workspace::cargo())
         .args(["bench", "--bench", "chain", "--manifest-path"])
         .arg(crate_dir.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", root.join("target"))

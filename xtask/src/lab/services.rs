@@ -1,6 +1,6 @@
-//! The services and processes every phase of `cargo xtask bench` uses: the release xtask that
-//! runs each child, the addresses and server pids of `cargo xtask infra up`, and the tables and
-//! topic a run creates on them.
+//! The services and processes `bench` and `soak` run on: the release xtask that runs each child,
+//! `cargo xtask infra up` run by it and the addresses it prints, and the tables and topics a run
+//! creates and drops on the servers.
 
 use std::fs;
 use std::path::PathBuf;
@@ -11,22 +11,12 @@ use anyhow::{Context, bail};
 
 use super::http;
 
-/// The services of `cargo xtask infra up`.
-pub(crate) struct Infra {
-    pub(crate) brokers: String,
-    pub(crate) clickhouse: Vec<String>,
-    /// The broker's processes, for their CPU time.
-    pub(crate) broker_pids: Vec<u32>,
-    /// The ClickHouse servers' processes (both shards), for their CPU time.
-    pub(crate) clickhouse_pids: Vec<u32>,
-}
-
-/// xtask built with `--release`, which runs every child of the bench: a debug librdkafka or lz4
-/// would understate the raw limits several times over, and a copy of its own keeps the bench
-/// going when someone rebuilds `target/debug/xtask` under it.
+/// xtask built with `--release`, which runs every child of `bench` and `soak`: a debug librdkafka
+/// or lz4 would understate the bench's raw limits several times over, and a copy of its own keeps
+/// a run going when someone rebuilds `target/debug/xtask` under it.
 pub(crate) fn release_xtask() -> anyhow::Result<PathBuf> {
-    let root = crate::workspace_root();
-    let status = Command::new(crate::test::cargo())
+    let root = crate::workspace::root();
+    let status = Command::new(crate::workspace::cargo())
         .current_dir(&root)
         .args(["build", "--release", "--quiet", "--package", "xtask"])
         .status()?;
@@ -45,7 +35,7 @@ pub(crate) static XTASK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new
 /// The release xtask of this run, in the workspace root.
 pub(crate) fn xtask() -> Command {
     let mut command = Command::new(XTASK.get().expect("release_xtask ran first"));
-    command.current_dir(crate::workspace_root());
+    command.current_dir(crate::workspace::root());
     command
 }
 
@@ -70,25 +60,6 @@ pub(crate) fn run_infra_up(extra: &[&str]) -> anyhow::Result<InfraOutput> {
         bail!("cargo xtask infra up {} failed ({})", extra.join(" "), output.status);
     }
     Ok(InfraOutput(String::from_utf8(output.stdout)?))
-}
-
-/// `cargo xtask infra up` (idempotent): the addresses it prints and the pids it recorded.
-pub(crate) fn infra_up() -> anyhow::Result<Infra> {
-    let output = run_infra_up(&[])?;
-    let value = |key: &str| output.value(key);
-    let pids = |names: &[&str]| -> Vec<u32> {
-        names
-            .iter()
-            .filter_map(|name| fs::read_to_string(crate::infra::state_dir().join(format!("{name}.pid"))).ok())
-            .filter_map(|pid| pid.trim().parse().ok())
-            .collect()
-    };
-    Ok(Infra {
-        brokers: value("KAFKA_BROKERS")?,
-        clickhouse: vec![value("CLICKHOUSE_URL")?, value("CLICKHOUSE_URL_2")?],
-        broker_pids: pids(&["kafka"]),
-        clickhouse_pids: pids(&["clickhouse", "clickhouse-2"]),
-    })
 }
 
 /// Drops `table` (and an exactly-once ledger next to it) and runs each statement of `ddl`.

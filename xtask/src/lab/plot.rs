@@ -1,4 +1,4 @@
-//! The SVG plots of `cargo xtask bench` (plotters, SVG backend only): panels stacked over one
+//! The SVG plots of `bench` and `soak` (plotters, SVG backend only): panels stacked over one
 //! time axis, each with line series and optional horizontal reference lines (the watermarks).
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Plain HTTP/1.0 over a socket for `cargo xtask bench`: ClickHouse statements and a pipeline's
+//! Plain HTTP/1.0 over a socket for `bench` and `soak`: ClickHouse statements and a pipeline's
 //! `/metrics`. HTTP/1.0 keeps responses unchunked and the connection closes after each one, so
 //! the body is everything after the header.
 

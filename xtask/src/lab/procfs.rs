@@ -1,4 +1,4 @@
-//! What `cargo xtask bench` reads from /proc: a process's CPU time (all its threads) and peak
+//! What `bench` and `soak` read from /proc: a process's CPU time (all its threads) and peak
 //! RSS, and the machine's busy CPU time, to tell how much of a phase's CPU went to other work.
 
 use std::fs;

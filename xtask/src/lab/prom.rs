@@ -1,5 +1,5 @@
-//! Reading a pipeline's `/metrics` (the Prometheus text format) for `cargo xtask bench`: the
-//! sum of a metric over its label sets, which is all the benchmark needs.
+//! Reading a pipeline's `/metrics` (the Prometheus text format) for `bench` and `soak`: the
+//! sum of a metric over its label sets, which is all they need.
 
 /// One scrape: `(series, value)` for every sample line, in order.
 #[derive(Debug, Clone, Default)]
