@@ -68,7 +68,7 @@
 //! at the root.
 
 mod admin;
-mod bench;
+mod chain_harness;
 #[cfg(feature = "clickhouse")]
 mod clickhouse;
 mod codec;
@@ -116,7 +116,7 @@ pub use run::{RunOutcome, init_logging, run};
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::bench::{ChainHarness, fuzz_chain, interleaved, sample_payloads};
+    pub use crate::chain_harness::{ChainHarness, fuzz_chain, interleaved, sample_payloads};
     /// The RowBinary-to-Native transposition, for `cargo xtask bench`'s raw inserter.
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::native::{NATIVE_BLOCK_BYTES, NativeEncoder};
@@ -124,7 +124,7 @@ pub mod __private {
     pub use crate::clickhouse::{
         ClickhouseSink, ClickhouseSinkConfig, ExactlyOnceConfig, InsertCompression, InsertFormat,
     };
-    pub use crate::codec::{avro, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};
+    pub use crate::codec::{avro, field_error, json, json_read, ops, proto_read, rowbinary, shard_hash, text_bytes};
     pub use crate::config::{
         BackpressureConfig, BatchConfig, ErrorPolicy, MemoryBound, RetryConfig, RuntimeConfig, TombstonePolicy,
     };

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// What the engine may not import: the adapters and the process shell around it.
 const OUTSIDE_THE_ENGINE: &[&str] =
-    &["kafka", "clickhouse", "file_sink", "datagen", "registry", "codec", "run", "admin", "entry", "bench"];
+    &["kafka", "clickhouse", "file_sink", "datagen", "registry", "codec", "run", "admin", "entry", "chain_harness"];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("src is readable") {

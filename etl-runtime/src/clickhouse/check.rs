@@ -3,9 +3,9 @@
 
 use crate::clickhouse::ClickhouseSink;
 use crate::clickhouse::errors::Class;
-use crate::clickhouse::ledger::{self, ledger_table};
+use crate::clickhouse::ledger_table::{self, ledger_table};
 use crate::clickhouse::replicas::Replica;
-use crate::clickhouse::schema::{self, LiveColumn};
+use crate::clickhouse::table_columns::{self, LiveColumn};
 use crate::engine::errors::SinkError;
 
 /// What the target table's engines say about deduplicating inserts, one line per shard each.
@@ -45,7 +45,7 @@ impl ClickhouseSink {
                                  `cargo xtask gen pipeline.yaml --ddl` prints"
                             ));
                         } else {
-                            let found = schema::compare(&self.columns, &live);
+                            let found = table_columns::compare(&self.columns, &live);
                             differences.extend(found.into_iter().map(|d| format!("{at}: {d}")));
                         }
                     }
@@ -115,10 +115,10 @@ impl ClickhouseSink {
             if let Ok(row) = serde_json::from_slice::<serde_json::Value>(&definition) {
                 let engine = row["engine"].as_str().unwrap_or_default();
                 let create = row["create_table_query"].as_str().unwrap_or_default();
-                if let Some(problem) = ledger::deduplication_problem(engine, create) {
+                if let Some(problem) = ledger_table::deduplication_problem(engine, create) {
                     found.problems.push(format!("{at}: {problem}"));
                 }
-                if let Some(caveat) = ledger::crash_caveat(engine) {
+                if let Some(caveat) = ledger_table::crash_caveat(engine) {
                     found.crash_caveats.push(format!("{at}: {caveat}"));
                 }
             }
@@ -154,7 +154,7 @@ impl ClickhouseSink {
     async fn check_exactly_once(&self) -> Result<(), SinkError> {
         let ledger_name = ledger_table(&self.table);
         let expected: Vec<(String, String)> =
-            ledger::LEDGER_COLUMNS.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
+            ledger_table::LEDGER_COLUMNS.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
         let deduplication = self.deduplication().await?;
         for caveat in &deduplication.crash_caveats {
             tracing::warn!(table = %format!("{}.{}", self.database, self.table), %caveat, "exactly-once: not safe against a ClickHouse server crash");
@@ -176,7 +176,7 @@ impl ClickhouseSink {
                     self.database
                 ));
             } else {
-                let found = schema::compare(&expected, &live);
+                let found = table_columns::compare(&expected, &live);
                 problems.extend(found.into_iter().map(|d| format!("{at}: ledger table {ledger_name}: {d}")));
             }
         }

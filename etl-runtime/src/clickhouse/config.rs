@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::clickhouse::ledger::ExactlyOnceConfig;
+use crate::clickhouse::ledger_table::ExactlyOnceConfig;
 use crate::secret::redact_url;
 
 /// Settings the sink sets itself; `settings` may not contain them.

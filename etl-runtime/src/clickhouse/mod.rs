@@ -1,8 +1,10 @@
 //! The ClickHouse sink: RowBinary batches inserted over HTTP with the `clickhouse` crate. This
 //! file holds the sink and its `Sink` impl; [`config`] the configuration and what of it is shown,
 //! [`insert`] one insert and its failure, [`isolate`] refused-row bisection, [`replicas`] replica
-//! rotation, [`check`] the start-up checks, [`ledger`] the exactly-once ledger, [`schema`] the
-//! column comparison and row layout, [`errors`] the error classes, [`http`] the HTTP client.
+//! rotation, [`check`] the start-up checks, [`ledger_table`](mod@ledger_table) the exactly-once
+//! ledger table, [`table_columns`] the column types, their comparison and the row layout,
+//! [`native`] the RowBinary-to-Native transposition, [`errors`] the error classes, [`http`] the
+//! HTTP client.
 //!
 //! The contract (the insert, idempotent retries and the table settings they need, the error
 //! classes, refused rows, replicas) is documented on [`ClickhouseSink`], where rustdoc shows it.
@@ -13,10 +15,10 @@ mod errors;
 mod http;
 mod insert;
 mod isolate;
-mod ledger;
+mod ledger_table;
 pub(crate) mod native;
 mod replicas;
-mod schema;
+mod table_columns;
 #[cfg(test)]
 mod wire_tests;
 
@@ -37,9 +39,9 @@ use crate::secret::redact_url;
 use config::OWNED_SETTINGS;
 pub use config::{ClickhouseSinkConfig, InsertCompression, InsertFormat};
 use errors::Class;
-pub use ledger::{ExactlyOnceConfig, ledger_table};
+pub use ledger_table::{ExactlyOnceConfig, ledger_table};
 use replicas::{Replica, Shard};
-use schema::RowLayout;
+use table_columns::RowLayout;
 
 /// The ClickHouse sink: RowBinary batches inserted over HTTP, sharded, with replica rotation.
 ///
@@ -90,7 +92,7 @@ use schema::RowLayout;
 /// The sink writes to each shard's local table directly, not through a `Distributed` table. At
 /// least once, the token identifies a batch only within one process (the runtime makes it from a
 /// random prefix). Under `exactly_once` it is derived from the batch's span and the config hash,
-/// and the span is written to the ledger table `<table>_etl_batches` first (`ledger.rs`), so a
+/// and the span is written to the ledger table `<table>_etl_batches` first (`ledger_table.rs`), so a
 /// batch replayed after a crash or a rebalance carries the same token. ClickHouse splits an
 /// insert larger than `max_insert_block_size` rows (1,048,576 by default) into blocks with tokens
 /// `<token>_0`, `<token>_1`, …; a retry sends the same bytes, so it is cut the same way.
@@ -150,7 +152,7 @@ pub struct ClickhouseSink {
     /// Kept only to scrub it from error texts that might echo a request.
     password: String,
     /// Exactly-once: the ledger of batch spans.
-    ledger: Option<std::sync::Arc<ledger::ClickhouseLedger>>,
+    ledger: Option<std::sync::Arc<ledger_table::ClickhouseLedger>>,
 }
 
 impl fmt::Debug for ClickhouseSink {
@@ -260,7 +262,7 @@ impl ClickhouseSink {
         }
         let shards = std::sync::Arc::new(shards);
         let ledger = config.exactly_once.map(|eo| {
-            std::sync::Arc::new(ledger::ClickhouseLedger {
+            std::sync::Arc::new(ledger_table::ClickhouseLedger {
                 shards: shards.clone(),
                 database: config.database.clone(),
                 table: config.table.clone(),
@@ -272,7 +274,7 @@ impl ClickhouseSink {
         Ok(ClickhouseSink {
             ledger,
             shards,
-            insert_sql: schema::insert_sql(&config.database, &config.table, &config.columns, config.format),
+            insert_sql: table_columns::insert_sql(&config.database, &config.table, &config.columns, config.format),
             probe: replicas::probe_query(&config.database, &config.table).into(),
             database: config.database,
             table: config.table,

@@ -21,7 +21,7 @@
 //! `LowCardinality(T)` columns are sent as `T`: ClickHouse converts a Native column whose type
 //! differs from the table's, and the dictionary encoding is its job, as it is for RowBinary.
 
-use super::schema::{Ty, varint};
+use super::table_columns::{Ty, varint};
 use crate::codec::rowbinary;
 
 /// Where a block is cut: once its columns hold this many bytes (plus the row that crossed it).

@@ -9,64 +9,29 @@
 
 use std::borrow::Cow;
 
+use super::field_error::{FieldError, Input, NOWHERE};
 pub use super::last_key_wins;
-use crate::engine::errors::{RecordError, RecordErrorKind};
+use crate::engine::errors::RecordError;
 
 /// Nesting deeper than this is a record error (serde_json's default limit too): skipping is
 /// recursive, and a hostile message must not exhaust the stack.
 const MAX_DEPTH: u32 = 128;
 
-/// The position of an error that is about the whole document (a missing property).
-const NOWHERE: usize = usize::MAX;
+/// What the JSON reader reads, as its errors name it.
+pub enum JsonDocument {}
 
-/// Why a document did not decode: what was wrong, in which field, at which byte.
-///
-/// Small and `Copy`, so that the decoder's hot path pays little for its error type; the message
-/// is formatted only when a record fails, by the conversion into [`RecordError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JsonError {
-    what: &'static str,
-    field: &'static str,
-    at: usize,
+impl Input for JsonDocument {
+    const NAME: &'static str = "JSON document";
 }
 
-impl JsonError {
-    /// What was wrong.
-    pub fn what(&self) -> &'static str {
-        self.what
-    }
-
-    /// The field (its path in the schema, `items[].sku`), or `""` for the document itself.
-    pub fn field(&self) -> &'static str {
-        self.field
-    }
-}
-
-impl std::fmt::Display for JsonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "invalid JSON document: {}", self.what)?;
-        } else {
-            write!(f, "field `{}`: {}", self.field, self.what)?;
-        }
-        if self.at != NOWHERE {
-            write!(f, " (at byte {})", self.at)?;
-        }
-        Ok(())
-    }
-}
-
-impl From<JsonError> for RecordError {
-    #[cold]
-    fn from(e: JsonError) -> Self {
-        RecordError::new(RecordErrorKind::Decode, e.to_string())
-    }
-}
+/// Why a document did not decode: what was wrong, in which field, at which byte (none for a
+/// missing property). Converts into a [`RecordError`] with `?`.
+pub type JsonError = FieldError<JsonDocument>;
 
 /// The error for a required property the document does not have.
 #[cold]
 pub fn missing(field: &'static str) -> JsonError {
-    JsonError { what: "a required property is missing", field, at: NOWHERE }
+    JsonError::new("a required property is missing", field, NOWHERE)
 }
 
 /// Checks that a Confluent-framed document was written with the reader schema when no registry
@@ -166,7 +131,7 @@ impl<'a> Reader<'a> {
 
     #[cold]
     fn error(&self, what: &'static str, field: &'static str) -> JsonError {
-        JsonError { what, field, at: self.pos }
+        JsonError::new(what, field, self.pos)
     }
 
     /// Skips white space and returns the next byte without consuming it.
@@ -585,7 +550,7 @@ impl<'a> Reader<'a> {
         // Usually already checked once, when a second string was read.
         if self.text().is_none() {
             let at = std::str::from_utf8(self.buf).err().map_or(0, |e| e.valid_up_to());
-            return Err(JsonError { what: "the document is not valid UTF-8", field: "", at });
+            return Err(JsonError::new("the document is not valid UTF-8", "", at));
         }
         Ok(())
     }
@@ -619,7 +584,7 @@ impl<'a> Reader<'a> {
             },
             _ => expected,
         };
-        JsonError { what, field, at: self.pos }
+        JsonError::new(what, field, self.pos)
     }
 
     /// A string's content at `pos` (which holds its opening quote), escapes resolved.

@@ -1,8 +1,10 @@
-//! The codecs generated code calls per field: Avro reading, RowBinary and NDJSON writing,
-//! checked arithmetic, the shard hash. Small, `#[inline]` functions on plain slices and
-//! `Vec<u8>`, so that the generated chain compiles into straight-line code.
+//! The codecs generated code calls per field: Avro, JSON and Protobuf reading (the last two share
+//! their error type, [`field_error`]), RowBinary and NDJSON writing, checked arithmetic, the
+//! shard hash. Small, `#[inline]` functions on plain slices and `Vec<u8>`, so that the generated
+//! chain compiles into straight-line code.
 
 pub mod avro;
+pub mod field_error;
 pub mod json;
 pub mod json_read;
 pub mod ops;

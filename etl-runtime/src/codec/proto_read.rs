@@ -9,8 +9,9 @@
 
 use std::borrow::Cow;
 
+use super::field_error::{FieldError, Input};
 pub use super::last_key_wins;
-use crate::engine::errors::{RecordError, RecordErrorKind};
+use crate::engine::errors::RecordError;
 
 /// Wire type 0: a varint.
 pub const VARINT: u8 = 0;
@@ -27,45 +28,16 @@ pub const I32: u8 = 5;
 /// How deep groups may nest before a message is refused (Google's default recursion limit).
 const MAX_GROUP_DEPTH: u32 = 100;
 
-/// Why a message did not decode: what was wrong, in which field, at which byte.
-///
-/// Small and `Copy`, so that the decoder's hot path pays little for its error type; the message
-/// is formatted only when a record fails, by the conversion into [`RecordError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProtoError {
-    what: &'static str,
-    field: &'static str,
-    at: usize,
+/// What the Protobuf reader reads, as its errors name it.
+pub enum ProtobufMessage {}
+
+impl Input for ProtobufMessage {
+    const NAME: &'static str = "Protobuf message";
 }
 
-impl ProtoError {
-    /// What was wrong.
-    pub fn what(&self) -> &'static str {
-        self.what
-    }
-
-    /// The field (its path in the schema, `items[].sku`), or `""` for the message itself.
-    pub fn field(&self) -> &'static str {
-        self.field
-    }
-}
-
-impl std::fmt::Display for ProtoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "invalid Protobuf message: {} (at byte {})", self.what, self.at)
-        } else {
-            write!(f, "field `{}`: {} (at byte {})", self.field, self.what, self.at)
-        }
-    }
-}
-
-impl From<ProtoError> for RecordError {
-    #[cold]
-    fn from(e: ProtoError) -> Self {
-        RecordError::new(RecordErrorKind::Decode, e.to_string())
-    }
-}
+/// Why a message did not decode: what was wrong, in which field, at which byte. Converts into a
+/// [`RecordError`] with `?`.
+pub type ProtoError = FieldError<ProtobufMessage>;
 
 /// Checks that a Confluent-framed message was written with the reader schema when no registry
 /// is set (`format.protobuf.registry`): any other id is a record error.
@@ -99,7 +71,7 @@ impl<'a> Reader<'a> {
 
     #[cold]
     fn error(&self, what: &'static str, field: &'static str) -> ProtoError {
-        ProtoError { what, field, at: self.base + self.pos }
+        ProtoError::new(what, field, self.base + self.pos)
     }
 
     /// Whether the whole message has been read.

@@ -671,7 +671,7 @@ mod tests {
     #[test]
     fn json_documents_parse_and_carry_the_schema_keys() {
         let schema = Schema::parse_str(SCHEMA).unwrap();
-        let payloads = crate::bench::sample_payloads(&schema, Encoding::Json, Wire::Raw, 3, 50);
+        let payloads = crate::chain_harness::sample_payloads(&schema, Encoding::Json, Wire::Raw, 3, 50);
         for p in &payloads {
             let doc: serde_json::Value = serde_json::from_slice(p).unwrap();
             let object = doc.as_object().unwrap();

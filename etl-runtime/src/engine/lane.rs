@@ -1,4 +1,6 @@
-//! What a source hands the runtime: records, and lanes (one per source partition).
+//! What a source hands the runtime: records, and lanes (one per source partition): the `Lane`
+//! trait a source implements (the Kafka source's is `kafka/partition_lane.rs`); what a pipeline
+//! thread keeps of a lane is `engine/pipeline/lane_state.rs`.
 
 use crate::engine::errors::SourceError;
 

@@ -1,7 +1,8 @@
 //! The exactly-once contract between a sink, a source and the runtime
 //! (`sink.clickhouse.exactly_once`): batch spans, the ledger that makes them durable before their
-//! insert, and the replay plan a new owner of a partition re-cuts batches with. The delivery that
-//! acts on them is `engine::delivery::exactly_once`; the hand-over fence is `engine::fence`.
+//! insert (the `Ledger` trait; the ClickHouse sink's is `clickhouse/ledger_table.rs`), and the
+//! replay plan a new owner of a partition re-cuts batches with. The delivery that acts on them is
+//! `engine::delivery::exactly_once`; the hand-over fence is `engine::fence`.
 //!
 //! docs/adr/0001-exactly-once.md explains the design; in short: every batch holds the rows of one
 //! partition for one shard, its span `(partition, shard, first offset, last offset)` is written to

@@ -14,7 +14,7 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::batches::PartitionBatches;
-use super::lane::{FetchStats, KafkaLane, LaneProgress, Start};
+use super::partition_lane::{FetchStats, KafkaLane, LaneProgress, Start};
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
 use crate::engine::ledger::Replay;
@@ -119,7 +119,7 @@ impl SourceContext {
     /// Invariant 5: split each new partition's queue (before the assignment, so the fetcher never
     /// forwards it to the main queue), set the partitions' pause state (exactly-once: paused until
     /// the lane's first poll; at least once: not paused, and left alone until the lane's first
-    /// message, see `lane::Start`), assign, then hand each partition over as a lane.
+    /// message, see `partition_lane::Start`), assign, then hand each partition over as a lane.
     fn on_assign(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
         let partitions = self.partitions_of(tpl);
         let mut later = None;

@@ -91,7 +91,7 @@
 //! A record carries the message's payload (`None` for a tombstone, to which the runtime applies
 //! `errors.tombstones`), key, partition, offset and timestamp (create or log-append time, in ms); the
 //! runtime derives `etl_source_lag_seconds` from the timestamps. Payload and key are borrowed from
-//! librdkafka's message until the lane takes the next one (see [`lane`]). `statistics_interval` (`statistics.interval.ms`; 0 disables)
+//! librdkafka's message until the lane takes the next one (see [`partition_lane`]). `statistics_interval` (`statistics.interval.ms`; 0 disables)
 //! feeds `etl_source_lag_records{partition}` from librdkafka's `consumer_lag`; commit results feed
 //! `etl_source_commits_total` and `etl_source_committed_offset`.
 //!
@@ -106,7 +106,7 @@
 mod batches;
 mod context;
 mod dead_letter;
-mod lane;
+mod partition_lane;
 mod properties;
 
 use std::fmt;

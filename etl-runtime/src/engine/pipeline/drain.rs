@@ -11,7 +11,7 @@ use crate::engine::chain::Chain;
 use crate::engine::chunk::Chunk;
 use crate::engine::delivery::{At, Delivery};
 use crate::engine::pipeline::PipelineThread;
-use crate::engine::pipeline::lane::LaneState;
+use crate::engine::pipeline::lane_state::LaneState;
 
 /// The id of the drain a finite lane starts for itself when it has finished.
 pub(super) const SELF_DRAIN: u64 = 0;

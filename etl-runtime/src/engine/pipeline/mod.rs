@@ -1,11 +1,11 @@
 //! The pipeline thread: polls its lanes, runs the chain, seals chunks, and turns acks into
 //! offsets. Where batches end is its delivery's business (`engine::delivery`).
 //!
-//! `mod.rs` holds the thread and its loop; [`lane`] a lane's state, [`turn`] one lane's turn
+//! `mod.rs` holds the thread and its loop; [`lane_state`] a lane's state, [`turn`] one lane's turn
 //! (poll, chain, place), [`seal`] sealing and the queue rejection, [`drain`] drains and removal.
 
 mod drain;
-mod lane;
+mod lane_state;
 mod seal;
 mod turn;
 
@@ -21,7 +21,7 @@ use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::Chunk;
 use crate::engine::delivery::{At, Delivery};
 use crate::engine::pipeline::drain::{DrainRequest, SELF_DRAIN};
-use crate::engine::pipeline::lane::LaneState;
+use crate::engine::pipeline::lane_state::LaneState;
 use crate::engine::pipeline::seal::Cutter;
 use crate::engine::shared::Shared;
 

@@ -9,7 +9,7 @@ use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::{Chunk, ChunkOrigin};
 use crate::engine::delivery::LaneCut;
 use crate::engine::fence::Fence;
-use crate::engine::pipeline::lane::LaneState;
+use crate::engine::pipeline::lane_state::LaneState;
 use crate::engine::shared::Shared;
 
 /// Lane `i` of a pipeline thread, lent to its delivery. It reaches the thread's other lanes too:

@@ -9,7 +9,7 @@ use crate::engine::delivery::{At, Delivery};
 use crate::engine::errors::{RecordError, RecordErrorKind, SourceErrorKind};
 use crate::engine::pipeline::PipelineThread;
 use crate::engine::pipeline::drain::SELF_DRAIN;
-use crate::engine::pipeline::lane::{Held, LaneState};
+use crate::engine::pipeline::lane_state::{Held, LaneState};
 use crate::engine::pipeline::seal::send_pending;
 use crate::engine::sink::{DeadLetterAck, DeadRecord};
 

@@ -1,6 +1,8 @@
-//! What benchmarks and fuzz tests of generated chains need: sample payloads for a schema, a
-//! harness that runs a chain on one record at a time without a pipeline around it, and the fuzz
-//! loop generated crates test themselves with.
+//! The chain harness: what benchmarks and fuzz tests of generated chains need: sample payloads
+//! for a schema, a harness that runs a chain on one record at a time without a pipeline around
+//! it, the alternating-pass timer generated benchmarks compare decoders with, and the fuzz loop
+//! generated crates test themselves with. (Not `cargo xtask bench`, the side-by-side benchmark of
+//! whole pipelines.)
 
 use apache_avro::Schema;
 use rand::SeedableRng;

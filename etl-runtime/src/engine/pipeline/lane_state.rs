@@ -1,5 +1,6 @@
-//! A lane as its pipeline thread keeps it: open buffers, checkpointer, held chunks and records,
-//! pause state and drain state.
+//! A lane as its pipeline thread keeps it (`LaneState`: the source's `Lane` with its open
+//! buffers, checkpointer, held chunks and records, pause state and drain state), and the held
+//! record (`Held`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

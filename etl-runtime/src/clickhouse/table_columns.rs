@@ -1,5 +1,6 @@
-//! The ClickHouse column types the sink understands: parsing type names, comparing the live
-//! table with the columns the pipeline writes, and finding row boundaries in RowBinary bytes.
+//! The target table's columns as the sink sees them: the ClickHouse column types it understands
+//! (parsing type names), comparing the live table with the columns the pipeline writes, finding
+//! row boundaries in RowBinary bytes, and the INSERT statement naming the columns.
 //!
 //! Row boundaries are what make row-level isolation of refused rows possible: chunks carry their
 //! rows back to back with no index, but the sink knows every column's type, so it can walk the

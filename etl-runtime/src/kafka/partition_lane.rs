@@ -1,5 +1,5 @@
-//! One assigned Kafka partition as a lane: its split queue, its pause state at the consumer, and the
-//! offsets it stores.
+//! One assigned Kafka partition as a lane (`KafkaLane`): its split queue, its pause state at the
+//! consumer, and the offsets it stores, with how far it got (`LaneProgress`).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,8 @@
-//! The exactly-once ledger in ClickHouse: one row per batch span in `<table>_etl_batches` on the
-//! batch's shard, written before the batch's insert and read by the next owner of a partition;
-//! one claim row per new owner of a partition (offsets -1, on shard `partition % shards`) with its
-//! epoch; and the start-up checks that the target table deduplicates inserts.
+//! The exactly-once ledger table in ClickHouse (the sink's `Ledger`, and its configuration): one
+//! row per batch span in `<table>_etl_batches` on the batch's shard, written before the batch's
+//! insert and read by the next owner of a partition; one claim row per new owner of a partition
+//! (offsets -1, on shard `partition % shards`) with its epoch; and the start-up checks that the
+//! target table deduplicates inserts.
 
 use ::clickhouse::Client;
 
