@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
-use super::chain::{MainInputs, datagen_encoding, datagen_wire};
+use super::Error;
+use super::chain_impl::{MainInputs, datagen_encoding, datagen_wire};
 use crate::contract::defaults::{RETRY_INITIAL_BACKOFF, RETRY_MAX_ATTEMPTS, RETRY_MAX_BACKOFF};
 use crate::contract::owned_properties::AUTO_OFFSET_RESET;
 use crate::model::{ErrorPolicy, Sink, Source, TombstonePolicy, Wire};
@@ -17,7 +18,7 @@ use crate::template::{Part, Template};
 
 /// Every value the binary reads from its environment: key path, template, secret. The
 /// order is the order `--check` prints them in.
-pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
+pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, Error> {
     let mut out = settings_of(m)?;
     for (key, _, secret) in &mut out {
         *secret = crate::contract::secret::is_secret_setting(key);
@@ -26,16 +27,15 @@ pub(super) fn settings(m: &crate::model::PipelineFile) -> Result<Vec<(String, Te
 }
 
 /// The settings of [`settings`], before the shared definition decides which are secret.
-fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, String> {
+fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, bool)>, Error> {
     let mut out = vec![("admin.listen".to_owned(), m.admin.listen.clone(), false)];
     if let Source::Kafka(k) = &m.source {
         out.push(("source.kafka.brokers".into(), k.brokers.clone(), false));
         out.push(("source.kafka.topic".into(), k.topic.clone(), false));
         out.push(("source.kafka.group_id".into(), k.group_id.clone(), false));
         for (name, value) in &k.rdkafka {
-            let template =
-                Template::parse(&value.to_text()).map_err(|e| format!("source.kafka.rdkafka.{name}: {e}"))?;
-            out.push((format!("source.kafka.rdkafka.{name}"), template, false));
+            let key = format!("source.kafka.rdkafka.{name}");
+            out.push((key.clone(), template(key, &value.to_text())?, false));
         }
         // The framework's default, shown by `--check` like the properties the user wrote.
         if !k.rdkafka.contains_key("auto.offset.reset") {
@@ -57,9 +57,8 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
                 out.push(("sink.clickhouse.ca_file".into(), ca_file.clone(), false));
             }
             for (name, value) in &c.settings {
-                let template =
-                    Template::parse(&value.to_text()).map_err(|e| format!("sink.clickhouse.settings.{name}: {e}"))?;
-                out.push((format!("sink.clickhouse.settings.{name}"), template, false));
+                let key = format!("sink.clickhouse.settings.{name}");
+                out.push((key.clone(), template(key, &value.to_text())?, false));
             }
         }
     }
@@ -74,6 +73,11 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
     Ok(out)
 }
 
+/// The template of the setting `key`.
+fn template(key: String, text: &str) -> Result<Template, Error> {
+    Template::parse(text).map_err(|why| Error::Setting { key, why })
+}
+
 fn parts_tokens(t: &Template) -> TokenStream {
     let parts = t.parts().iter().map(|p| match p {
         Part::Lit(s) => quote!(rt::Part::Lit(#s)),
@@ -84,26 +88,58 @@ fn parts_tokens(t: &Template) -> TokenStream {
 }
 
 /// Emits `SETTINGS` and `main`.
-pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
+pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, Error> {
     let m = &inputs.pipeline.model;
     let name = &m.pipeline.name;
     let version = inputs.version;
     let hash = inputs.config_hash;
-    let schema_include = inputs.schema_include;
 
     // Every value read from the environment, with its key, for `--check` and start-up.
     let settings = Settings::new(settings(m)?);
+    let source = source(m, &settings)?;
+    let (sink, shard_count) = sink(inputs, &settings)?;
+    let config = runtime_config(inputs, &settings, shard_count)?;
+    let chains = chains(inputs, &settings)?;
+    let dead_letter = dead_letter(m, &settings)?;
+    let rdkafka_fn = rdkafka_fn(m, &settings)?;
+    let setting_indexes = settings.module();
+    let setting_items = settings.list.iter().map(|(key, t, _)| {
+        let parts = parts_tokens(t);
+        quote!(rt::Setting { key: #key, parts: #parts })
+    });
+    let schema_const = schema_const(inputs);
+    Ok(unsuffixed(quote! {
+        #schema_const
+
+        const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
+
+        /// The values read from the environment at start-up.
+        static SETTINGS: &[rt::Setting] = &[#(#setting_items),*];
+
+        #setting_indexes
+
+        fn main() -> ::std::process::ExitCode {
+            let resolved = match rt::start(&BUILD, SETTINGS) {
+                rt::Start::Run(resolved) => resolved,
+                rt::Start::Exit(code) => return code,
+            };
+            rt::init_logging();
+            #config
+            #source
+            #sink
+            #dead_letter
+            #chains
+            rt::run(config, source, chains, sink, dead_letter).into()
+        }
+
+        #rdkafka_fn
+    }))
+}
+
+/// The statements that make `source`: datagen, or the Kafka consumer.
+fn source(m: &crate::model::PipelineFile, settings: &Settings) -> Result<TokenStream, Error> {
     let drain = m.checkpoint.drain_timeout.as_millis();
-    // `gen --memory`'s bound is linear in the partitions an instance owns; the binary applies it
-    // to the lanes it owns for `etl_memory_bound_bytes`.
-    let memory_fixed = crate::memory::total(inputs.pipeline, 0);
-    let memory_per_partition = crate::memory::total(inputs.pipeline, 1) - memory_fixed;
-    // The stall watchdog watches Kafka partitions; datagen's lanes are never watched anyway.
-    let stall_timeout = match &m.source {
-        Source::Kafka(k) => k.stall_timeout.as_millis(),
-        Source::Datagen(_) => 0,
-    };
-    let source = match &m.source {
+    Ok(match &m.source {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
             let wire = datagen_wire(m);
@@ -139,8 +175,13 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 };
             )
         }
-    };
-    let (sink, shard_count) = match &m.sink {
+    })
+}
+
+/// The statements that make `sink` (a file, or the ClickHouse shards), and the shard count.
+fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, usize), Error> {
+    let m = &inputs.pipeline.model;
+    Ok(match &m.sink {
         Sink::File(_) => {
             let path = settings.value("sink.file.path")?;
             (
@@ -223,17 +264,21 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 c.shards.len(),
             )
         }
-    };
-    let format = m.format.get();
+    })
+}
+
+/// The statements that make `chains`, the factory of each pipeline thread's `Chain`: with a
+/// registry client when the format asks one about writer ids outside `schema_id`.
+fn chains(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, Error> {
+    let format = inputs.pipeline.model.format.get();
     let registry_timeout = format.registry_timeout.as_millis();
-    let uses_registry = format.uses_registry();
-    let chains = if uses_registry {
+    Ok(if format.uses_registry() {
         let registry = settings.value(&format.path("registry"))?;
         let (registry_key, schema_id_key) = (format.path("registry"), format.path("schema_id"));
         let empty = format!(
             "{registry_key} resolved to an empty URL and {schema_id_key} is not set: Confluent-framed messages could \
-             not be told apart by writer schema; set the registry's variable, or set {schema_id_key} to the reader \
-             schema's registry id"
+         not be told apart by writer schema; set the registry's variable, or set {schema_id_key} to the reader \
+         schema's registry id"
         );
         let bad_url = format!("{registry_key}: {{e}}");
         let timeout = quote!(::std::time::Duration::from_millis(#registry_timeout));
@@ -281,8 +326,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         )
     } else {
         quote!(let chains = Chain::default;)
-    };
-    let dead_letter = match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
+    })
+}
+
+/// The statement that makes `dead_letter`: the DLQ producer under `errors.policy: dlq`.
+fn dead_letter(m: &crate::model::PipelineFile, settings: &Settings) -> Result<TokenStream, Error> {
+    Ok(match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
         (ErrorPolicy::Dlq, Some(_), Source::Kafka(_)) => {
             let brokers = settings.value("source.kafka.brokers")?;
             let dlq_topic = settings.value("errors.dlq_topic")?;
@@ -299,8 +348,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             )
         }
         _ => quote!(let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = None;),
-    };
-    let rdkafka_fn = match &m.source {
+    })
+}
+
+/// `rdkafka_properties`, the `rdkafka:` passthrough resolved, for a Kafka source.
+fn rdkafka_fn(m: &crate::model::PipelineFile, settings: &Settings) -> Result<TokenStream, Error> {
+    Ok(match &m.source {
         Source::Kafka(_) => {
             let properties = settings.group("source.kafka.rdkafka.")?;
             quote!(
@@ -313,6 +366,22 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
             )
         }
         Source::Datagen(_) => TokenStream::new(),
+    })
+}
+
+/// The statements that make `config`, the `RuntimeConfig`: sizes, timeouts and policies.
+fn runtime_config(inputs: &MainInputs<'_>, settings: &Settings, shard_count: usize) -> Result<TokenStream, Error> {
+    let m = &inputs.pipeline.model;
+    let drain = m.checkpoint.drain_timeout.as_millis();
+    let registry_timeout = m.format.get().registry_timeout.as_millis();
+    // `gen --memory`'s bound is linear in the partitions an instance owns; the binary applies it
+    // to the lanes it owns for `etl_memory_bound_bytes`.
+    let memory_fixed = crate::memory::total(inputs.pipeline, 0);
+    let memory_per_partition = crate::memory::total(inputs.pipeline, 1) - memory_fixed;
+    // The stall watchdog watches Kafka partitions; datagen's lanes are never watched anyway.
+    let stall_timeout = match &m.source {
+        Source::Kafka(k) => k.stall_timeout.as_millis(),
+        Source::Datagen(_) => 0,
     };
     let flow = m.sink.flow();
     let bp = &m.backpressure;
@@ -355,12 +424,55 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
         TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
     };
     let admin_listen = settings.index("admin.listen")?;
-    let setting_indexes = settings.module();
-    let setting_items = settings.list.iter().map(|(key, t, _)| {
-        let parts = parts_tokens(t);
-        quote!(rt::Setting { key: #key, parts: #parts })
-    });
-    let schema_const = match format.encoding {
+    Ok(quote!(
+    let admin_listen = match resolved.socket_addr(#admin_listen) {
+        Ok(addr) => addr,
+        Err(e) => return rt::startup_error(e),
+    };
+    let config = rt::RuntimeConfig {
+        pipeline: BUILD.pipeline.to_owned(),
+        config_hash: BUILD.config_hash.to_owned(),
+        version: BUILD.version.to_owned(),
+        threads: #threads,
+        shards: #shard_count,
+        backpressure: rt::BackpressureConfig {
+            max_inflight_bytes: #max_inflight,
+            high_ratio: #high,
+            low_ratio: #low,
+            min_pause: ::std::time::Duration::from_millis(#min_pause),
+        },
+        batch: rt::BatchConfig {
+            max_rows: #max_rows,
+            max_bytes: #max_bytes,
+            linger: ::std::time::Duration::from_millis(#linger),
+        },
+        inflight_per_shard: #inflight,
+        chunk_target_bytes: #chunk,
+        queue_capacity: #queue,
+        retry: rt::RetryConfig {
+            max_attempts: #attempts,
+            initial_backoff: ::std::time::Duration::from_millis(#initial),
+            max_backoff: ::std::time::Duration::from_millis(#max_backoff),
+        },
+        drain_timeout: ::std::time::Duration::from_millis(#drain),
+        error_policy: #policy,
+        tombstones: #tombstones,
+        admin_listen: Some(admin_listen),
+        exactly_once: #exactly_once_runtime,
+        unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
+        stall_timeout: ::std::time::Duration::from_millis(#stall_timeout),
+        memory_bound: Some(rt::MemoryBound {
+            fixed_bytes: #memory_fixed,
+            per_partition_bytes: #memory_per_partition,
+        }),
+    };
+    ))
+}
+
+/// `SCHEMA`: the reader schema (Avro), or the records' shape as an Avro schema (JSON, Protobuf).
+fn schema_const(inputs: &MainInputs<'_>) -> TokenStream {
+    let schema_include = inputs.schema_include;
+    match inputs.pipeline.model.format.get().encoding {
         crate::model::Encoding::Avro => quote!(
             /// The reader schema, compiled in.
             #[allow(dead_code)]
@@ -375,73 +487,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, String> {
                 pub(crate) const SCHEMA: &str = #text;
             )
         }
-    };
-    Ok(unsuffixed(quote! {
-        #schema_const
-
-        const BUILD: rt::Build = rt::Build { pipeline: #name, version: #version, config_hash: #hash };
-
-        /// The values read from the environment at start-up.
-        static SETTINGS: &[rt::Setting] = &[#(#setting_items),*];
-
-        #setting_indexes
-
-        fn main() -> ::std::process::ExitCode {
-            let resolved = match rt::start(&BUILD, SETTINGS) {
-                rt::Start::Run(resolved) => resolved,
-                rt::Start::Exit(code) => return code,
-            };
-            rt::init_logging();
-            let admin_listen = match resolved.socket_addr(#admin_listen) {
-                Ok(addr) => addr,
-                Err(e) => return rt::startup_error(e),
-            };
-            let config = rt::RuntimeConfig {
-                pipeline: BUILD.pipeline.to_owned(),
-                config_hash: BUILD.config_hash.to_owned(),
-                version: BUILD.version.to_owned(),
-                threads: #threads,
-                shards: #shard_count,
-                backpressure: rt::BackpressureConfig {
-                    max_inflight_bytes: #max_inflight,
-                    high_ratio: #high,
-                    low_ratio: #low,
-                    min_pause: ::std::time::Duration::from_millis(#min_pause),
-                },
-                batch: rt::BatchConfig {
-                    max_rows: #max_rows,
-                    max_bytes: #max_bytes,
-                    linger: ::std::time::Duration::from_millis(#linger),
-                },
-                inflight_per_shard: #inflight,
-                chunk_target_bytes: #chunk,
-                queue_capacity: #queue,
-                retry: rt::RetryConfig {
-                    max_attempts: #attempts,
-                    initial_backoff: ::std::time::Duration::from_millis(#initial),
-                    max_backoff: ::std::time::Duration::from_millis(#max_backoff),
-                },
-                drain_timeout: ::std::time::Duration::from_millis(#drain),
-                error_policy: #policy,
-                tombstones: #tombstones,
-                admin_listen: Some(admin_listen),
-                exactly_once: #exactly_once_runtime,
-                unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
-                stall_timeout: ::std::time::Duration::from_millis(#stall_timeout),
-                memory_bound: Some(rt::MemoryBound {
-                    fixed_bytes: #memory_fixed,
-                    per_partition_bytes: #memory_per_partition,
-                }),
-            };
-            #source
-            #sink
-            #dead_letter
-            #chains
-            rt::run(config, source, chains, sink, dead_letter).into()
-        }
-
-        #rdkafka_fn
-    }))
+    }
 }
 
 /// `tokens` with the numeric literals' type suffixes (`250u64`, `0.9f64`) dropped: in `main`
@@ -488,12 +534,9 @@ impl Settings {
     }
 
     /// `setting::NAME`, the index of `key`.
-    fn index(&self, key: &str) -> Result<TokenStream, String> {
-        let index = self
-            .list
-            .iter()
-            .position(|(k, ..)| k == key)
-            .ok_or_else(|| format!("internal error: `main` reads the setting `{key}`, which SETTINGS lacks"))?;
+    fn index(&self, key: &str) -> Result<TokenStream, Error> {
+        let index =
+            self.list.iter().position(|(k, ..)| k == key).ok_or_else(|| Error::UnknownSetting(key.to_owned()))?;
         let name = const_ident(key);
         let literal = Literal::usize_unsuffixed(index);
         self.used.borrow_mut().insert((index, name.to_string()), quote!(pub(crate) const #name: usize = #literal;));
@@ -501,20 +544,20 @@ impl Settings {
     }
 
     /// `resolved.get(setting::NAME)`: the value of `key`.
-    fn value(&self, key: &str) -> Result<TokenStream, String> {
+    fn value(&self, key: &str) -> Result<TokenStream, Error> {
         let index = self.index(key)?;
         Ok(quote!(resolved.get(#index)))
     }
 
     /// `resolved.group(setting::NAME, prefix)`: the settings whose keys start with `prefix`
     /// (which the list keeps together), as `(key without the prefix, value)`.
-    fn group(&self, prefix: &str) -> Result<TokenStream, String> {
+    fn group(&self, prefix: &str) -> Result<TokenStream, Error> {
         let members: Vec<usize> =
             self.list.iter().enumerate().filter(|(_, (k, ..))| k.starts_with(prefix)).map(|(i, _)| i).collect();
         let start = members.first().copied().unwrap_or(self.list.len());
         let end = start + members.len();
         if members.iter().copied().ne(start..end) {
-            return Err(format!("internal error: the settings under `{prefix}` are not contiguous in SETTINGS"));
+            return Err(Error::ScatteredGroup(prefix.to_owned()));
         }
         let name = const_ident(prefix);
         let key = (start, name.to_string());

@@ -4,11 +4,18 @@
 //! every input) and the [`GenOptions`], returning the files and their contents; writing them
 //! is the caller's step (`cli::write`). Rust is emitted as tokens and formatted with
 //! prettyplease; the other files come from templates/ through minijinja.
+//!
+//! The modules mirror the IR. Each format's decoder is one module, equals: [`avro`], [`json`],
+//! [`protobuf`] (a new format adds one beside them and a branch in `chain_impl::decode_input`).
+//! [`encode`] writes rows (RowBinary, NDJSON) and [`rust_types`] is the one map from IR types
+//! to Rust types; both are format-blind. [`expr`] compiles typed expressions. [`chain_impl`]
+//! puts decoder, operators and encoder into `Chain::process`, [`main_fn`] writes `main`,
+//! [`criterion`] the crate's benchmark, and [`comments`] carries the YAML steps into the code.
 
 mod avro;
-mod bench;
-mod chain;
+mod chain_impl;
 mod comments;
+mod criterion;
 mod encode;
 mod expr;
 mod json;
@@ -38,9 +45,27 @@ pub enum Error {
     /// The emitted Rust does not parse.
     #[error("internal error: generated code does not parse: {0}")]
     Parse(#[from] syn::Error),
-    /// A value of the configuration could not be emitted.
-    #[error("{0}")]
-    Value(String),
+    /// The emitted benchmark does not parse.
+    #[error("internal error: the benchmark does not parse: {0}")]
+    BenchParse(syn::Error),
+    /// A value of the configuration is not a valid `${VAR}` template (validation lets none
+    /// through; this guards the emitter's own reading of it).
+    #[error("{key}: {why}")]
+    Setting {
+        /// The setting's key path.
+        key: String,
+        /// What is wrong with its template.
+        why: String,
+    },
+    /// `main` reads a setting that `SETTINGS` does not list.
+    #[error("internal error: `main` reads the setting `{0}`, which SETTINGS lacks")]
+    UnknownSetting(String),
+    /// The settings under a prefix are not one run of `SETTINGS`, as `resolved.group` needs.
+    #[error("internal error: the settings under `{0}` are not contiguous in SETTINGS")]
+    ScatteredGroup(String),
+    /// A `rust` operator has no user file.
+    #[error("internal error: no user file for the rust operator `transform[{0}]`")]
+    MissingUserFile(usize),
 }
 
 /// Where the generated crate finds etl-runtime.
@@ -96,7 +121,7 @@ pub fn main_rs_tokens(v: &Validated) -> Result<proc_macro2::TokenStream, Error> 
     let schema = v.schema_path.display().to_string();
     let user_files: Vec<(String, String)> =
         v.user_files.iter().map(|f| (format!("user_{}", f.index), f.path.display().to_string())).collect();
-    main_rs(&chain::MainInputs {
+    main_rs(&chain_impl::MainInputs {
         pipeline: v,
         config_hash: &v.config_hash,
         version: VERSION,
@@ -105,7 +130,6 @@ pub fn main_rs_tokens(v: &Validated) -> Result<proc_macro2::TokenStream, Error> 
         bench: false,
     })
     .map(comments::strip)
-    .map_err(Error::Value)
 }
 
 /// Every file of the crate.
@@ -114,7 +138,69 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     let hash = &v.config_hash;
     let source = options.source_name.clone();
     let mut files = Vec::new();
+    sources(v, options, &mut files)?;
+    let runtime_dep = match &options.runtime {
+        RuntimeDep::Path(p) => format!("path = {}", toml_string(&p.display().to_string())),
+        RuntimeDep::Git { url, rev: Some(rev) } => format!("git = {}, rev = {}", toml_string(url), toml_string(rev)),
+        RuntimeDep::Git { url, rev: None } => format!("git = {}", toml_string(url)),
+    };
+    let env = templates();
+    let render = |template: &str, ctx: minijinja::Value| -> Result<Vec<u8>, Error> {
+        env.get_template(template)
+            .and_then(|t| t.render(ctx))
+            .map(String::into_bytes)
+            .map_err(|e| Error::Template { template: template.to_owned(), message: e.to_string() })
+    };
+    let crate_dir_rel = options.crate_dir.display().to_string();
+    let runtime_features = runtime_features(v, options);
+    let base = context! {
+        name => name, version => VERSION, config_hash => hash, source => &source,
+        runtime_dep => runtime_dep, runtime_features => runtime_features, target_dir => options.target_dir.display().to_string(),
+        crate_dir_rel => crate_dir_rel,
+    };
+    files.push(GeneratedFile {
+        path: "Cargo.toml".into(),
+        contents: render(
+            "Cargo.toml.j2",
+            context! {
+                bench => options.bench,
+                protobuf => v.model.format.get().encoding == crate::model::Encoding::Protobuf,
+                ..base.clone()
+            },
+        )?,
+    });
+    if options.bench {
+        let bench = criterion::emit(v)?;
+        files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
+        if let crate::load::Input::Protobuf(message) = &v.input {
+            files.push(GeneratedFile { path: "benches/schema.fds".into(), contents: message.descriptor_set.clone() });
+        }
+    }
+    files.push(GeneratedFile {
+        path: ".cargo/config.toml".into(),
+        contents: render("cargo-config.toml.j2", base.clone())?,
+    });
+    files.push(GeneratedFile { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
+    let (columns, settings, rows) = readme_tables(v)?;
+    files.push(GeneratedFile {
+        path: "README.md".into(),
+        contents: render(
+            "README.md.j2",
+            context! { ..base, ..context! { columns => columns, settings => settings, rows => rows } },
+        )?,
+    });
+    if let Some(lock) = &options.lockfile {
+        files.push(GeneratedFile { path: "Cargo.lock".into(), contents: lock.clone() });
+    }
+    Ok(files)
+}
 
+/// The crate's sources and the inputs it is generated from: the user Rust files, `src/main.rs`,
+/// the schema (and `schema.avsc`, the records' shape as Avro) and pipeline.yaml.
+fn sources(v: &Validated, options: &GenOptions, files: &mut Vec<GeneratedFile>) -> Result<(), Error> {
+    let name = &v.model.pipeline.name;
+    let hash = &v.config_hash;
+    let source = &options.source_name;
     // User Rust files are copied next to main.rs and included from there.
     let mut user_files = Vec::new();
     for file in &v.user_files {
@@ -123,15 +209,14 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         files.push(GeneratedFile { path: PathBuf::from("src").join(&dest), contents: file.text.clone().into_bytes() });
         user_files.push((module, dest));
     }
-    let tokens = main_rs(&chain::MainInputs {
+    let tokens = main_rs(&chain_impl::MainInputs {
         pipeline: v,
         config_hash: hash,
         version: VERSION,
         schema_include: "../schema.avsc",
         user_files: &user_files,
         bench: options.bench,
-    })
-    .map_err(Error::Value)?;
+    })?;
     let check = freshness_check(v, options);
     let tokens = quote::quote!(#check #tokens);
     let file = syn::parse2::<syn::File>(tokens)?;
@@ -155,21 +240,12 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         crate::model::Encoding::Avro => {}
     }
     files.push(GeneratedFile { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
+    Ok(())
+}
 
-    let runtime_dep = match &options.runtime {
-        RuntimeDep::Path(p) => format!("path = {}", toml_string(&p.display().to_string())),
-        RuntimeDep::Git { url, rev: Some(rev) } => format!("git = {}, rev = {}", toml_string(url), toml_string(rev)),
-        RuntimeDep::Git { url, rev: None } => format!("git = {}", toml_string(url)),
-    };
-    let env = templates();
-    let render = |template: &str, ctx: minijinja::Value| -> Result<Vec<u8>, Error> {
-        env.get_template(template)
-            .and_then(|t| t.render(ctx))
-            .map(String::into_bytes)
-            .map_err(|e| Error::Template { template: template.to_owned(), message: e.to_string() })
-    };
-    let crate_dir_rel = options.crate_dir.display().to_string();
-    // Only what the pipeline uses: a datagen → file pipeline does not link librdkafka.
+/// The etl-runtime features the crate enables: only what the pipeline uses (a datagen → file
+/// pipeline does not link librdkafka).
+fn runtime_features(v: &Validated, options: &GenOptions) -> String {
     let mut features = Vec::new();
     if matches!(v.model.source, crate::model::Source::Kafka(_)) {
         features.push("\"kafka\"");
@@ -188,39 +264,18 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     if options.fault_injection {
         features.push("\"fault-injection\"");
     }
-    let runtime_features = features.join(", ");
-    let base = context! {
-        name => name, version => VERSION, config_hash => hash, source => &source,
-        runtime_dep => runtime_dep, runtime_features => runtime_features, target_dir => options.target_dir.display().to_string(),
-        crate_dir_rel => crate_dir_rel,
-    };
-    files.push(GeneratedFile {
-        path: "Cargo.toml".into(),
-        contents: render(
-            "Cargo.toml.j2",
-            context! {
-                bench => options.bench,
-                protobuf => v.model.format.get().encoding == crate::model::Encoding::Protobuf,
-                ..base.clone()
-            },
-        )?,
-    });
-    if options.bench {
-        let bench = bench::emit(v).map_err(Error::Value)?;
-        files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
-        if let crate::load::Input::Protobuf(message) = &v.input {
-            files.push(GeneratedFile { path: "benches/schema.fds".into(), contents: message.descriptor_set.clone() });
-        }
-    }
-    files.push(GeneratedFile {
-        path: ".cargo/config.toml".into(),
-        contents: render("cargo-config.toml.j2", base.clone())?,
-    });
-    files.push(GeneratedFile { path: "Dockerfile".into(), contents: render("Dockerfile.j2", base.clone())? });
+    features.join(", ")
+}
+
+/// The README's tables: the output columns, the settings read from the environment (secrets
+/// written literally masked), and the row each `rust` operator receives.
+type ReadmeTables = (Vec<minijinja::Value>, Vec<minijinja::Value>, Vec<minijinja::Value>);
+
+/// The tables of the README, see [`ReadmeTables`].
+fn readme_tables(v: &Validated) -> Result<ReadmeTables, Error> {
     let columns: Vec<minijinja::Value> =
         v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
-    let settings: Vec<minijinja::Value> = main_fn::settings(&v.model)
-        .map_err(Error::Value)?
+    let settings: Vec<minijinja::Value> = main_fn::settings(&v.model)?
         .into_iter()
         .map(|(key, template, secret)| {
             // A secret written literally in pipeline.yaml is not repeated in the README.
@@ -246,22 +301,12 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
             _ => None,
         })
         .collect();
-    files.push(GeneratedFile {
-        path: "README.md".into(),
-        contents: render(
-            "README.md.j2",
-            context! { ..base, ..context! { columns => columns, settings => settings, rows => rows } },
-        )?,
-    });
-    if let Some(lock) = &options.lockfile {
-        files.push(GeneratedFile { path: "Cargo.lock".into(), contents: lock.clone() });
-    }
-    Ok(files)
+    Ok((columns, settings, rows))
 }
 
 /// The whole `src/main.rs`, unformatted: the chain, `main`, then the chain's tests.
-fn main_rs(inputs: &chain::MainInputs<'_>) -> Result<proc_macro2::TokenStream, String> {
-    let chain::ChainItems { items, tests } = chain::emit(inputs)?;
+fn main_rs(inputs: &chain_impl::MainInputs<'_>) -> Result<proc_macro2::TokenStream, Error> {
+    let chain_impl::ChainItems { items, tests } = chain_impl::emit(inputs)?;
     let main = main_fn::emit(inputs)?;
     Ok(quote::quote!(#items #main #tests))
 }

@@ -6,107 +6,44 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+use super::Error;
 use super::rust_types::{field_ident, serde_owned_ty};
 use crate::load::{Input, Validated};
 use crate::model::Wire;
 use crate::readers::json::{JField, JType};
 use crate::readers::protobuf::{PField, PType, Scalar};
 
+/// One generic decoder the generated one is compared with.
+struct Generic {
+    /// Its items (the derived structs it decodes into).
+    items: TokenStream,
+    /// Its set-up, run once before the passes.
+    setup: TokenStream,
+    /// Its name in the report.
+    name: &'static str,
+    /// What it runs per payload `p`.
+    body: TokenStream,
+}
+
 /// The benchmark file, formatted.
-pub(super) fn emit(v: &Validated) -> Result<String, String> {
+pub(super) fn emit(v: &Validated) -> Result<String, Error> {
     let header = match v.model.format.get().wire {
         Wire::Confluent => quote!(5),
         Wire::Raw => quote!(0),
     };
-    let wire = super::chain::datagen_wire(&v.model);
-    let encoding = super::chain::datagen_encoding(&v.model);
-    // Each generic decoder: its items, its set-up, its name and the body run per payload `p`.
-    let generics: Vec<(TokenStream, TokenStream, &str, TokenStream)> = match &v.input {
-        Input::Avro(_) => {
-            // The generic path deserializes into a serde struct of owned values, as an
-            // application using apache-avro's `from_value` would; types without a plain serde
-            // form are skipped with IgnoredAny (they are still decoded by `from_avro_datum`).
-            let generic_fields: Vec<TokenStream> = v
-                .schema
-                .fields
-                .iter()
-                .map(|f| {
-                    let id = field_ident(&f.name);
-                    let ty = serde_owned_ty(&f.ty);
-                    quote!(#[allow(dead_code)] #id: #ty)
-                })
-                .collect();
-            vec![(
-                quote!(
-                    /// The record as an application of apache-avro's generic path would read it.
-                    #[derive(serde::Deserialize)]
-                    struct Generic {
-                        #(#generic_fields,)*
-                    }
-                ),
-                TokenStream::new(),
-                "apache-avro generic (from_avro_datum + from_value)",
-                quote!(
-                    let mut datum = &p[#header..];
-                    let value = rt::apache_avro::from_avro_datum(&schema, &mut datum, None).unwrap();
-                    let record: Generic = rt::apache_avro::from_value(&value).unwrap();
-                    std::hint::black_box(record);
-                ),
-            )]
-        }
-        Input::Json(fields) => {
-            let mut structs = Vec::new();
-            let top = serde_struct("Generic", fields, &mut structs);
-            vec![(
-                quote!(#(#structs)*),
-                TokenStream::new(),
-                "serde_json::from_slice into a derived struct (borrowed strings)",
-                quote!(
-                    let record: #top<'_> = serde_json::from_slice(&p[#header..]).unwrap();
-                    std::hint::black_box(record);
-                ),
-            )]
-        }
-        Input::Protobuf(message) => {
-            // The Confluent frame also carries the message-index path.
-            let header = match v.model.format.get().wire {
-                Wire::Confluent => 5 + index_bytes(&message.indexes),
-                Wire::Raw => 0,
-            };
-            let mut structs = Vec::new();
-            let top = prost_struct(&message.name, &message.fields, &mut structs);
-            let name = &message.name;
-            vec![
-                (
-                    quote!(#(#structs)*),
-                    TokenStream::new(),
-                    "prost (derived structs, owned)",
-                    quote!(
-                        let record = <#top as prost::Message>::decode(&p[#header..]).unwrap();
-                        std::hint::black_box(record);
-                    ),
-                ),
-                (
-                    TokenStream::new(),
-                    quote!(
-                        let pool = prost_reflect::DescriptorPool::decode(&include_bytes!("schema.fds")[..]).unwrap();
-                        let descriptor = pool.get_message_by_name(#name).unwrap();
-                    ),
-                    "prost-reflect DynamicMessage",
-                    quote!(
-                        let record = prost_reflect::DynamicMessage::decode(descriptor.clone(), &p[#header..]).unwrap();
-                        std::hint::black_box(record);
-                    ),
-                ),
-            ]
-        }
+    let wire = super::chain_impl::datagen_wire(&v.model);
+    let encoding = super::chain_impl::datagen_encoding(&v.model);
+    let generics = match &v.input {
+        Input::Avro(_) => vec![avro_generic(v, &header)],
+        Input::Json(fields) => vec![json_generic(fields, &header)],
+        Input::Protobuf(message) => protobuf_generics(v, message),
     };
-    let generic_items = generics.iter().map(|g| &g.0);
-    let generic_setups = generics.iter().map(|g| &g.1);
+    let generic_items = generics.iter().map(|g| &g.items);
+    let generic_setups = generics.iter().map(|g| &g.setup);
     // One closure per decoder (a pass over every payload), which criterion and the interleaved
     // comparison both run.
     let passes: Vec<proc_macro2::Ident> = (0..generics.len()).map(|i| format_ident!("generic_{}", i)).collect();
-    let generic_passes = generics.iter().zip(&passes).map(|((_, _, _, body), pass)| {
+    let generic_passes = generics.iter().zip(&passes).map(|(Generic { body, .. }, pass)| {
         quote!(
             let mut #pass = || {
                 for p in &payloads {
@@ -115,7 +52,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
             };
         )
     });
-    let generic_names: Vec<&str> = generics.iter().map(|g| g.2).collect();
+    let generic_names: Vec<&str> = generics.iter().map(|g| g.name).collect();
     let shards = v.model.sink.shard_count() as usize;
     let tokens = quote! {
         use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -175,12 +112,94 @@ pub(super) fn emit(v: &Validated) -> Result<String, String> {
         criterion_group!(benches, chain);
         criterion_main!(benches);
     };
-    let file =
-        syn::parse2::<syn::File>(tokens).map_err(|e| format!("internal error: the benchmark does not parse: {e}"))?;
+    let file = syn::parse2::<syn::File>(tokens).map_err(Error::BenchParse)?;
     Ok(format!(
         "//! Generated by `cargo xtask bench-chain`; do not edit. The generated decoder against\n//! the generic path on the same bytes, and the whole chain per record.\n\n{}",
         prettyplease::unparse(&file)
     ))
+}
+
+/// apache-avro's generic path: `from_avro_datum`, then `from_value` into a serde struct of owned
+/// values, as an application would; types without a plain serde form are skipped with
+/// IgnoredAny (they are still decoded by `from_avro_datum`).
+fn avro_generic(v: &Validated, header: &TokenStream) -> Generic {
+    let generic_fields: Vec<TokenStream> = v
+        .schema
+        .fields
+        .iter()
+        .map(|f| {
+            let id = field_ident(&f.name);
+            let ty = serde_owned_ty(&f.ty);
+            quote!(#[allow(dead_code)] #id: #ty)
+        })
+        .collect();
+    Generic {
+        items: quote!(
+            /// The record as an application of apache-avro's generic path would read it.
+            #[derive(serde::Deserialize)]
+            struct Generic {
+                #(#generic_fields,)*
+            }
+        ),
+        setup: TokenStream::new(),
+        name: "apache-avro generic (from_avro_datum + from_value)",
+        body: quote!(
+            let mut datum = &p[#header..];
+            let value = rt::apache_avro::from_avro_datum(&schema, &mut datum, None).unwrap();
+            let record: Generic = rt::apache_avro::from_value(&value).unwrap();
+            std::hint::black_box(record);
+        ),
+    }
+}
+
+/// serde_json's `from_slice` into derived structs with borrowed strings.
+fn json_generic(fields: &[JField], header: &TokenStream) -> Generic {
+    let mut structs = Vec::new();
+    let top = serde_struct("Generic", fields, &mut structs);
+    Generic {
+        items: quote!(#(#structs)*),
+        setup: TokenStream::new(),
+        name: "serde_json::from_slice into a derived struct (borrowed strings)",
+        body: quote!(
+            let record: #top<'_> = serde_json::from_slice(&p[#header..]).unwrap();
+            std::hint::black_box(record);
+        ),
+    }
+}
+
+/// prost into derived structs, and prost-reflect's DynamicMessage.
+fn protobuf_generics(v: &Validated, message: &crate::readers::protobuf::Message) -> Vec<Generic> {
+    // The Confluent frame also carries the message-index path.
+    let header = match v.model.format.get().wire {
+        Wire::Confluent => 5 + index_bytes(&message.indexes),
+        Wire::Raw => 0,
+    };
+    let mut structs = Vec::new();
+    let top = prost_struct(&message.name, &message.fields, &mut structs);
+    let name = &message.name;
+    vec![
+        Generic {
+            items: quote!(#(#structs)*),
+            setup: TokenStream::new(),
+            name: "prost (derived structs, owned)",
+            body: quote!(
+                let record = <#top as prost::Message>::decode(&p[#header..]).unwrap();
+                std::hint::black_box(record);
+            ),
+        },
+        Generic {
+            items: TokenStream::new(),
+            setup: quote!(
+                let pool = prost_reflect::DescriptorPool::decode(&include_bytes!("schema.fds")[..]).unwrap();
+                let descriptor = pool.get_message_by_name(#name).unwrap();
+            ),
+            name: "prost-reflect DynamicMessage",
+            body: quote!(
+                let record = prost_reflect::DynamicMessage::decode(descriptor.clone(), &p[#header..]).unwrap();
+                std::hint::black_box(record);
+            ),
+        },
+    ]
 }
 
 /// The `#[derive(Deserialize)]` struct an application would read these JSON documents into,

@@ -8,6 +8,7 @@ use indexmap::IndexMap;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
+use super::Error;
 use super::encode::{Val, json, rowbinary};
 use super::expr::{Scope, condition, value};
 use super::rust_types::{borrows, field_ident, local_ty, nested_records, record_ident, rust_ty};
@@ -42,7 +43,7 @@ pub(super) struct ChainItems {
 }
 
 /// Emits the chain of `src/main.rs`.
-pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
+pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     let v = inputs.pipeline;
     let plan = &v.plan;
     let mut enums: Vec<Vec<String>> = Vec::new();
@@ -53,49 +54,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
         format_ident!("f_{}_{}", local_name(name), counter)
     };
 
-    // Decoding: one local per input field the chain reads.
+    // Decoding: one local per input field the chain reads. The locals are numbered in the order
+    // they are made (decoder, metadata, operators, the benchmark's decoder): the order below.
     let format = v.model.format.get();
     let decode_stmts = decode_input(v, &plan.live_inputs(), &mut scope, &mut fresh, &mut enums);
-    // Record metadata only where an expression reads it.
-    let mut read = BTreeSet::new();
-    for step in &plan.steps {
-        match step {
-            Step::Filter { cond } => cond.fields(&mut read),
-            Step::Map { assigns } => assigns.iter().for_each(|(_, e)| e.fields(&mut read)),
-            _ => {}
-        }
-    }
-    let mut meta_stmts = Vec::new();
-    for c in metadata_columns().into_iter().filter(|c| read.contains(&c.name)) {
-        let id = fresh(&c.name);
-        let init = match c.name.as_str() {
-            "_key" => quote!(record.key.map(::std::borrow::Cow::Borrowed)),
-            "_partition" => quote!(record.partition),
-            "_offset" => quote!(record.offset),
-            _ => quote!(record.timestamp_ms),
-        };
-        meta_stmts.push(quote!(let #id = #init;));
-        scope.insert(c.name.clone(), id);
-    }
-
-    // Records nested in containers become structs.
-    let mut records = Vec::new();
-    for c in plan.input.iter().chain(plan.output.iter()) {
-        nested_records(&c.ty, &mut records);
-    }
-    let record_defs = records.iter().map(|r| {
-        let name = record_ident(r);
-        let fields = r.fields.iter().map(|c| {
-            let id = field_ident(&c.name);
-            let ty = rust_ty(&c.ty);
-            let doc = format!("`{}`: {} (ClickHouse `{}`)", c.name, c.ty, c.ty.clickhouse());
-            quote!(#[doc = #doc] pub #id: #ty)
-        });
-        let doc = format!("The record `{}`.", r.name);
-        // Field names are the schema's (`userId` stays `userId`).
-        let generics = if borrows(&Ty::Record(Box::new(r.clone()))) { quote!(<'a>) } else { TokenStream::new() };
-        quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] #[allow(non_snake_case)] pub struct #name #generics { #(#fields,)* })
-    });
+    let meta_stmts = metadata_locals(&plan.steps, &mut scope, &mut fresh);
+    let record_defs = record_structs(plan);
 
     // The operators, innermost last: flat_map opens a loop that the rest runs inside.
     let mut row: Vec<Column> = plan.input.clone();
@@ -114,6 +78,112 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
     )?;
 
     let symbol_consts = symbol_consts(&plan.steps);
+    let (framing, bench_framing) = framing(&format);
+    let chain_struct = chain_struct(format.uses_registry());
+    let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
+    let schema_ids_const = schema_ids_const(&format);
+    let user_mods = user_modules(inputs.user_files, &row_types);
+    let rows_mod = rows_module(&plan.steps);
+    let bench_decode =
+        if inputs.bench { bench_decode(v, bench_framing, &mut fresh, &mut enums) } else { TokenStream::new() };
+    let fuzz_test = fuzz_test(&v.model);
+    let enum_tables = enum_tables(&enums);
+    let items = quote! {
+        use etl_runtime::__private as rt;
+
+        const MAX_MESSAGE_BYTES: usize = #max_message;
+        #schema_ids_const
+
+        #(#enum_tables)*
+        #symbol_consts
+        #(#record_defs)*
+        #rows_mod
+        #(#user_mods)*
+
+        /// The chain: decode, operators and encoding, inlined into one function.
+        #chain_struct
+
+        impl rt::Chain for Chain {
+            #[inline]
+            fn process(&mut self, record: &rt::Record<'_>, out: &mut rt::RowOut<'_>) -> ::std::result::Result<(), rt::RecordError> {
+                // Tombstones never reach the chain; the runtime applies `errors.tombstones`.
+                let payload = record.payload.unwrap_or_default();
+                if payload.len() > MAX_MESSAGE_BYTES {
+                    return Err(rt::RecordError::new(
+                        rt::RecordErrorKind::Oversize,
+                        format!("message of {} bytes exceeds format.max_message_bytes ({})", payload.len(), MAX_MESSAGE_BYTES),
+                    ));
+                }
+                #framing
+                #(#decode_stmts)*
+                #(#meta_stmts)*
+                #tail
+                Ok(())
+            }
+        }
+
+        #bench_decode
+    };
+    Ok(ChainItems { items, tests: fuzz_test })
+}
+
+/// The locals of the Kafka metadata fields, made only where an expression reads them.
+fn metadata_locals(
+    steps: &[Step],
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+) -> Vec<TokenStream> {
+    let mut read = BTreeSet::new();
+    for step in steps {
+        match step {
+            Step::Filter { cond } => cond.fields(&mut read),
+            Step::Map { assigns } => assigns.iter().for_each(|(_, e)| e.fields(&mut read)),
+            _ => {}
+        }
+    }
+    let mut meta_stmts = Vec::new();
+    for c in metadata_columns().into_iter().filter(|c| read.contains(&c.name)) {
+        let id = fresh(&c.name);
+        let init = match c.name.as_str() {
+            "_key" => quote!(record.key.map(::std::borrow::Cow::Borrowed)),
+            "_partition" => quote!(record.partition),
+            "_offset" => quote!(record.offset),
+            _ => quote!(record.timestamp_ms),
+        };
+        meta_stmts.push(quote!(let #id = #init;));
+        scope.insert(c.name.clone(), id);
+    }
+    meta_stmts
+}
+
+/// The structs of the records nested in containers, in the input and the output rows.
+fn record_structs(plan: &crate::plan::Plan) -> Vec<TokenStream> {
+    let mut records = Vec::new();
+    for c in plan.input.iter().chain(plan.output.iter()) {
+        nested_records(&c.ty, &mut records);
+    }
+    records
+        .iter()
+        .map(|r| {
+            let name = record_ident(r);
+            let fields = r.fields.iter().map(|c| {
+                let id = field_ident(&c.name);
+                let ty = rust_ty(&c.ty);
+                let doc = format!("`{}`: {} (ClickHouse `{}`)", c.name, c.ty, c.ty.clickhouse());
+                quote!(#[doc = #doc] pub #id: #ty)
+            });
+            let doc = format!("The record `{}`.", r.name);
+            // Field names are the schema's (`userId` stays `userId`).
+            let generics = if borrows(&Ty::Record(Box::new(r.clone()))) { quote!(<'a>) } else { TokenStream::new() };
+            quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] #[allow(non_snake_case)] pub struct #name #generics { #(#fields,)* })
+        })
+        .collect()
+}
+
+/// The statements that take the payload's framing off and leave the datum in `buf`: for the
+/// chain (the writer's schema id checked, or resolved through the registry) and for the
+/// decoder's benchmark (the writer schema taken to be the reader's).
+fn framing(format: &crate::model::Selected<'_>) -> (TokenStream, TokenStream) {
     let uses_registry = format.uses_registry();
     // The decoder alone, for benchmarks: the writer schema is taken to be the reader's.
     let bench_framing = match format.wire {
@@ -173,7 +243,12 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             Wire::Raw => quote!(let buf = payload;),
         },
     };
-    let chain_struct = if uses_registry {
+    (framing, bench_framing)
+}
+
+/// `Chain`: with the registry client when the format may ask one.
+fn chain_struct(uses_registry: bool) -> TokenStream {
+    if uses_registry {
         quote!(
             #[derive(Default)]
             pub(crate) struct Chain {
@@ -186,52 +261,73 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
             #[derive(Default)]
             pub(crate) struct Chain;
         )
-    };
-    let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
+    }
+}
+
+/// `SCHEMA_IDS`, the reader schema's own registry ids, for the Confluent wire.
+fn schema_ids_const(format: &crate::model::Selected<'_>) -> TokenStream {
     let schema_ids = format.schema_ids().into_iter().map(Literal::u32_unsuffixed);
     let schema_ids_doc =
         format!("`{}`: the registry ids of the reader schema, decoded directly.", format.path("schema_id"));
-    let schema_ids_const = match format.wire {
+    match format.wire {
         Wire::Confluent => quote!(
             #[doc = #schema_ids_doc]
             const SCHEMA_IDS: &[u32] = &[#(#schema_ids),*];
         ),
         Wire::Raw => TokenStream::new(),
-    };
-    let user_mods = inputs.user_files.iter().enumerate().map(|(i, (module, path))| {
-        let m = format_ident!("{}", module);
-        let row_ty = row_types.iter().find(|(idx, _)| *idx == i).map(|(_, name)| name.clone());
-        let alias = row_ty.map(|name| quote!(#[allow(unused_imports)] use super::rows::#name as Row;));
-        quote!(#[allow(dead_code)] mod #m { #alias include!(#path); })
-    });
-    let rows_mod = rows_module(&plan.steps);
-    let bench_decode = if inputs.bench {
-        // Every field built, as a generic decoder (its comparison) does.
-        let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
-        let mut bench_scope = Scope::new();
-        let stmts = decode_input(v, &all, &mut bench_scope, &mut fresh, &mut enums);
-        let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
-        quote!(
-            /// The decoder alone (framing, every field built, the end check), for benchmarks.
-            pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
-                #bench_framing
-                #(#stmts)*
-                #(::std::hint::black_box(&#locals);)*
-                Ok(())
-            }
-        )
-    } else {
-        TokenStream::new()
-    };
-    let fuzz_wire = datagen_wire(&v.model);
-    let fuzz_encoding = datagen_encoding(&v.model);
+    }
+}
+
+/// The modules that include the user Rust files, each with `Row`, the row type its operator
+/// receives.
+fn user_modules(user_files: &[(String, String)], row_types: &[(usize, proc_macro2::Ident)]) -> Vec<TokenStream> {
+    user_files
+        .iter()
+        .enumerate()
+        .map(|(i, (module, path))| {
+            let m = format_ident!("{}", module);
+            let row_ty = row_types.iter().find(|(idx, _)| *idx == i).map(|(_, name)| name.clone());
+            let alias = row_ty.map(|name| quote!(#[allow(unused_imports)] use super::rows::#name as Row;));
+            quote!(#[allow(dead_code)] mod #m { #alias include!(#path); })
+        })
+        .collect()
+}
+
+/// `bench_decode`: the decoder alone, every field built as a generic decoder (its comparison)
+/// builds them.
+fn bench_decode(
+    v: &Validated,
+    bench_framing: TokenStream,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    enums: &mut Vec<Vec<String>>,
+) -> TokenStream {
+    let plan = &v.plan;
+    let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
+    let mut bench_scope = Scope::new();
+    let stmts = decode_input(v, &all, &mut bench_scope, fresh, enums);
+    let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
+    quote!(
+        /// The decoder alone (framing, every field built, the end check), for benchmarks.
+        pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
+            #bench_framing
+            #(#stmts)*
+            #(::std::hint::black_box(&#locals);)*
+            Ok(())
+        }
+    )
+}
+
+/// The chain's test module: random and damaged payloads never panic it.
+fn fuzz_test(m: &crate::model::PipelineFile) -> TokenStream {
+    let fuzz_wire = datagen_wire(m);
+    let fuzz_encoding = datagen_encoding(m);
     // Confluent framing without the reader schema's own id: datagen's records carry an id only
     // the registry knows.
     let fuzz_need_registry = {
-        let format = v.model.format.get();
+        let format = m.format.get();
         format.wire == Wire::Confluent && format.schema_ids().is_empty()
     };
-    let fuzz_test = quote!(
+    quote!(
         #[cfg(test)]
         mod tests {
             use super::rt;
@@ -243,50 +339,20 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, String> {
                 rt::fuzz_chain(super::Chain::default, &schema, #fuzz_encoding, #fuzz_wire, #fuzz_need_registry, 4000, 7);
             }
         }
-    );
+    )
+}
 
-    let enum_tables = enums.iter().enumerate().map(|(i, symbols)| {
-        let id = format_ident!("ENUM_{}", i);
-        let n = Literal::usize_unsuffixed(symbols.len());
-        quote!(static #id: [&str; #n] = [#(#symbols),*];)
-    });
-    let items = quote! {
-        use etl_runtime::__private as rt;
-
-        const MAX_MESSAGE_BYTES: usize = #max_message;
-        #schema_ids_const
-
-        #(#enum_tables)*
-        #symbol_consts
-        #(#record_defs)*
-        #rows_mod
-        #(#user_mods)*
-
-        /// The chain: decode, operators and encoding, inlined into one function.
-        #chain_struct
-
-        impl rt::Chain for Chain {
-            #[inline]
-            fn process(&mut self, record: &rt::Record<'_>, out: &mut rt::RowOut<'_>) -> ::std::result::Result<(), rt::RecordError> {
-                // Tombstones never reach the chain; the runtime applies `errors.tombstones`.
-                let payload = record.payload.unwrap_or_default();
-                if payload.len() > MAX_MESSAGE_BYTES {
-                    return Err(rt::RecordError::new(
-                        rt::RecordErrorKind::Oversize,
-                        format!("message of {} bytes exceeds format.max_message_bytes ({})", payload.len(), MAX_MESSAGE_BYTES),
-                    ));
-                }
-                #framing
-                #(#decode_stmts)*
-                #(#meta_stmts)*
-                #tail
-                Ok(())
-            }
-        }
-
-        #bench_decode
-    };
-    Ok(ChainItems { items, tests: fuzz_test })
+/// The static tables of the enums' symbols, `ENUM_0`...
+fn enum_tables(enums: &[Vec<String>]) -> Vec<TokenStream> {
+    enums
+        .iter()
+        .enumerate()
+        .map(|(i, symbols)| {
+            let id = format_ident!("ENUM_{}", i);
+            let n = Literal::usize_unsuffixed(symbols.len());
+            quote!(static #id: [&str; #n] = [#(#symbols),*];)
+        })
+        .collect()
 }
 
 /// A field name as part of a local's name: snake case (lowercase, no doubled or edge
@@ -382,7 +448,7 @@ fn steps(
     user_files: &[(String, String)],
     enums: &mut Vec<Vec<String>>,
     v: &Validated,
-) -> Result<TokenStream, String> {
+) -> Result<TokenStream, Error> {
     let skip = if in_loop { quote!(continue) } else { quote!(return Ok(())) };
     let Some((step, rest)) = steps_left.split_first() else {
         return Ok(output(row, scope, enums, v));
@@ -400,53 +466,8 @@ fn steps(
                 if !keep { #skip; }
             ));
         }
-        Step::Map { assigns } => {
-            let mut temps = Vec::new();
-            // A value nothing reads later is still computed (its record errors count), into `_`.
-            let live = v.plan.live_before(at + 1);
-            let texts = match v.model.transform.get(at) {
-                Some(Operator::Map(texts)) => Some(texts),
-                _ => None,
-            };
-            for (field, e) in assigns {
-                // One comment per assignment: `total: "total_cents / 100.0"`.
-                if let Some(text) = texts.and_then(|t| t.get(field)) {
-                    out.extend(super::comments::marker(&format!("{field}: {}", quoted_text(text))));
-                }
-                let val = value(e, scope);
-                let ty = local_ty(&e.ty);
-                let val = unparen(val);
-                if !live.contains(field) {
-                    out.extend(quote!(let _: #ty = #val;));
-                    continue;
-                }
-                let t = fresh(field);
-                out.extend(quote!(let #t: #ty = #val;));
-                temps.push((field.clone(), t, e.ty.clone()));
-            }
-            for (field, t, ty) in temps {
-                match row.iter_mut().find(|c| c.name == field) {
-                    Some(c) => c.ty = ty,
-                    None => row.push(Column { name: field.clone(), ty }),
-                }
-                scope.insert(field, t);
-            }
-        }
-        Step::Reshape { fields } => {
-            let old_scope = scope.clone();
-            let old_row = std::mem::take(row);
-            for (new, from) in fields {
-                let ty = old_row.iter().find(|c| &c.name == from).map(|c| c.ty.clone()).expect("planned");
-                row.push(Column { name: new.clone(), ty });
-                // A field nothing reads later was never decoded (see `Plan::live_inputs`).
-                if let Some(id) = old_scope.get(from) {
-                    scope.insert(new.clone(), id.clone());
-                }
-            }
-            // Names no longer in the row must not be readable by later steps.
-            let keep: Vec<String> = row.iter().map(|c| c.name.clone()).collect();
-            scope.retain(|k, _| keep.contains(k) || k.starts_with('_'));
-        }
+        Step::Map { assigns } => out.extend(map_step(assigns, at, row, scope, fresh, v)),
+        Step::Reshape { fields } => reshape(fields, row, scope),
         Step::FlatMap { field, elem } => {
             let list = scope[field].clone();
             let item = format_ident!("item");
@@ -480,7 +501,7 @@ fn steps(
         Step::Rust { function, index, row: row_ty, .. } => {
             let struct_name = format_ident!("Row{}", index);
             row_types.push((rust_index, struct_name.clone()));
-            let (module, _) = user_files.get(rust_index).ok_or("a user file for each rust operator")?;
+            let (module, _) = user_files.get(rust_index).ok_or(Error::MissingUserFile(*index))?;
             let module = format_ident!("{}", module);
             let function = format_ident!("{}", function);
             let inits = row_ty.iter().map(|c| {
@@ -511,6 +532,67 @@ fn steps(
     }
     out.extend(steps(rest, rust_index, row, scope, fresh, in_loop, row_types, user_files, enums, v)?);
     Ok(out)
+}
+
+/// `map`: each expression into a local (every one sees the row before the map), then the row
+/// and the scope updated.
+fn map_step(
+    assigns: &[(String, TExpr)],
+    at: usize,
+    row: &mut Vec<Column>,
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    v: &Validated,
+) -> TokenStream {
+    let mut out = TokenStream::new();
+    let mut temps = Vec::new();
+    // A value nothing reads later is still computed (its record errors count), into `_`.
+    let live = v.plan.live_before(at + 1);
+    let texts = match v.model.transform.get(at) {
+        Some(Operator::Map(texts)) => Some(texts),
+        _ => None,
+    };
+    for (field, e) in assigns {
+        // One comment per assignment: `total: "total_cents / 100.0"`.
+        if let Some(text) = texts.and_then(|t| t.get(field)) {
+            out.extend(super::comments::marker(&format!("{field}: {}", quoted_text(text))));
+        }
+        let val = value(e, scope);
+        let ty = local_ty(&e.ty);
+        let val = unparen(val);
+        if !live.contains(field) {
+            out.extend(quote!(let _: #ty = #val;));
+            continue;
+        }
+        let t = fresh(field);
+        out.extend(quote!(let #t: #ty = #val;));
+        temps.push((field.clone(), t, e.ty.clone()));
+    }
+    for (field, t, ty) in temps {
+        match row.iter_mut().find(|c| c.name == field) {
+            Some(c) => c.ty = ty,
+            None => row.push(Column { name: field.clone(), ty }),
+        }
+        scope.insert(field, t);
+    }
+    out
+}
+
+/// `rename`, `drop` and `select`: the row rebuilt from the fields it keeps, no code.
+fn reshape(fields: &[(String, String)], row: &mut Vec<Column>, scope: &mut Scope) {
+    let old_scope = scope.clone();
+    let old_row = std::mem::take(row);
+    for (new, from) in fields {
+        let ty = old_row.iter().find(|c| &c.name == from).map(|c| c.ty.clone()).expect("planned");
+        row.push(Column { name: new.clone(), ty });
+        // A field nothing reads later was never decoded (see `Plan::live_inputs`).
+        if let Some(id) = old_scope.get(from) {
+            scope.insert(new.clone(), id.clone());
+        }
+    }
+    // Names no longer in the row must not be readable by later steps.
+    let keep: Vec<String> = row.iter().map(|c| c.name.clone()).collect();
+    scope.retain(|k, _| keep.contains(k) || k.starts_with('_'));
 }
 
 /// `e` without the parentheses around it, if it is one parenthesized expression: a `let`
