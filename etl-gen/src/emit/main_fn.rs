@@ -609,7 +609,7 @@ mod tests {
     #[test]
     fn a_setting_main_reads_but_the_list_lacks_fails_at_gen_time() {
         let s = settings();
-        assert!(s.value("source.kafka.brokers").unwrap_err().contains("`source.kafka.brokers`"));
+        assert!(s.value("source.kafka.brokers").unwrap_err().to_string().contains("`source.kafka.brokers`"));
         assert!(s.value("admin.listen").is_ok());
     }
 

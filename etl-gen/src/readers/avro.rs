@@ -240,103 +240,111 @@ impl Converter {
                 self.containers -= 1;
                 AvroType::Map(Box::new(values?))
             }
-            Schema::Union(u) => {
-                let variants = u.variants();
-                let null_index = variants.iter().position(|v| matches!(v, Schema::Null));
-                match (variants.len(), null_index) {
-                    (2, Some(null_index)) => {
-                        let other = &variants[1 - null_index];
-                        if matches!(other, Schema::Union(_)) {
-                            self.unsupported(path, "a nested union is not supported".into(), "use [\"null\", T]");
-                            return None;
-                        }
-                        let inner = self.convert(other, path)?;
-                        // At the top level a nullable record flattens into Nullable columns and
-                        // a nullable array or map reads null as empty; inside an array or map
-                        // neither has a ClickHouse type (no Nullable(Tuple), Nullable(Array)).
-                        if self.containers > 0
-                            && matches!(inner, AvroType::Array(_) | AvroType::Map(_) | AvroType::Record(_))
-                        {
-                            self.unsupported(
-                                path,
-                                format!("a nullable {} inside an array or map is not supported", describe(other)),
-                                "remove \"null\" from the element's union (use an empty array or map, or a record whose fields are nullable)",
-                            );
-                            return None;
-                        }
-                        AvroType::Nullable { inner: Box::new(inner), null_index: null_index as u8 }
-                    }
-                    _ => {
-                        let names: Vec<String> = variants.iter().map(describe).collect();
-                        self.unsupported(
-                            path,
-                            format!("a union of [{}] is not supported", names.join(", ")),
-                            "only a union of null and one other type ([\"null\", T]) maps to a column; split the field or use a record",
-                        );
-                        return None;
-                    }
-                }
-            }
-            Schema::Record(r) => {
-                let name = r.name.fullname(None);
-                self.in_progress.push(name.clone());
-                let mut fields = Vec::with_capacity(r.fields.len());
-                let mut ok = true;
-                for f in &r.fields {
-                    let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
-                    match self.convert(&f.schema, &field_path) {
-                        Some(ty) => fields.push(AvroField { name: f.name.clone(), ty }),
-                        None => ok = false,
-                    }
-                }
-                self.in_progress.pop();
-                if !ok {
+            Schema::Union(u) => return self.union(u, path),
+            Schema::Record(r) => return self.record(r, path),
+            Schema::Ref { name } => return self.reference(name, path),
+            other => return self.refuse(other, path),
+        })
+    }
+
+    /// `["null", T]`, the only union with a column type.
+    fn union(&mut self, u: &apache_avro::schema::UnionSchema, path: &str) -> Option<AvroType> {
+        let variants = u.variants();
+        let null_index = variants.iter().position(|v| matches!(v, Schema::Null));
+        match (variants.len(), null_index) {
+            (2, Some(null_index)) => {
+                let other = &variants[1 - null_index];
+                if matches!(other, Schema::Union(_)) {
+                    self.unsupported(path, "a nested union is not supported".into(), "use [\"null\", T]");
                     return None;
                 }
-                let ty = AvroType::Record(AvroRecord { name: name.clone(), fields });
-                self.named.insert(name, ty.clone());
-                ty
-            }
-            Schema::Ref { name } => {
-                let full = name.fullname(None);
-                if self.in_progress.contains(&full) {
+                let inner = self.convert(other, path)?;
+                // At the top level a nullable record flattens into Nullable columns and
+                // a nullable array or map reads null as empty; inside an array or map
+                // neither has a ClickHouse type (no Nullable(Tuple), Nullable(Array)).
+                if self.containers > 0 && matches!(inner, AvroType::Array(_) | AvroType::Map(_) | AvroType::Record(_)) {
                     self.unsupported(
                         path,
-                        format!("a recursive reference to `{full}` is not supported"),
-                        "recursive types have no column mapping; cut the recursion",
+                        format!("a nullable {} inside an array or map is not supported", describe(other)),
+                        "remove \"null\" from the element's union (use an empty array or map, or a record whose fields are nullable)",
                     );
                     return None;
                 }
-                match self.named.get(&full) {
-                    Some(ty) => ty.clone(),
-                    None => {
-                        self.unsupported(
-                            path,
-                            format!("a reference to `{full}`, which is not defined before it"),
-                            "define the named type before using it",
-                        );
-                        return None;
-                    }
-                }
+                Some(AvroType::Nullable { inner: Box::new(inner), null_index: null_index as u8 })
             }
-            other => {
-                let fix = match other {
-                    Schema::Null => "`null` alone carries no data; use [\"null\", T] for an optional field",
-                    Schema::Fixed(_) => "use `bytes`, or a `decimal` logical type on the fixed",
-                    Schema::TimeMillis | Schema::TimeMicros => {
-                        "store the time of day as an `int`/`long` or use a timestamp"
-                    }
-                    Schema::TimestampNanos => "use timestamp-micros",
-                    Schema::LocalTimestampMillis | Schema::LocalTimestampMicros | Schema::LocalTimestampNanos => {
-                        "use timestamp-millis or timestamp-micros (UTC)"
-                    }
-                    Schema::BigDecimal => "use the `decimal` logical type with a fixed precision and scale",
-                    _ => "see docs/configuration.md for the supported types",
-                };
-                self.unsupported(path, format!("{} is not supported", describe(other)), fix);
-                return None;
+            _ => {
+                let names: Vec<String> = variants.iter().map(describe).collect();
+                self.unsupported(
+                    path,
+                    format!("a union of [{}] is not supported", names.join(", ")),
+                    "only a union of null and one other type ([\"null\", T]) maps to a column; split the field or use a record",
+                );
+                None
             }
-        })
+        }
+    }
+
+    /// A record: its fields converted in order; it names a type later fields may refer to.
+    fn record(&mut self, r: &apache_avro::schema::RecordSchema, path: &str) -> Option<AvroType> {
+        let name = r.name.fullname(None);
+        self.in_progress.push(name.clone());
+        let mut fields = Vec::with_capacity(r.fields.len());
+        let mut ok = true;
+        for f in &r.fields {
+            let field_path = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
+            match self.convert(&f.schema, &field_path) {
+                Some(ty) => fields.push(AvroField { name: f.name.clone(), ty }),
+                None => ok = false,
+            }
+        }
+        self.in_progress.pop();
+        if !ok {
+            return None;
+        }
+        let ty = AvroType::Record(AvroRecord { name: name.clone(), fields });
+        self.named.insert(name, ty.clone());
+        Some(ty)
+    }
+
+    /// A reference to a named type defined before it (not to one that encloses it).
+    fn reference(&mut self, name: &apache_avro::schema::Name, path: &str) -> Option<AvroType> {
+        let full = name.fullname(None);
+        if self.in_progress.contains(&full) {
+            self.unsupported(
+                path,
+                format!("a recursive reference to `{full}` is not supported"),
+                "recursive types have no column mapping; cut the recursion",
+            );
+            return None;
+        }
+        match self.named.get(&full) {
+            Some(ty) => Some(ty.clone()),
+            None => {
+                self.unsupported(
+                    path,
+                    format!("a reference to `{full}`, which is not defined before it"),
+                    "define the named type before using it",
+                );
+                None
+            }
+        }
+    }
+
+    /// A type without a column mapping: why, and what to use instead.
+    fn refuse(&mut self, other: &Schema, path: &str) -> Option<AvroType> {
+        let fix = match other {
+            Schema::Null => "`null` alone carries no data; use [\"null\", T] for an optional field",
+            Schema::Fixed(_) => "use `bytes`, or a `decimal` logical type on the fixed",
+            Schema::TimeMillis | Schema::TimeMicros => "store the time of day as an `int`/`long` or use a timestamp",
+            Schema::TimestampNanos => "use timestamp-micros",
+            Schema::LocalTimestampMillis | Schema::LocalTimestampMicros | Schema::LocalTimestampNanos => {
+                "use timestamp-millis or timestamp-micros (UTC)"
+            }
+            Schema::BigDecimal => "use the `decimal` logical type with a fixed precision and scale",
+            _ => "see docs/configuration.md for the supported types",
+        };
+        self.unsupported(path, format!("{} is not supported", describe(other)), fix);
+        None
     }
 }
 
