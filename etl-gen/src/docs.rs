@@ -42,7 +42,7 @@ pub fn json_schema() -> String {
 
 /// docs/diagnostics.md.
 pub fn diagnostics_markdown() -> String {
-    crate::rules::catalogue_markdown()
+    crate::rules::catalogue_markdown(&[crate::rules::RULES, crate::plan::RULES])
 }
 
 struct Row {

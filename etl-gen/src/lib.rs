@@ -1,12 +1,12 @@
 //! etl-gen: the pipeline.yaml model, validation rules, IR and code emission.
 //!
 //! The flow is one way, each step its own module: [`model`] (the typed configuration) ←
-//! `rules` (diagnostics) ← `plan` (the typed chain, over `ir` and `typeck`) ← [`load`]
-//! (reads every input once and runs the steps before it) ← [`emit`] (a pure function from
-//! the [`Validated`] pipeline to files in memory). [`ddl`], [`memory`] and [`docs`] read what
-//! `load` returns or the model; [`cli`] (feature `cli`) is the I/O shell that `xtask` and the
-//! `etl-gen` binary share, and the only place files are written. `etl-macros` calls [`load`]
-//! and [`emit`] without the `cli` feature.
+//! `rules` (diagnostics, each rule with its check) ← `plan` (the typed chain over `ir`, with
+//! its type checker and the chain's rules) ← [`load`] (reads every input once and runs the
+//! steps before it) ← [`emit`] (a pure function from the [`Validated`] pipeline to files in
+//! memory). [`ddl`], [`memory`] and [`docs`] read what `load` returns or the model; [`cli`]
+//! (feature `cli`) is the I/O shell that `xtask` and the `etl-gen` binary share, and the only
+//! place files are written. `etl-macros` calls [`load`] and [`emit`] without the `cli` feature.
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -31,7 +31,6 @@ mod readers;
 pub mod rules;
 mod source_map;
 mod template;
-mod typeck;
 mod units;
 
 pub use diag::{Anchor, Diagnostic, Report, Rule, Severity};

@@ -38,6 +38,7 @@ nanosecond timestamps, `duration`, and recursive types. Each unsupported place i
 with its path inside the schema (`items[].price`).",
 };
 
+/// The key that names the schema file: where its diagnostics point.
 const PATH: &str = "format.avro.schema";
 
 /// The diagnostic for a schema file that cannot be read (the loader reads it); `path` is the

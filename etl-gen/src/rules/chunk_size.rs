@@ -14,6 +14,7 @@ A chunk larger than a batch could never be merged, so `chunk.target_bytes` must 
 exceed `batch.max_bytes`.",
 };
 
+/// Reports a `chunk.target_bytes` larger than `batch.max_bytes`: a chunk that no batch can hold.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let flow = cx.model.sink.flow();
     let (chunk, batch) = (flow.chunk.target_bytes, flow.batch.max_bytes);

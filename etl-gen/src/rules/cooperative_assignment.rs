@@ -19,6 +19,8 @@ rejected. Use `range`, `roundrobin`, or both.",
 /// The property this rule reads.
 pub(crate) const PROPERTY: &str = "partition.assignment.strategy";
 
+/// Reports a cooperative strategy in `partition.assignment.strategy`; the fix keeps the eager
+/// strategies of the list.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Source::Kafka(kafka) = &cx.model.source else { return };
     let Some(value) = kafka.rdkafka.get(PROPERTY) else { return };

@@ -15,6 +15,8 @@ offset counts as done. The topic is therefore required, and the source must be K
 `dlq_topic` with another policy is reported as a warning because it has no effect.",
 };
 
+/// Reports `policy: dlq` without a topic or with an empty one, or with a source other than
+/// Kafka, and warns of a `dlq_topic` that another policy ignores.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let errors = &cx.model.errors;
     match (errors.policy, &errors.dlq_topic) {

@@ -17,6 +17,8 @@ The table itself must deduplicate inserts (`gen --ddl` prints `non_replicated_de
 for a MergeTree table, and the ledger table); the binary checks the live tables at start-up.",
 };
 
+/// Reports what `exactly_once: true` conflicts with: a source other than Kafka, and
+/// `async_insert` without `async_insert_deduplicate`.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Sink::Clickhouse(c) = &cx.model.sink else { return };
     if !c.exactly_once {

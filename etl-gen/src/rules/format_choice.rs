@@ -35,6 +35,7 @@ pub(crate) fn check(format: &Format) -> Option<Diagnostic> {
     }
 }
 
+/// The formats `format` names, in prose: "both `a` and `b`" or "all of `a`, `b`, `c`".
 fn names(named: &[&str]) -> String {
     let quoted: Vec<String> = named.iter().map(|n| format!("`{n}`")).collect();
     match quoted.as_slice() {

@@ -29,6 +29,7 @@ objects inside an array or map. Each place is listed with its path inside the sc
 each other character; two keys that become the same column are reported here too.",
 };
 
+/// The key that names the schema file: where its diagnostics point.
 const PATH: &str = "format.json.schema";
 
 /// Parses the schema text of the file `relative` into its fields.

@@ -58,6 +58,9 @@ pub(crate) fn librdkafka_verdict(_name: &str, _value: &str) -> Verdict {
     Verdict::Ok
 }
 
+/// Reports each passthrough property that librdkafka rejects by name or value (the owned ones
+/// are E0301's) and a SASL mechanism this build's librdkafka lacks; of a `${VAR}` value only the
+/// name can be checked.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Source::Kafka(kafka) = &cx.model.source else { return };
     for (name, value) in &kafka.rdkafka {

@@ -25,6 +25,7 @@ unspecified order, so aliases are rejected with their canonical names.\n\n\
 | `group.protocol` | only the classic protocol with eager rebalancing is supported | nothing |",
 };
 
+/// Reports each property in `source.kafka.rdkafka` that the framework owns, alias or not.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Source::Kafka(kafka) = &cx.model.source else { return };
     for key in kafka.rdkafka.keys() {

@@ -29,6 +29,7 @@ pub(crate) fn suggest(name: &str) -> String {
         .collect()
 }
 
+/// Reports a name not of the form `[a-z][a-z0-9-]*`, suggesting the nearest one that is.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let name = &cx.model.pipeline.name;
     if !is_valid(name) {

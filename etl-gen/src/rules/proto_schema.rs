@@ -32,6 +32,7 @@ repeated wrappers or maps of wrappers, and two types whose generated struct name
 its field path (`items.sku`).",
 };
 
+/// The key that names the schema file: where its diagnostics point.
 const PATH: &str = "format.protobuf.schema";
 
 /// Compiles the file `relative` (at `path`) and reads `message` from it.

@@ -16,6 +16,8 @@ port (9000) does not work. For `${VAR}` replicas, the literal parts and the defa
 checked.",
 };
 
+/// Reports each replica whose known start (its literal prefix, or the default of a lone `${VAR}`)
+/// is not `http://` or `https://`.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Sink::Clickhouse(c) = &cx.model.sink else { return };
     for (s, shard) in c.shards.iter().enumerate() {

@@ -22,6 +22,8 @@ A registry given as `${VAR}` passes this check; if the variable is empty at star
 `format.protobuf`.",
 };
 
+/// Reports Confluent framing with neither `schema_id` nor a registry, and an empty `schema_id`
+/// list.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Some(format) = cx.model.format.selected() else { return };
     if format.wire != Wire::Confluent {

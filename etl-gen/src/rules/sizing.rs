@@ -138,6 +138,9 @@ pub fn mib(n: u128, round_up: bool) -> String {
     format!("{}.{:02} MiB", hundredths / 100, hundredths % 100)
 }
 
+/// Reports a budget that, at the low watermark, does not hold twice what the sink keeps in
+/// flight and queued: at the knob the file sets, with the exact fixes (a warning under
+/// `allow_unsafe_sizing`).
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let m = cx.model;
     let sizing = Sizing::of(m);

@@ -27,6 +27,8 @@ time and is not checked.",
 const PROPERTY: &str = "session.timeout.ms";
 const LIBRDKAFKA_DEFAULT_MS: u64 = 45_000;
 
+/// Warns when `startup_timeout` is not above the session timeout (as written, or librdkafka's
+/// default), suggesting twice the session.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let Source::Kafka(kafka) = &cx.model.source else { return };
     let written = kafka.rdkafka.get(PROPERTY).map(|v| v.to_text());

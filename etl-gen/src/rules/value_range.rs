@@ -17,6 +17,8 @@ at least one shard and each shard at least one replica; `retry.initial_backoff` 
 exceed `retry.max_backoff`.",
 };
 
+/// Reports counts and sizes of 0, empty names and addresses, a ClickHouse sink without shards or
+/// replicas, and an initial back-off longer than the maximum.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let m = cx.model;
     let at_least_one = |out: &mut Vec<Diagnostic>, path: String, value: u64| {

@@ -15,6 +15,7 @@ keeps the controller from flapping, so `low_ratio` must be strictly below `high_
 above 0, and `high_ratio` at most 1.",
 };
 
+/// Reports watermarks outside 0 < low_ratio < high_ratio <= 1.
 pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     let bp = &cx.model.backpressure;
     let (low, high) = (bp.low_ratio, bp.high_ratio);

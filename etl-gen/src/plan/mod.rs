@@ -2,7 +2,12 @@
 //! its expressions typed (`typeck`), the output row (the sink's columns) derived.
 //!
 //! Everything a user can get wrong in `transform:` is reported here, pointing at the YAML
-//! line, so that generated code always compiles.
+//! line, so that generated code always compiles. The rules it reports (E0701–E0709) live in
+//! `rules.rs` beside it, not in `crate::rules`: that stage runs before planning and cannot
+//! see the chain's rows.
+
+mod rules;
+mod typeck;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -10,8 +15,10 @@ use std::path::PathBuf;
 use crate::diag::Diagnostic;
 use crate::ir::{Column, RecordTy, TExpr, Ty, input_row};
 use crate::model::{Operator, PipelineFile, Sink};
-use crate::rules::transform as rules;
-use crate::typeck::{names, typed, unknown_field};
+
+pub(crate) use self::rules::RULES;
+use self::rules::{names, unknown_field};
+use self::typeck::typed;
 
 /// The planned chain.
 #[derive(Clone, Debug)]
@@ -207,6 +214,8 @@ fn hashable(ty: &Ty) -> bool {
     )
 }
 
+/// Checks the operator `op` (at `at`, position `index` in `transform`) against `row`, and
+/// leaves `row` as the step leaves it. `source` is the file of a `rust` operator.
 fn plan_step(
     op: &Operator,
     at: &str,
@@ -383,6 +392,7 @@ fn plan_step(
     }
 }
 
+/// Rebuilds `row` as `fields` list it: `(new name, old name)`, in the new order.
 fn reshape(row: &mut Vec<Column>, fields: &[(String, String)]) {
     let old = std::mem::take(row);
     for (new, from) in fields {
@@ -391,6 +401,7 @@ fn reshape(row: &mut Vec<Column>, fields: &[(String, String)]) {
     }
 }
 
+/// Reports each name of `fields` that an earlier one already has.
 fn check_unique(fields: &[(String, String)], path: &str, errors: &mut Vec<Diagnostic>) {
     for (i, (name, _)) in fields.iter().enumerate() {
         if fields[..i].iter().any(|(n, _)| n == name) {
@@ -402,12 +413,15 @@ fn check_unique(fields: &[(String, String)], path: &str, errors: &mut Vec<Diagno
     }
 }
 
+/// Whether `name` can be a column and a Rust identifier: letters, digits and `_`, not starting
+/// with a digit.
 fn is_field_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// The diagnostic for `name`, which [`is_field_name`] refuses.
 fn bad_name(path: &str, name: &str) -> Diagnostic {
     Diagnostic::error(&rules::DUPLICATE_FIELD, path, format!("`{name}` is not a valid field name"))
         .help("use letters, digits and `_`, not starting with a digit")

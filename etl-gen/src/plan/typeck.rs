@@ -2,11 +2,15 @@
 //! ([`crate::expr`]) checked against the row at its place in the chain and turned into a
 //! typed expression ([`crate::ir::TExpr`]) with explicit numeric conversions. Each error is a
 //! diagnostic on the expression, with a marker under the offending part.
+//!
+//! It is part of planning: the planner (`plan/mod.rs`) calls [`typed`] for each expression with
+//! the row at that step, and the rules it reports (E0701–E0704) are the chain's
+//! (`plan/rules.rs`).
 
+use super::rules::{self, unknown_field};
 use crate::diag::Diagnostic;
 use crate::expr::{self, BinOp, Expr, Lit, UnOp};
 use crate::ir::{Column, FUNCTIONS, Func, TExpr, TKind, Ty, metadata_columns};
-use crate::rules::transform as rules;
 
 /// Parses and types `text` against `row`.
 pub(crate) fn typed(text: &str, path: &str, row: &[Column]) -> Result<TExpr, Vec<Diagnostic>> {
@@ -33,6 +37,9 @@ fn caret(text: &str, span: &std::ops::Range<usize>) -> String {
     format!("{}»{}«{}", &text[..start], &text[start..end], &text[end..])
 }
 
+/// The checker of one expression: its text and path for diagnostics, the row it reads, and the
+/// errors found so far (both operands of an operator and every argument of a call are checked
+/// before giving up, so that independent errors are reported together).
 struct Typer<'a> {
     text: &'a str,
     path: &'a str,
@@ -40,11 +47,13 @@ struct Typer<'a> {
     errors: Vec<Diagnostic>,
 }
 
+/// `ty`, made Nullable when `nullable` (and it is not already).
 fn nullable_if(ty: Ty, nullable: bool) -> Ty {
     if nullable && !ty.is_nullable() { Ty::Nullable(Box::new(ty)) } else { ty }
 }
 
 impl Typer<'_> {
+    /// Records an error of `rule` under `span` of the expression.
     fn error(&mut self, rule: &'static crate::diag::Rule, span: &std::ops::Range<usize>, message: String, help: &str) {
         self.errors.push(
             Diagnostic::error(rule, self.path, format!("in `{}`: {message}", self.text))
@@ -54,6 +63,7 @@ impl Typer<'_> {
         );
     }
 
+    /// The type of the field `name`: of the row, else of the Kafka metadata.
     fn field(&self, name: &str) -> Option<Ty> {
         self.row
             .iter()
@@ -62,6 +72,7 @@ impl Typer<'_> {
             .or_else(|| metadata_columns().into_iter().find(|c| c.name == name).map(|c| c.ty))
     }
 
+    /// Types `e`; `None` when it (or a part of it) has an error, which is recorded.
     fn check(&mut self, e: &Expr) -> Option<TExpr> {
         match e {
             Expr::Lit(lit, span) => Some(TExpr {
@@ -137,6 +148,7 @@ impl Typer<'_> {
         self.convert(e, target)
     }
 
+    /// `e` converted to `target` (keeping its nullability), or `e` when it already has it.
     fn convert(&self, e: TExpr, target: Ty) -> TExpr {
         if e.ty.non_null() == &target {
             return e;
@@ -145,6 +157,7 @@ impl Typer<'_> {
         TExpr { kind: TKind::Convert(Box::new(e)), ty }
     }
 
+    /// Types a binary operation: logic on conditions, arithmetic on numbers, comparisons.
     fn binary(&mut self, op: BinOp, l: &Expr, r: &Expr, span: &std::ops::Range<usize>) -> Option<TExpr> {
         // `x == null` is always false by the language's rules; say so instead of compiling it.
         if op.is_comparison() && (matches!(l, Expr::Lit(Lit::Null, _)) || matches!(r, Expr::Lit(Lit::Null, _))) {
@@ -238,6 +251,7 @@ impl Typer<'_> {
         }
     }
 
+    /// Types a call of a built-in function: its name, its number of arguments, their types.
     fn call(&mut self, name: &str, args: &[Expr], span: &std::ops::Range<usize>) -> Option<TExpr> {
         let func = match name {
             "lower" => Func::Lower,
@@ -355,21 +369,5 @@ impl Typer<'_> {
             }
         };
         Some(TExpr { kind: TKind::Call(func, typed), ty })
-    }
-}
-
-/// The names of a row's fields, for notes.
-pub(crate) fn names(row: &[Column]) -> String {
-    row.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-}
-
-/// An unknown field, with the nearest name of the row as a suggestion.
-pub(crate) fn unknown_field(path: &str, name: &str, row: &[Column]) -> Diagnostic {
-    let near = crate::diag::nearest(name, row.iter().map(|c| c.name.as_str()));
-    let d = Diagnostic::error(&rules::UNKNOWN_FIELD, path, format!("unknown field `{name}`"))
-        .note(format!("fields here: {}", names(row)));
-    match near {
-        Some(n) => d.help(format!("did you mean `{n}`?")),
-        None => d.help("use a field of the row at this point of the chain"),
     }
 }

@@ -1,6 +1,25 @@
-//! E0701–E0709: the operator chain, checked against the row type at each step.
+//! E0701–E0709: the rules of the operator chain, which the planner (`plan/mod.rs`) and the
+//! type checker (`plan/typeck.rs`) check against the row type at each step; [`RULES`] lists
+//! them for the catalogue (docs/diagnostics.md), beside `rules::RULES`.
+//!
+//! They live here rather than in `rules/` because only the planning stage can check them, and
+//! `rules/` runs before it: a rule's definition stays next to the code that reports it.
 
-use crate::diag::Rule;
+use crate::diag::{Diagnostic, Rule};
+use crate::ir::Column;
+
+/// The chain's rules, in code order.
+pub(crate) static RULES: &[&Rule] = &[
+    &SYNTAX,
+    &UNKNOWN_FIELD,
+    &TYPE_MISMATCH,
+    &UNKNOWN_FUNCTION,
+    &FLAT_MAP,
+    &DUPLICATE_FIELD,
+    &RUST_OPERATOR,
+    &SHARD_KEY,
+    &NO_COLUMNS,
+];
 
 /// An expression that does not parse.
 pub(crate) static SYNTAX: Rule = Rule {
@@ -93,3 +112,46 @@ pub(crate) static NO_COLUMNS: Rule = Rule {
     summary: "a chain whose output row has no field",
     doc: "The output row is the sink's column list; it cannot be empty.",
 };
+
+/// The names of a row's fields, for notes.
+pub(crate) fn names(row: &[Column]) -> String {
+    row.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// An unknown field, with the nearest name of the row as a suggestion. Both checkers report
+/// it: the planner for the fields an operator names, the type checker for those an expression
+/// reads.
+pub(crate) fn unknown_field(path: &str, name: &str, row: &[Column]) -> Diagnostic {
+    let near = crate::diag::nearest(name, row.iter().map(|c| c.name.as_str()));
+    let d = Diagnostic::error(&UNKNOWN_FIELD, path, format!("unknown field `{name}`"))
+        .note(format!("fields here: {}", names(row)));
+    match near {
+        Some(n) => d.help(format!("did you mean `{n}`?")),
+        None => d.help("use a field of the row at this point of the chain"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The catalogue merges this list with `rules::RULES` by code, so no code or name may be in
+    // both; like that list, this one is kept in code order, as the catalogue shows it.
+    #[test]
+    fn codes_and_names_are_ordered_and_apart_from_the_other_rules() {
+        let codes: Vec<&str> = RULES.iter().map(|r| r.code).collect();
+        let mut sorted = codes.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(codes, sorted, "codes must be unique and listed in order");
+        for (i, rule) in RULES.iter().enumerate() {
+            assert!(RULES[..i].iter().all(|r| r.name != rule.name), "{} is named twice", rule.name);
+            assert!(
+                !crate::rules::RULES.iter().any(|r| r.code == rule.code || r.name == rule.name),
+                "{} ({}) is also in rules::RULES",
+                rule.code,
+                rule.name
+            );
+        }
+    }
+}
