@@ -1,6 +1,7 @@
 //! The import structure of the two library crates, read from the `crate::` paths of their
 //! sources: in each, modules import one way (no circle); the runtime's engine never imports an
-//! adapter or the process shell; the generator runs load → rules → plan → emit one way.
+//! adapter or the process shell; the generator runs readers → IR → rules → plan → load → emit one
+//! way, Avro's types stay in the Avro reader and its decoder, and emitter functions stay short.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -116,7 +117,7 @@ fn generator_stages_run_one_way() {
     let circles = circles(&graph);
     assert!(circles.is_empty(), "generator modules that import each other:\n{}", circles.join("\n"));
     // Each stage may use the ones before it, never one after it.
-    let stages = ["model", "rules", "plan", "load", "emit", "cli"];
+    let stages = ["model", "ir", "readers", "rules", "plan", "load", "emit", "cli"];
     let mut wrong = Vec::new();
     for (i, stage) in stages.iter().enumerate() {
         let later = &stages[i + 1..];
@@ -130,4 +131,90 @@ fn generator_stages_run_one_way() {
         }
     }
     assert!(wrong.is_empty(), "the generator runs backwards:\n{}", wrong.join("\n"));
+}
+
+/// The non-test code of each `.rs` file under `etl-gen/src/<dir>`, by path relative to `src`.
+fn generator_code(dir: &str) -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../etl-gen/src");
+    let mut files = Vec::new();
+    sources(&src.join(dir), &mut files);
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            // The unit tests at the end of a file, not a `#[cfg(test)]` inside generated tokens.
+            let code = text.split("\n#[cfg(test)]\nmod tests").next().unwrap_or_default().to_owned();
+            (f.strip_prefix(&src).expect("under src").display().to_string(), code)
+        })
+        .collect()
+}
+
+// The IR is format-neutral: Avro's own types are read by its reader and its decoder's emitter,
+// and nothing else (the rules, the planner, the JSON and Protobuf emitters) sees them.
+#[test]
+fn avro_types_stay_in_the_avro_reader_and_decoder() {
+    let files = generator_code("");
+    assert!(files.len() > 40, "the generator's sources were not found");
+    let allowed = ["readers/avro.rs", "emit/avro.rs"];
+    let wrong: Vec<&str> = files
+        .iter()
+        .filter(|(path, code)| {
+            !allowed.contains(&path.as_str())
+                && code.lines().any(|l| !l.trim_start().starts_with("//") && l.contains("AvroType"))
+        })
+        .map(|(path, _)| path.as_str())
+        .collect();
+    assert!(wrong.is_empty(), "AvroType outside the Avro reader and decoder: {wrong:?}");
+}
+
+/// The name of the function a trimmed line declares (`fn f(`, `pub fn f(`, `pub(super) fn f(`,
+/// `const fn f(`), if it declares one.
+fn declared_fn(trimmed: &str) -> Option<String> {
+    let rest = match trimmed.strip_prefix("pub") {
+        Some(r) if r.starts_with('(') => r.split_once(") ").map_or(r, |(_, r)| r),
+        Some(r) => r.trim_start(),
+        None => trimmed,
+    };
+    let rest = rest.strip_prefix("const ").unwrap_or(rest);
+    let rest = rest.strip_prefix("fn ")?;
+    Some(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect())
+}
+
+/// The functions of `code` with their lengths in lines: from the line that declares one to the
+/// first line after it that is its indentation and `}` (a one-line function counts one).
+fn function_lengths(code: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let Some(name) = declared_fn(trimmed) else { continue };
+        if trimmed.ends_with('}') {
+            out.push((name, 1));
+            continue;
+        }
+        let close = format!("{}}}", &line[..line.len() - trimmed.len()]);
+        if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
+            out.push((name, end + 2));
+        }
+    }
+    out
+}
+
+// Emission reads as a set of small functions: none longer than about a screen and a half.
+#[test]
+fn emitter_functions_stay_short() {
+    const MOST_LINES: usize = 120;
+    let files = generator_code("emit");
+    assert!(files.iter().any(|(p, _)| p == "emit/main_fn.rs"), "the emitters were not found");
+    let mut long = Vec::new();
+    for (path, code) in &files {
+        let lengths = function_lengths(code);
+        assert!(!lengths.is_empty() || code.len() < 200, "no function found in {path}");
+        for (name, lines) in lengths {
+            if lines > MOST_LINES {
+                long.push(format!("{path}: {name} has {lines} lines"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "emitter functions over {MOST_LINES} lines:\n{}", long.join("\n"));
 }
