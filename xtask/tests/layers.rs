@@ -44,7 +44,7 @@ fn graph(crate_dir: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph = BTreeMap::new();
     for (module, file) in &modules {
         let text = std::fs::read_to_string(file).expect("a source file");
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code = text.split("\n#[cfg(test)]\nmod tests").next().unwrap_or_default();
         let mut edges = BTreeSet::new();
         for (at, _) in code.match_indices("crate::") {
             let path: String = code[at + "crate::".len()..]
