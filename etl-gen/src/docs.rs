@@ -42,7 +42,7 @@ pub fn json_schema() -> String {
 
 /// docs/diagnostics.md.
 pub fn diagnostics_markdown() -> String {
-    crate::rules::catalogue_markdown(&[crate::rules::RULES, crate::plan::RULES])
+    crate::rules::catalogue_markdown(&[crate::rules::RULES, crate::plan::CHAIN_RULES])
 }
 
 struct Row {
@@ -267,30 +267,53 @@ const EXPRESSIONS: &str = "
 |---|---|---|
 ";
 
-/// The three type tables, each from its reader's `MAPPING`, between the prose that explains them.
+/// One format's section: its heading and what comes before its type table, the table's first
+/// column, the reader's `MAPPING`, and what comes after (how its input is read).
+struct TypesSection {
+    before: &'static str,
+    column: &'static str,
+    mapping: &'static [(&'static str, &'static str)],
+    after: &'static str,
+}
+
+/// The three formats' sections, each table from its reader's `MAPPING`.
+const TYPES: [TypesSection; 3] = [
+    TypesSection { before: AVRO_BEFORE, column: "Avro", mapping: crate::readers::avro::MAPPING, after: AVRO_AFTER },
+    TypesSection {
+        before: JSON_BEFORE,
+        column: "JSON Schema",
+        mapping: crate::readers::json::MAPPING,
+        after: JSON_AFTER,
+    },
+    TypesSection {
+        before: PROTOBUF_BEFORE,
+        column: "Protobuf",
+        mapping: crate::readers::protobuf::MAPPING,
+        after: PROTOBUF_AFTER,
+    },
+];
+
+/// The type sections, then what holds for every format (DDL, sharding).
 fn types_markdown() -> String {
     let mut md = String::new();
-    for (before, column, mapping) in [
-        (AVRO_TYPES, "Avro", crate::readers::avro::MAPPING),
-        (JSON_TYPES, "JSON Schema", crate::readers::json::MAPPING),
-        (PROTOBUF_TYPES, "Protobuf", crate::readers::protobuf::MAPPING),
-    ] {
-        md.push_str(before);
-        md.push_str(&format!("| {column} | ClickHouse |\n|---|---|\n"));
-        for (from, to) in mapping {
+    for section in &TYPES {
+        md.push_str(section.before);
+        md.push_str(&format!("| {} | ClickHouse |\n|---|---|\n", section.column));
+        for (from, to) in section.mapping {
             md.push_str(&format!("| {from} | {to} |\n"));
         }
+        md.push_str(section.after);
     }
     md.push_str(TYPES_END);
     md
 }
 
-const AVRO_TYPES: &str = "
+const AVRO_BEFORE: &str = "
 ## Avro to ClickHouse types
 
 ";
 
-const JSON_TYPES: &str = "
+const AVRO_AFTER: &str = "
 How datums are read (checked against apache-avro on random schemas: docs/INVARIANTS.md,
 Invariant 10):
 
@@ -303,7 +326,9 @@ Invariant 10):
   length; a boolean byte other than 0 or 1; a union or enum index the schema does not have; a
   block count more items than the bytes left could hold; a string that is not UTF-8, a `uuid`
   that is not a UUID string, a decimal wider than 16 bytes, in a field the chain reads.
+";
 
+const JSON_BEFORE: &str = "
 ## JSON to ClickHouse types
 
 `format.json.schema` is a JSON Schema describing one message. `gen` reads the subset below
@@ -312,7 +337,7 @@ writes a decoder for exactly these keys.
 
 ";
 
-const PROTOBUF_TYPES: &str = "
+const JSON_AFTER: &str = "
 How documents are read:
 
 - Keys may come in any order; keys the schema does not name, and properties the chain never
@@ -338,7 +363,9 @@ How documents are read:
   them by the rules of `gen --check --registry`, record errors when it does not. Before a
   deployment, `gen --check --registry` checks the subject's registered versions
   (docs/operations.md, section JSON documents and schema changes).
+";
 
+const PROTOBUF_BEFORE: &str = "
 ## Protobuf to ClickHouse types
 
 `format.protobuf.schema` is a `.proto` file (proto3 or proto2) and `format.protobuf.message` the
@@ -350,7 +377,7 @@ messages the file defines); a construct without a mapping is rule E0609, with it
 
 ";
 
-const TYPES_END: &str = "
+const PROTOBUF_AFTER: &str = "
 How messages are read:
 
 - A field without presence (proto3's plain fields, proto2 `required`) that is absent reads as its
@@ -388,7 +415,9 @@ How messages are read:
   well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), repeated
   wrappers and maps of wrappers, and two types whose generated struct names meet (`Foo.Bar`
   and `FooBar`, or a type named `Chain` without a package).
+";
 
+const TYPES_END: &str = "
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`
 ([operations.md](operations.md#replicated-tables)).

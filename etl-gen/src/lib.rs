@@ -1,10 +1,11 @@
 //! etl-gen: the pipeline.yaml model, validation rules, IR and code emission.
 //!
-//! The flow is one way, each step its own module: [`model`] (the typed configuration) ←
-//! `rules` (diagnostics, each rule with its check) ← `plan` (the typed chain over `ir`, with
-//! its type checker and the chain's rules) ← [`load`] (reads every input once and runs the
-//! steps before it) ← [`emit`] (a pure function from the [`Validated`] pipeline to files in
-//! memory). [`ddl`], [`memory`] and [`docs`] read what `load` returns or the model; [`cli`]
+//! The flow is one way, each step its own module: three readers → one IR → rules → plan →
+//! emit. [`model`] is the typed configuration; `readers` turn the format's schema file (Avro,
+//! JSON Schema, Protobuf) into `ir`'s column view; `rules` check the model (diagnostics, each
+//! rule with its check); `plan` types the chain over the IR (with its type checker and the
+//! chain's rules); [`load`] reads every input once and runs those steps; [`emit`] is a pure
+//! function from the [`Validated`] pipeline to files in memory. [`ddl`], [`memory`] and [`docs`] read what `load` returns or the model; [`cli`]
 //! (feature `cli`) is the I/O shell that `xtask` and the `etl-gen` binary share, and the only
 //! place files are written. `etl-macros` calls [`load`] and [`emit`] without the `cli` feature.
 

@@ -572,8 +572,9 @@ fn check_registry_compares_protobuf_writers_with_their_references() {
     let (code, stdout, stderr) = run("clicks-value");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("reads all 2 version(s) of subject `clicks-value`"), "{stdout}");
-    // The pipeline lists schema_id 4 only.
+    // The pipeline lists schema_id 4 only; it has a registry, which the binary asks about the others.
     assert!(stdout.contains("format.protobuf.schema_id does not list 41, 42"), "{stdout}");
+    assert!(stdout.contains("the binary asks the registry about them"), "{stdout}");
 
     let (code, _, stderr) = run("clicks-broken");
     assert_eq!(code, Some(1), "{stderr}");

@@ -82,16 +82,22 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
             versions.len()
         );
         if encoding != Encoding::Avro {
-            // Without a registry lookup at run time, the binary decodes exactly the ids listed.
+            // Without `registry`, the binary decodes exactly the ids listed; with it, it asks the
+            // registry about the others (and judges them by the same rules as this check).
             let ids: Vec<String> = versions.iter().map(|w| w.id.to_string()).collect();
             let listed = v.model.format.get().schema_ids();
             let unlisted: Vec<String> =
                 versions.iter().filter(|w| !listed.contains(&w.id)).map(|w| w.id.to_string()).collect();
             println!("their schema ids: {}", ids.join(", "));
             if !unlisted.is_empty() && !listed.is_empty() {
+                let consequence = if v.model.format.get().uses_registry() {
+                    "the binary asks the registry about them, once per id, and decodes their messages as this check \
+                     judged them"
+                } else {
+                    "the binary refuses their messages as record errors until it does"
+                };
                 println!(
-                    "note: format.{}.schema_id does not list {}: the binary refuses their messages as record errors \
-                     until it does",
+                    "note: format.{}.schema_id does not list {}: {consequence}",
                     encoding.key(),
                     unlisted.join(", ")
                 );

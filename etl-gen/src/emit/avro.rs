@@ -10,6 +10,7 @@ use quote::quote;
 use super::expr::Scope;
 use super::rust_types::{field_ident, local_ty, record_ident_named};
 use crate::ir::{Column, Ty, flat_name};
+use crate::model::Wire;
 use crate::readers::avro::{AvroField, AvroRecord, AvroType};
 
 /// An expression that reads one value of `avro` from `buf` (a `&mut &[u8]` named `buf`).
@@ -287,4 +288,45 @@ impl<F: FnMut(&str) -> proc_macro2::Ident> Walk<'_, F> {
             };));
         }
     }
+}
+
+/// The framing of an Avro payload: the statements that leave the datum in `buf`, for the chain
+/// and for the decoder's benchmark (which takes the writer schema to be the reader's). With a
+/// registry (its URL may resolve to empty at run time: then none), a writer schema that differs
+/// from the reader schema is resolved and the datum re-encoded first; without one only the
+/// reader schema's own ids can be decoded.
+pub(super) fn framing(format: &crate::model::Selected<'_>) -> (TokenStream, TokenStream) {
+    match format.wire {
+        Wire::Raw => (quote!(let mut buf = payload;), quote!(let mut buf = payload;)),
+        Wire::Confluent => {
+            let chain = if format.uses_registry() {
+                quote!(
+                    let (schema_id, datum) = rt::avro::confluent(payload)?;
+                    let resolved;
+                    let mut buf = match &self.registry {
+                        Some(registry) => {
+                            resolved = registry.resolve(schema_id, datum)?;
+                            resolved.bytes()
+                        }
+                        None => {
+                            rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
+                            datum
+                        }
+                    };
+                )
+            } else {
+                quote!(
+                    let (schema_id, mut buf) = rt::avro::confluent(payload)?;
+                    rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
+                )
+            };
+            (chain, quote!(let (_schema_id, mut buf) = rt::avro::confluent(payload)?;))
+        }
+    }
+}
+
+/// The registry client of an Avro pipeline: it compares writers with `SCHEMA`, the reader
+/// schema's text, and resolves their datums to it.
+pub(super) fn registry_client(timeout: &TokenStream) -> (TokenStream, TokenStream) {
+    (TokenStream::new(), quote!(rt::Registry::new(url, SCHEMA, SCHEMA_IDS, #timeout)))
 }

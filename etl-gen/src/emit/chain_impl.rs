@@ -14,8 +14,8 @@ use super::expr::{Scope, condition, value};
 use super::rust_types::{borrows, field_ident, local_ty, nested_records, record_ident, rust_ty};
 use crate::ir::{Column, Ty, metadata_columns};
 use crate::ir::{TExpr, TKind};
-use crate::load::{Input, Validated};
-use crate::model::{Encoding, FileFormat, Operator, Sink, Wire};
+use crate::load::Validated;
+use crate::model::{FileFormat, Operator, Sink, Wire};
 use crate::plan::Step;
 
 /// What the emitted `main.rs` needs besides the plan.
@@ -57,7 +57,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     // Decoding: one local per input field the chain reads. The locals are numbered in the order
     // they are made (decoder, metadata, operators, the benchmark's decoder): the order below.
     let format = v.model.format.get();
-    let decode_stmts = decode_input(v, &plan.live_inputs(), &mut scope, &mut fresh, &mut enums);
+    let decode_stmts = super::format::decode(v, &plan.live_inputs(), &mut scope, &mut fresh, &mut enums);
     let meta_stmts = metadata_locals(&plan.steps, &mut scope, &mut fresh);
     let record_defs = record_structs(plan);
 
@@ -78,7 +78,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     )?;
 
     let symbol_consts = symbol_consts(&plan.steps);
-    let (framing, bench_framing) = framing(&format);
+    let (framing, bench_framing) = super::format::framing(v);
     let chain_struct = chain_struct(format.uses_registry());
     let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
     let schema_ids_const = schema_ids_const(&format);
@@ -86,7 +86,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     let rows_mod = rows_module(&plan.steps);
     let bench_decode =
         if inputs.bench { bench_decode(v, bench_framing, &mut fresh, &mut enums) } else { TokenStream::new() };
-    let fuzz_test = fuzz_test(&v.model);
+    let fuzz_test = fuzz_test(v);
     let enum_tables = enum_tables(&enums);
     let items = quote! {
         use etl_runtime::__private as rt;
@@ -180,72 +180,6 @@ fn record_structs(plan: &crate::plan::Plan) -> Vec<TokenStream> {
         .collect()
 }
 
-/// The statements that take the payload's framing off and leave the datum in `buf`: for the
-/// chain (the writer's schema id checked, or resolved through the registry) and for the
-/// decoder's benchmark (the writer schema taken to be the reader's).
-fn framing(format: &crate::model::Selected<'_>) -> (TokenStream, TokenStream) {
-    let uses_registry = format.uses_registry();
-    // The decoder alone, for benchmarks: the writer schema is taken to be the reader's.
-    let bench_framing = match format.wire {
-        Wire::Confluent => quote!(let (_schema_id, mut buf) = rt::avro::confluent(payload)?;),
-        Wire::Raw => quote!(let mut buf = payload;),
-    };
-    let framing = match (format.wire, format.encoding) {
-        // With a registry (its URL may resolve to empty at run time: then none), a writer
-        // schema that differs from the reader schema is resolved and re-encoded first.
-        (Wire::Confluent, Encoding::Avro) if uses_registry => quote!(
-            let (schema_id, datum) = rt::avro::confluent(payload)?;
-            let resolved;
-            let mut buf = match &self.registry {
-                Some(registry) => {
-                    resolved = registry.resolve(schema_id, datum)?;
-                    resolved.bytes()
-                }
-                None => {
-                    rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
-                    datum
-                }
-            };
-        ),
-        // Without a registry only the reader schema's own ids can be decoded.
-        (Wire::Confluent, Encoding::Avro) => quote!(
-            let (schema_id, mut buf) = rt::avro::confluent(payload)?;
-            rt::avro::reader_schema_id(schema_id, SCHEMA_IDS)?;
-        ),
-        // Without a registry only the reader schema's own ids can be decoded; with one, another
-        // id is decoded as it is if the registry's writer schema is one the reader reads (judged
-        // once per id), and is a record error otherwise.
-        (Wire::Confluent, Encoding::Json | Encoding::Protobuf) => {
-            let id_rule = match format.encoding {
-                Encoding::Json => quote!(rt::json_read::reader_schema_id),
-                _ => quote!(rt::proto_read::reader_schema_id),
-            };
-            let check = if uses_registry {
-                quote!(match &self.registry {
-                    Some(registry) => registry.check(schema_id)?,
-                    None => #id_rule(schema_id, SCHEMA_IDS)?,
-                })
-            } else {
-                quote!(#id_rule(schema_id, SCHEMA_IDS)?;)
-            };
-            quote!(
-                let (schema_id, buf) = rt::avro::confluent(payload)?;
-                #check
-            )
-        }
-        (Wire::Raw, Encoding::Avro) => bench_framing.clone(),
-        (Wire::Raw, Encoding::Json | Encoding::Protobuf) => quote!(let buf = payload;),
-    };
-    let bench_framing = match format.encoding {
-        Encoding::Avro => bench_framing,
-        Encoding::Json | Encoding::Protobuf => match format.wire {
-            Wire::Confluent => quote!(let (_schema_id, buf) = rt::avro::confluent(payload)?;),
-            Wire::Raw => quote!(let buf = payload;),
-        },
-    };
-    (framing, bench_framing)
-}
-
 /// `Chain`: with the registry client when the format may ask one.
 fn chain_struct(uses_registry: bool) -> TokenStream {
     if uses_registry {
@@ -304,7 +238,7 @@ fn bench_decode(
     let plan = &v.plan;
     let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
     let mut bench_scope = Scope::new();
-    let stmts = decode_input(v, &all, &mut bench_scope, fresh, enums);
+    let stmts = super::format::decode(v, &all, &mut bench_scope, fresh, enums);
     let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
     quote!(
         /// The decoder alone (framing, every field built, the end check), for benchmarks.
@@ -318,9 +252,10 @@ fn bench_decode(
 }
 
 /// The chain's test module: random and damaged payloads never panic it.
-fn fuzz_test(m: &crate::model::PipelineFile) -> TokenStream {
+fn fuzz_test(v: &Validated) -> TokenStream {
+    let m = &v.model;
     let fuzz_wire = datagen_wire(m);
-    let fuzz_encoding = datagen_encoding(m);
+    let fuzz_encoding = super::format::datagen_encoding(v);
     // Confluent framing without the reader schema's own id: datagen's records carry an id only
     // the registry knows.
     let fuzz_need_registry = {
@@ -371,35 +306,6 @@ pub(super) fn datagen_wire(m: &crate::model::PipelineFile) -> TokenStream {
         Wire::Confluent => {
             let id = format.schema_ids().first().copied().unwrap_or(1);
             quote!(rt::Wire::Confluent { schema_id: #id })
-        }
-    }
-}
-
-/// How synthesized records are encoded: in the pipeline's format.
-pub(super) fn datagen_encoding(m: &crate::model::PipelineFile) -> TokenStream {
-    match m.format.get().encoding {
-        Encoding::Avro => quote!(rt::Encoding::Avro),
-        Encoding::Json => quote!(rt::Encoding::Json),
-        Encoding::Protobuf => quote!(rt::Encoding::Protobuf),
-    }
-}
-
-/// The decoder of the pipeline's format: one local per field in `live` (registered in `scope`),
-/// ending with the check that the whole payload was read.
-fn decode_input(
-    v: &Validated,
-    live: &BTreeSet<String>,
-    scope: &mut Scope,
-    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
-    enums: &mut Vec<Vec<String>>,
-) -> Vec<TokenStream> {
-    let plan = &v.plan;
-    match &v.input {
-        Input::Avro(record) => super::avro::decode_row(record, &plan.input, live, scope, fresh),
-        Input::Json(fields) => super::json::decode(fields, &plan.input, live, scope, fresh, enums),
-        Input::Protobuf(message) => {
-            let indexes = (v.model.format.get().wire == Wire::Confluent).then_some(&message.indexes[..]);
-            super::protobuf::decode(&message.fields, indexes, &plan.input, live, scope, fresh, enums)
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `benches/chain.rs` of a generated crate (with `GenOptions::bench`): the generated
 //! decoder against the usual generic path on the same bytes (apache-avro's `from_avro_datum` +
 //! `from_value` for Avro; serde_json's `from_slice` into a `#[derive(Deserialize)]` struct with
-//! borrowed strings for JSON), and the whole chain per record (decode, operators, encode).
+//! borrowed strings for JSON; prost's derived structs and prost-reflect's `DynamicMessage` for
+//! Protobuf), and the whole chain per record (decode, operators, encode).
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -32,7 +33,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, Error> {
         Wire::Raw => quote!(0),
     };
     let wire = super::chain_impl::datagen_wire(&v.model);
-    let encoding = super::chain_impl::datagen_encoding(&v.model);
+    let encoding = super::format::datagen_encoding(v);
     let generics = match &v.input {
         Input::Avro(_) => vec![avro_generic(v, &header)],
         Input::Json(fields) => vec![json_generic(fields, &header)],

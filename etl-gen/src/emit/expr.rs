@@ -1,7 +1,7 @@
 //! Typed expressions to Rust.
 //!
 //! Each expression becomes a Rust expression of its type's carrier (see
-//! `types::rust_ty`): nullable values are `Option`s, integer arithmetic is checked and
+//! `rust_types::rust_ty`): nullable values are `Option`s, integer arithmetic is checked and
 //! propagates a record error with `?`, a comparison with null is false, and in a
 //! condition null counts as false.
 

@@ -366,3 +366,15 @@ fn value(
         }
     }
 }
+
+/// The registry client of a JSON pipeline: it judges each writer JSON Schema the registry has
+/// against `READER_SCHEMA`, the reader schema's text.
+pub(super) fn registry_client(schema_text: &str, timeout: &TokenStream) -> (TokenStream, TokenStream) {
+    (
+        quote!(
+            /// The reader JSON Schema, for judging the writer schemas the registry has.
+            const READER_SCHEMA: &str = #schema_text;
+        ),
+        quote!(rt::Registry::json(url, READER_SCHEMA, SCHEMA_IDS, #timeout)),
+    )
+}

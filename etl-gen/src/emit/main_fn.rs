@@ -10,7 +10,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::Error;
-use super::chain_impl::{MainInputs, datagen_encoding, datagen_wire};
+use super::chain_impl::{MainInputs, datagen_wire};
 use crate::contract::defaults::{RETRY_INITIAL_BACKOFF, RETRY_MAX_ATTEMPTS, RETRY_MAX_BACKOFF};
 use crate::contract::owned_properties::AUTO_OFFSET_RESET;
 use crate::model::{ErrorPolicy, Sink, Source, TombstonePolicy, Wire};
@@ -96,7 +96,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, Error> {
 
     // Every value read from the environment, with its key, for `--check` and start-up.
     let settings = Settings::new(settings(m)?);
-    let source = source(m, &settings)?;
+    let source = source(inputs, &settings)?;
     let (sink, shard_count) = sink(inputs, &settings)?;
     let config = runtime_config(inputs, &settings, shard_count)?;
     let chains = chains(inputs, &settings)?;
@@ -107,7 +107,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, Error> {
         let parts = parts_tokens(t);
         quote!(rt::Setting { key: #key, parts: #parts })
     });
-    let schema_const = schema_const(inputs);
+    let schema_const = super::format::schema_const(inputs.pipeline, inputs.schema_include);
     Ok(unsuffixed(quote! {
         #schema_const
 
@@ -137,13 +137,14 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, Error> {
 }
 
 /// The statements that make `source`: datagen, or the Kafka consumer.
-fn source(m: &crate::model::PipelineFile, settings: &Settings) -> Result<TokenStream, Error> {
+fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, Error> {
+    let m = &inputs.pipeline.model;
     let drain = m.checkpoint.drain_timeout.as_millis();
     Ok(match &m.source {
         Source::Datagen(d) => {
             let (rate, count, seed, partitions) = (d.rate, d.count, d.seed, d.partitions);
             let wire = datagen_wire(m);
-            let encoding = datagen_encoding(m);
+            let encoding = super::format::datagen_encoding(inputs.pipeline);
             quote!(
                 let schema = rt::apache_avro::Schema::parse_str(SCHEMA).expect("the schema was validated by gen");
                 let source = match rt::DatagenSource::new(schema, rt::DatagenConfig {
@@ -282,36 +283,7 @@ fn chains(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
         );
         let bad_url = format!("{registry_key}: {{e}}");
         let timeout = quote!(::std::time::Duration::from_millis(#registry_timeout));
-        // The reader schema in the form the registry client compares writers with: Avro's text,
-        // JSON Schema's text, the compiled `.proto` (a FileDescriptorSet, imports included).
-        let (reader_const, client) = match (format.encoding, &inputs.pipeline.input) {
-            (crate::model::Encoding::Avro, _) => {
-                (TokenStream::new(), quote!(rt::Registry::new(url, SCHEMA, SCHEMA_IDS, #timeout)))
-            }
-            (crate::model::Encoding::Json, _) => {
-                let text = &inputs.pipeline.schema_text;
-                (
-                    quote!(
-                        /// The reader JSON Schema, for judging the writer schemas the registry has.
-                        const READER_SCHEMA: &str = #text;
-                    ),
-                    quote!(rt::Registry::json(url, READER_SCHEMA, SCHEMA_IDS, #timeout)),
-                )
-            }
-            (crate::model::Encoding::Protobuf, crate::load::Input::Protobuf(message)) => {
-                let bytes = proc_macro2::Literal::byte_string(&message.descriptor_set);
-                let name = &message.name;
-                (
-                    quote!(
-                        /// The reader `.proto` and its imports, compiled by gen (a FileDescriptorSet),
-                        /// for judging the writer schemas the registry has.
-                        const READER_DESCRIPTOR_SET: &[u8] = #bytes;
-                    ),
-                    quote!(rt::Registry::protobuf(url, READER_DESCRIPTOR_SET, #name, SCHEMA_IDS, #timeout)),
-                )
-            }
-            (crate::model::Encoding::Protobuf, _) => unreachable!("a Protobuf pipeline's input is its message"),
-        };
+        let (reader_const, client) = super::format::registry_client(inputs.pipeline, &timeout);
         quote!(
             #reader_const
             let registry = match #registry.trim() {
@@ -467,27 +439,6 @@ fn runtime_config(inputs: &MainInputs<'_>, settings: &Settings, shard_count: usi
         }),
     };
     ))
-}
-
-/// `SCHEMA`: the reader schema (Avro), or the records' shape as an Avro schema (JSON, Protobuf).
-fn schema_const(inputs: &MainInputs<'_>) -> TokenStream {
-    let schema_include = inputs.schema_include;
-    match inputs.pipeline.model.format.get().encoding {
-        crate::model::Encoding::Avro => quote!(
-            /// The reader schema, compiled in.
-            #[allow(dead_code)]
-            pub(crate) const SCHEMA: &str = include_str!(#schema_include);
-        ),
-        crate::model::Encoding::Json | crate::model::Encoding::Protobuf => {
-            let text = &inputs.pipeline.datagen_schema;
-            quote!(
-                /// The records' shape as an Avro schema, derived from the format's schema by gen:
-                /// what datagen and the fuzz test synthesize payloads from.
-                #[allow(dead_code)]
-                pub(crate) const SCHEMA: &str = #text;
-            )
-        }
-    }
 }
 
 /// `tokens` with the numeric literals' type suffixes (`250u64`, `0.9f64`) dropped: in `main`

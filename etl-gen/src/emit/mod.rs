@@ -6,7 +6,8 @@
 //! prettyplease; the other files come from templates/ through minijinja.
 //!
 //! The modules mirror the IR. Each format's decoder is one module, equals: [`avro`], [`json`],
-//! [`protobuf`] (a new format adds one beside them and a branch in `chain_impl::decode_input`).
+//! [`protobuf`]; [`format`] is where the rest asks what the format decides (a new format adds a
+//! module beside them and an arm in each of its functions).
 //! [`encode`] writes rows (RowBinary, NDJSON) and [`rust_types`] is the one map from IR types
 //! to Rust types; both are format-blind. [`expr`] compiles typed expressions. [`chain_impl`]
 //! puts decoder, operators and encoder into `Chain::process`, [`main_fn`] writes `main`,
@@ -18,6 +19,7 @@ mod comments;
 mod criterion;
 mod encode;
 mod expr;
+mod format;
 mod json;
 mod main_fn;
 mod protobuf;
@@ -164,7 +166,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
             "Cargo.toml.j2",
             context! {
                 bench => options.bench,
-                protobuf => v.model.format.get().encoding == crate::model::Encoding::Protobuf,
+                protobuf => format::benchmark_needs_prost(v),
                 ..base.clone()
             },
         )?,
@@ -172,9 +174,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     if options.bench {
         let bench = criterion::emit(v)?;
         files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
-        if let crate::load::Input::Protobuf(message) = &v.input {
-            files.push(GeneratedFile { path: "benches/schema.fds".into(), contents: message.descriptor_set.clone() });
-        }
+        files.extend(format::benchmark_files(v));
     }
     files.push(GeneratedFile {
         path: ".cargo/config.toml".into(),
@@ -228,16 +228,11 @@ fn sources(v: &Validated, options: &GenOptions, files: &mut Vec<GeneratedFile>) 
         contents: format!("{preamble}{}", comments::restore(&prettyplease::unparse(&file))).into_bytes(),
     });
     files.push(GeneratedFile { path: "schema.avsc".into(), contents: v.datagen_schema.clone().into_bytes() });
-    match v.model.format.get().encoding {
-        // The format's schema itself, for the reader of the crate (the decoder is generated from
-        // it; schema.avsc is derived).
-        crate::model::Encoding::Json => {
-            files.push(GeneratedFile { path: "schema.json".into(), contents: v.schema_text.clone().into_bytes() });
-        }
-        crate::model::Encoding::Protobuf => {
-            files.push(GeneratedFile { path: "schema.proto".into(), contents: v.schema_text.clone().into_bytes() });
-        }
-        crate::model::Encoding::Avro => {}
+    // The format's schema itself, for the reader of the crate, when schema.avsc (the shape
+    // datagen synthesizes from) is derived from it.
+    let schema_copy = format::schema_copy(v);
+    if schema_copy != "schema.avsc" {
+        files.push(GeneratedFile { path: schema_copy.into(), contents: v.schema_text.clone().into_bytes() });
     }
     files.push(GeneratedFile { path: "pipeline.yaml".into(), contents: v.yaml_text.clone().into_bytes() });
     Ok(())
@@ -255,11 +250,7 @@ fn runtime_features(v: &Validated, options: &GenOptions) -> String {
     }
     let format = v.model.format.get();
     if format.uses_registry() {
-        features.push(match format.encoding {
-            crate::model::Encoding::Avro => "\"registry\"",
-            crate::model::Encoding::Json => "\"registry-json\"",
-            crate::model::Encoding::Protobuf => "\"registry-protobuf\"",
-        });
+        features.push(format::registry_feature(v));
     }
     if options.fault_injection {
         features.push("\"fault-injection\"");
@@ -319,14 +310,8 @@ fn main_rs(inputs: &chain_impl::MainInputs<'_>) -> Result<proc_macro2::TokenStre
 fn freshness_check(v: &Validated, options: &GenOptions) -> proc_macro2::TokenStream {
     let src = options.crate_dir.join("src");
     let mut pairs = vec![(v.pipeline_path.clone(), "../pipeline.yaml".to_owned())];
-    // The copy of the schema file: schema.avsc for Avro, schema.json for JSON (whose
-    // schema.avsc is derived).
-    let schema_copy = match v.model.format.get().encoding {
-        crate::model::Encoding::Avro => "../schema.avsc",
-        crate::model::Encoding::Json => "../schema.json",
-        crate::model::Encoding::Protobuf => "../schema.proto",
-    };
-    pairs.push((v.schema_path.clone(), schema_copy.to_owned()));
+    // The crate's copy of the schema file (`format::schema_copy`).
+    pairs.push((v.schema_path.clone(), format!("../{}", format::schema_copy(v))));
     for file in &v.user_files {
         pairs.push((file.path.clone(), format!("user/user_{}.rs", file.index)));
     }

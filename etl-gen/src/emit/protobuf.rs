@@ -15,7 +15,7 @@ use quote::{format_ident, quote};
 use super::expr::Scope;
 use super::rust_types::{enum_table, field_ident, local_ty};
 use crate::ir::Column;
-use crate::readers::protobuf::{PField, PType, Scalar, record_name};
+use crate::readers::protobuf::{self as reader, PField, PType, Scalar, record_name};
 
 /// The statements that decode the message in `buf` into one local per live input field
 /// (registered in `scope`). With the Confluent framing, `indexes` is the message-index path the
@@ -431,5 +431,20 @@ fn message_value<F: FnMut(&str) -> Ident>(
         #body
         #(#finish)*
         #ident { #(#inits,)* }
+    )
+}
+
+/// The registry client of a Protobuf pipeline: it judges each writer `.proto` the registry has
+/// against the reader's, compiled by gen with its imports (a FileDescriptorSet).
+pub(super) fn registry_client(message: &reader::Message, timeout: &TokenStream) -> (TokenStream, TokenStream) {
+    let bytes = Literal::byte_string(&message.descriptor_set);
+    let name = &message.name;
+    (
+        quote!(
+            /// The reader `.proto` and its imports, compiled by gen (a FileDescriptorSet),
+            /// for judging the writer schemas the registry has.
+            const READER_DESCRIPTOR_SET: &[u8] = #bytes;
+        ),
+        quote!(rt::Registry::protobuf(url, READER_DESCRIPTOR_SET, #name, SCHEMA_IDS, #timeout)),
     )
 }

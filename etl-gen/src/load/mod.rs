@@ -19,7 +19,7 @@ use crate::ir::RecordTy;
 use crate::model::{Encoding, Operator, PipelineFile};
 use crate::plan::{Plan, RustSource, Step};
 use crate::readers::avro::AvroRecord;
-use crate::rules::{self, Context, Options, avro_schema, format_choice, json_schema, proto_schema};
+use crate::rules::{self, Context, Options, avro_schema, format_choice, json_schema, proto_schema, schema_file};
 use crate::source_map::SourceMap;
 
 use self::config_hash::config_hash;
@@ -38,7 +38,8 @@ pub struct Validated {
     pub(crate) input: Input,
     /// The records' shape as an Avro schema: what `source.datagen`, `cargo xtask produce` and
     /// the generated fuzz test synthesize values from (and encode in the pipeline's format).
-    /// The schema file itself for Avro; derived from the column view for other formats.
+    /// The schema file itself for Avro; written by the JSON and Protobuf readers
+    /// (`datagen_schema`) from their own view of the schema for the others.
     pub datagen_schema: String,
     /// The schema file, absolute.
     pub schema_path: PathBuf,
@@ -142,7 +143,7 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                 let key = format.path("schema");
                 let schema_file = base_dir.join(relative);
                 let loaded = match std::fs::read_to_string(&schema_file) {
-                    Err(e) => Err(vec![avro_schema::unreadable(&key, relative, &e)]),
+                    Err(e) => Err(vec![schema_file::unreadable(&key, relative, &e)]),
                     Ok(text) => match format.encoding {
                         Encoding::Avro => avro_schema::convert(relative, &text).map(|avro| {
                             let record = crate::readers::avro::record_ty(&avro);
@@ -150,14 +151,14 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                             (text, record, Input::Avro(avro), datagen)
                         }),
                         Encoding::Json => json_schema::convert(relative, &text).map(|fields| {
-                            let record = crate::readers::json::record_ty("Message", &fields);
+                            let record = crate::readers::json::record_ty(&fields);
                             let datagen = crate::readers::json::datagen_schema(&fields);
                             (text, record, Input::Json(fields), datagen)
                         }),
                         Encoding::Protobuf => {
                             let message = model.format.protobuf.as_ref().map_or("", |p| p.message.as_str());
                             proto_schema::convert(relative, &schema_file, message).map(|message| {
-                                let record = crate::readers::protobuf::record_ty("Message", &message.fields);
+                                let record = crate::readers::protobuf::record_ty(&message);
                                 let datagen = crate::readers::protobuf::datagen_schema(&message);
                                 (text, record, Input::Protobuf(message), datagen)
                             })

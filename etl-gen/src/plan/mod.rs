@@ -3,10 +3,10 @@
 //!
 //! Everything a user can get wrong in `transform:` is reported here, pointing at the YAML
 //! line, so that generated code always compiles. The rules it reports (E0701–E0709) live in
-//! `rules.rs` beside it, not in `crate::rules`: that stage runs before planning and cannot
+//! `chain_rules.rs` beside it, not in `crate::rules`: that stage runs before planning and cannot
 //! see the chain's rows.
 
-mod rules;
+mod chain_rules;
 mod typeck;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,8 +16,8 @@ use crate::diag::Diagnostic;
 use crate::ir::{Column, RecordTy, TExpr, Ty, input_row};
 use crate::model::{Operator, PipelineFile, Sink};
 
-pub(crate) use self::rules::RULES;
-use self::rules::{names, unknown_field};
+pub(crate) use self::chain_rules::CHAIN_RULES;
+use self::chain_rules::{names, unknown_field};
 use self::typeck::typed;
 
 /// The planned chain.
@@ -134,7 +134,7 @@ pub(crate) fn plan(
         if input[..i].iter().any(|d| d.name == c.name) {
             errors.push(
                 Diagnostic::error(
-                    &rules::DUPLICATE_FIELD,
+                    &chain_rules::DUPLICATE_FIELD,
                     "format",
                     format!("the schema flattens two fields into the column `{}`", c.name),
                 )
@@ -164,7 +164,7 @@ pub(crate) fn plan(
     if errors.is_empty() {
         if row.is_empty() {
             errors.push(
-                Diagnostic::error(&rules::NO_COLUMNS, "transform", "the chain leaves no field to write")
+                Diagnostic::error(&chain_rules::NO_COLUMNS, "transform", "the chain leaves no field to write")
                     .help("keep at least one field (check `select` and `drop`)"),
             );
         }
@@ -172,7 +172,7 @@ pub(crate) fn plan(
             match row.iter().find(|c| &c.name == key) {
                 None => errors.push(
                     Diagnostic::error(
-                        &rules::SHARD_KEY,
+                        &chain_rules::SHARD_KEY,
                         "sink.clickhouse.shard_key",
                         format!("shard key `{key}` is not an output field"),
                     )
@@ -182,7 +182,7 @@ pub(crate) fn plan(
                 ),
                 Some(c) if !hashable(&c.ty) => errors.push(
                     Diagnostic::error(
-                        &rules::SHARD_KEY,
+                        &chain_rules::SHARD_KEY,
                         "sink.clickhouse.shard_key",
                         format!("shard key `{key}` has type {}, which cannot be hashed", c.ty),
                     )
@@ -230,7 +230,7 @@ fn plan_step(
             if cond.ty.non_null() != &Ty::Bool {
                 return Err(vec![
                     Diagnostic::error(
-                        &rules::TYPE_MISMATCH,
+                        &chain_rules::TYPE_MISMATCH,
                         &path,
                         format!("a filter must be a condition, but `{text}` is {}", cond.ty),
                     )
@@ -325,9 +325,13 @@ fn plan_step(
             };
             let Ty::Array(elem) = row[pos].ty.clone() else {
                 return Err(vec![
-                    Diagnostic::error(&rules::FLAT_MAP, &path, format!("`{field}` is {}, not an array", row[pos].ty))
-                        .on_value()
-                        .help("flat_map takes an array field"),
+                    Diagnostic::error(
+                        &chain_rules::FLAT_MAP,
+                        &path,
+                        format!("`{field}` is {}, not an array", row[pos].ty),
+                    )
+                    .on_value()
+                    .help("flat_map takes an array field"),
                 ]);
             };
             let elem = *elem;
@@ -354,7 +358,7 @@ fn plan_step(
             if !is_field_name(&r.function) {
                 errors.push(
                     Diagnostic::error(
-                        &rules::RUST_OPERATOR,
+                        &chain_rules::RUST_OPERATOR,
                         format!("{path}.fn"),
                         format!("`{}` is not a Rust function name", r.function),
                     )
@@ -366,7 +370,7 @@ fn plan_step(
             match source {
                 Err(e) => errors.push(
                     Diagnostic::error(
-                        &rules::RUST_OPERATOR,
+                        &chain_rules::RUST_OPERATOR,
                         format!("{path}.file"),
                         format!("cannot read `{}`: {e}", r.file),
                     )
@@ -375,7 +379,7 @@ fn plan_step(
                 ),
                 Ok(source) if !source.text.contains(&format!("fn {}", r.function)) => errors.push(
                     Diagnostic::error(
-                        &rules::RUST_OPERATOR,
+                        &chain_rules::RUST_OPERATOR,
                         format!("{path}.fn"),
                         format!("`{}` does not define `fn {}`", r.file, r.function),
                     )
@@ -406,8 +410,12 @@ fn check_unique(fields: &[(String, String)], path: &str, errors: &mut Vec<Diagno
     for (i, (name, _)) in fields.iter().enumerate() {
         if fields[..i].iter().any(|(n, _)| n == name) {
             errors.push(
-                Diagnostic::error(&rules::DUPLICATE_FIELD, path, format!("this step leaves two fields named `{name}`"))
-                    .help("rename or drop one of them"),
+                Diagnostic::error(
+                    &chain_rules::DUPLICATE_FIELD,
+                    path,
+                    format!("this step leaves two fields named `{name}`"),
+                )
+                .help("rename or drop one of them"),
             );
         }
     }
@@ -423,7 +431,7 @@ fn is_field_name(name: &str) -> bool {
 
 /// The diagnostic for `name`, which [`is_field_name`] refuses.
 fn bad_name(path: &str, name: &str) -> Diagnostic {
-    Diagnostic::error(&rules::DUPLICATE_FIELD, path, format!("`{name}` is not a valid field name"))
+    Diagnostic::error(&chain_rules::DUPLICATE_FIELD, path, format!("`{name}` is not a valid field name"))
         .help("use letters, digits and `_`, not starting with a digit")
 }
 

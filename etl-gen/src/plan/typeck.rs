@@ -5,9 +5,9 @@
 //!
 //! It is part of planning: the planner (`plan/mod.rs`) calls [`typed`] for each expression with
 //! the row at that step, and the rules it reports (E0701–E0704) are the chain's
-//! (`plan/rules.rs`).
+//! (`plan/chain_rules.rs`).
 
-use super::rules::{self, unknown_field};
+use super::chain_rules::{self as rules, unknown_field};
 use crate::diag::Diagnostic;
 use crate::expr::{self, BinOp, Expr, Lit, UnOp};
 use crate::ir::{Column, FUNCTIONS, Func, TExpr, TKind, Ty, metadata_columns};

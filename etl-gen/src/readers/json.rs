@@ -13,8 +13,8 @@ use crate::ir::{Column, RecordTy, TimeUnit, Ty};
 /// property below an object that is optional or nullable (an absent object has absent
 /// children). Arrays and maps are never Nullable (ClickHouse has no `Nullable(Array)`): an
 /// absent or `null` one reads as empty.
-pub(crate) fn record_ty(name: &str, fields: &[JField]) -> RecordTy {
-    RecordTy { name: name.to_owned(), fields: columns(fields, false) }
+pub(crate) fn record_ty(fields: &[JField]) -> RecordTy {
+    RecordTy { name: "Message".to_owned(), fields: columns(fields, false) }
 }
 
 fn columns(fields: &[JField], optional_above: bool) -> Vec<Column> {
@@ -110,7 +110,8 @@ fn column_type(t: &JType) -> Ty {
         JType::Object { name, fields } => {
             Ty::Record(Box::new(RecordTy { name: name.clone(), fields: columns(fields, false) }))
         }
-        JType::Nullable(t) => Ty::Nullable(Box::new(column_type(t))),
+        // Arrays and maps have no Nullable form: a null one reads as empty.
+        JType::Nullable(t) => column_type(t).or_null(),
     }
 }
 
@@ -174,7 +175,7 @@ mod tests {
                 "address": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}, "zip": {"type": "string"}}},
                 "user-agent": {"anyOf": [{"type": "string"}, {"type": "null"}]}
             }}"#);
-        let rec = record_ty("Message", &fields);
+        let rec = record_ty(&fields);
         let columns = crate::ir::input_row(&rec);
         let shown: Vec<String> = columns.iter().map(|c| format!("{} {}", c.name, c.ty.clickhouse())).collect();
         assert_eq!(
@@ -201,7 +202,7 @@ mod tests {
     fn children_of_an_optional_object_are_nullable() {
         let fields = ok(r#"{"type": "object", "properties": {
             "geo": {"type": "object", "required": ["lat"], "properties": {"lat": {"type": "number"}}}}}"#);
-        let columns = crate::ir::input_row(&record_ty("Message", &fields));
+        let columns = crate::ir::input_row(&record_ty(&fields));
         assert_eq!(columns[0].ty.clickhouse(), "Nullable(Float64)");
     }
 
@@ -210,7 +211,7 @@ mod tests {
         let fields = ok(r##"{"type": "object", "required": ["items"], "properties": {
             "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
             "$defs": {"Item": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}}}}"##);
-        let columns = crate::ir::input_row(&record_ty("Message", &fields));
+        let columns = crate::ir::input_row(&record_ty(&fields));
         assert_eq!(columns[0].ty.clickhouse(), "Array(Tuple(sku String, qty Nullable(Int64)))");
     }
 
@@ -277,7 +278,7 @@ mod tests {
         ];
         for &(row, ty, inner) in cases {
             let fields = ok(&format!(r#"{{"type": "object", "required": ["f"], "properties": {{"f": {ty}}}}}"#));
-            let column = crate::ir::input_row(&record_ty("Message", &fields)).remove(0).ty.clickhouse();
+            let column = crate::ir::input_row(&record_ty(&fields)).remove(0).ty.clickhouse();
             assert!(
                 documents(MAPPING[row].1, &column, inner),
                 "{ty} maps to {column}, but the table says {:?}",
@@ -286,7 +287,7 @@ mod tests {
         }
         // Not in `required`: Nullable.
         let fields = ok(r#"{"type": "object", "properties": {"f": {"type": "integer"}}}"#);
-        let column = crate::ir::input_row(&record_ty("Message", &fields)).remove(0).ty.clickhouse();
+        let column = crate::ir::input_row(&record_ty(&fields)).remove(0).ty.clickhouse();
         assert!(documents(MAPPING[11].1, &column, Some("Int64")), "{column}");
     }
 }

@@ -28,8 +28,8 @@ pub(crate) fn scalar_column(s: Scalar) -> Ty {
 /// Nullable; every field below a message with presence is too (an absent message has absent
 /// fields). A field without presence reads as its type's default when absent, and a message
 /// without presence as its fields' defaults. Repeated fields and maps are never Nullable.
-pub(crate) fn record_ty(name: &str, fields: &[PField]) -> RecordTy {
-    RecordTy { name: name.to_owned(), fields: columns(fields, false) }
+pub(crate) fn record_ty(message: &Message) -> RecordTy {
+    RecordTy { name: record_name(&message.name), fields: columns(&message.fields, false) }
 }
 
 fn columns(fields: &[PField], optional_above: bool) -> Vec<Column> {
@@ -227,7 +227,7 @@ mod tests {
         let m = click();
         assert_eq!(m.indexes, vec![1]);
         let columns: Vec<(String, String)> = {
-            let cols = crate::ir::input_row(&record_ty("Click", &m.fields));
+            let cols = crate::ir::input_row(&record_ty(&m));
             cols.into_iter().map(|c| (c.name, c.ty.clickhouse())).collect()
         };
         let expected = [
@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn mapping_matches_record_ty() {
         let m = click();
-        let columns = crate::ir::input_row(&record_ty("Click", &m.fields));
+        let columns = crate::ir::input_row(&record_ty(&m));
         let cases: &[(usize, &str, Option<&str>)] = &[
             (1, "id", None),
             (0, "delta", None),

@@ -1,20 +1,7 @@
-//! E0601–E0603: the reader schema file exists (any format), and an Avro one parses and uses
-//! only supported types.
+//! E0602–E0603: an Avro schema file parses and uses only supported types.
 
 use crate::diag::{Diagnostic, Rule};
-use crate::readers::{
-    Unsupported,
-    avro::{self, AvroRecord},
-};
-
-/// The schema file is missing or unreadable.
-pub(crate) static MISSING: Rule = Rule {
-    code: "E0601",
-    name: "schema-missing",
-    summary: "`format.<avro|json>.schema` names a file that cannot be read",
-    doc: "The reader schema is compiled into the binary, so it must exist at gen time. The \
-path is relative to the directory of pipeline.yaml.",
-};
+use crate::readers::avro::{self, AvroRecord};
 
 /// The schema file is not a valid Avro schema.
 pub(crate) static INVALID: Rule = Rule {
@@ -41,15 +28,6 @@ with its path inside the schema (`items[].price`).",
 /// The key that names the schema file: where its diagnostics point.
 const PATH: &str = "format.avro.schema";
 
-/// The diagnostic for a schema file that cannot be read (the loader reads it); `path` is the
-/// key that names it.
-pub(crate) fn unreadable(path: &str, relative: &str, e: &std::io::Error) -> Diagnostic {
-    Diagnostic::error(&MISSING, path, format!("cannot read the schema `{relative}`: {e}"))
-        .on_value()
-        .note("the path is relative to the directory of pipeline.yaml")
-        .help("check the path, or create the schema file")
-}
-
 /// Parses the schema text of the file `relative` and reduces it to the supported types.
 pub(crate) fn convert(relative: &str, text: &str) -> Result<AvroRecord, Vec<Diagnostic>> {
     let parsed = apache_avro::Schema::parse_str(text).map_err(|e| {
@@ -60,24 +38,6 @@ pub(crate) fn convert(relative: &str, text: &str) -> Result<AvroRecord, Vec<Diag
                 .help("fix the schema so that it follows the Avro specification"),
         ]
     })?;
-    avro::convert(&parsed).map_err(|found| unsupported(&UNSUPPORTED, PATH, relative, "field", found))
-}
-
-/// The diagnostics of a schema's unsupported constructs (every format's), each naming the schema
-/// file, the construct's place (`field` or `at` its path) and the fix.
-pub(crate) fn unsupported(
-    rule: &'static Rule,
-    path: &str,
-    relative: &str,
-    place: &str,
-    found: Vec<Unsupported>,
-) -> Vec<Diagnostic> {
-    found
-        .into_iter()
-        .map(|u| {
-            Diagnostic::error(rule, path, format!("`{relative}`, {place} `{}`: {}", u.path, u.what))
-                .on_value()
-                .help(u.fix)
-        })
-        .collect()
+    avro::convert(&parsed)
+        .map_err(|found| super::schema_file::unsupported(&UNSUPPORTED, PATH, relative, "field", found))
 }

@@ -40,7 +40,7 @@ pub(crate) fn convert(relative: &str, text: &str) -> Result<Vec<JField>, Vec<Dia
                 .on_value()
                 .help("write one object schema: {\"type\": \"object\", \"properties\": {...}}"),
         ]),
-        Ok(Err(found)) => Err(super::avro_schema::unsupported(&UNSUPPORTED, PATH, relative, "at", found)),
+        Ok(Err(found)) => Err(super::schema_file::unsupported(&UNSUPPORTED, PATH, relative, "at", found)),
         Ok(Ok(fields)) => Ok(fields),
     }
 }

@@ -59,7 +59,7 @@ pub(crate) fn convert(relative: &str, path: &Path, message: &str) -> Result<Mess
                 .help(format!("{help} (a name is fully qualified: `package.Message`)")),
             ])
         }
-        Ok(Err(found)) => Err(super::avro_schema::unsupported(&UNSUPPORTED, PATH, relative, "at", found)),
+        Ok(Err(found)) => Err(super::schema_file::unsupported(&UNSUPPORTED, PATH, relative, "at", found)),
         Ok(Ok(message)) => Ok(message),
     }
 }

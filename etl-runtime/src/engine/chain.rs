@@ -1,5 +1,5 @@
 //! The chain: the contract of the generated decode → operators → encode function (the `Chain`
-//! trait, which etl-gen's `emit/chain.rs` writes an impl of), and the row buffers it fills.
+//! trait, which etl-gen's `emit/chain_impl.rs` writes an impl of), and the row buffers it fills.
 
 use crate::engine::errors::RecordError;
 use crate::engine::lane::Record;

@@ -77,7 +77,7 @@ fn properties(reader: &[JField], writer: &[JField], prefix: &str, optional_above
     for r in reader {
         let path = format!("{prefix}{}", r.key);
         let container = matches!(r.ty.non_null(), JType::Array(_) | JType::Map(_));
-        // What json_schema::record makes Nullable.
+        // What etl-gen's JSON reader (`readers::json::record_ty`) makes Nullable.
         let reader_optional = optional_above || !r.required || matches!(r.ty, JType::Nullable(_));
         let Some(w) = writer.iter().find(|w| w.key == r.key) else {
             if !reader_optional && !container {

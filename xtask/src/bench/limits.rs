@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 
 use anyhow::bail;
 
-use super::load::{Load, LoadMeter};
+use super::cpu_time::{Load, LoadMeter};
 use super::rates::{per_million, per_second};
-use super::servers::Infra;
+use super::servers::Servers;
 use super::variants::Variant;
 use super::{BenchArgs, RAW_TABLE, cores, raw};
 use crate::lab::http;
@@ -18,7 +18,7 @@ use crate::lab::services::{recreate_table, xtask};
 
 /// The raw source limit: `bench-raw consume` of the whole topic, with the threads the pipeline
 /// would have.
-pub(crate) fn consume(args: &BenchArgs, infra: &Infra, main: &Variant, topic: &str) -> anyhow::Result<Raw> {
+pub(crate) fn consume(args: &BenchArgs, infra: &Servers, main: &Variant, topic: &str) -> anyhow::Result<Raw> {
     run_raw(
         infra,
         bench_raw().args(["consume", "--brokers", &infra.brokers, "--topic", topic]).args([
@@ -37,7 +37,7 @@ pub(crate) fn consume(args: &BenchArgs, infra: &Infra, main: &Variant, topic: &s
 /// The raw sink limit: the rows the pipeline wrote, read back per shard as RowBinary into
 /// `work/rows-SHARD.bin` and inserted by `bench-raw insert` into [`RAW_TABLE`] with the
 /// pipeline's batch and in-flight settings. The caller removes the files.
-pub(crate) fn insert(args: &BenchArgs, infra: &Infra, main: &Variant, work: &Path) -> anyhow::Result<Raw> {
+pub(crate) fn insert(args: &BenchArgs, infra: &Servers, main: &Variant, work: &Path) -> anyhow::Result<Raw> {
     let ddl = etl_gen::ddl::create_table(&main.validated).map_err(anyhow::Error::msg)?;
     let raw_ddl = ddl.replace(&format!("`default`.`{}`", main.table), &format!("`default`.`{RAW_TABLE}`"));
     let mut insert = bench_raw();
@@ -82,7 +82,7 @@ impl Raw {
     }
 }
 
-fn run_raw(infra: &Infra, command: &mut Command, records: u64) -> anyhow::Result<Raw> {
+fn run_raw(infra: &Servers, command: &mut Command, records: u64) -> anyhow::Result<Raw> {
     let meter = LoadMeter::start(infra);
     let output = command.stderr(Stdio::inherit()).output()?;
     if !output.status.success() {

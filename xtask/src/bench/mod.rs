@@ -26,14 +26,14 @@
 //!
 //! This file runs the phases in that order; each job has its own module: `servers` (the addresses
 //! and pids of `infra up`), `variants` (the pipelines built), `limits` (the raw children's side
-//! here; `raw` is the children), `pipeline` (one pipeline run), `load` (what else used the cores),
+//! here; `raw` is the children), `pipeline` (one pipeline run), `cpu_time` (what else used the cores),
 //! `rates`, and the output: `report` (Markdown) and `figures` (the SVG plots). What `soak` needs
 //! too (the release xtask, `infra up`, tables and topic, the flagship built and started, HTTP,
 //! /metrics, /proc and the plotting) is in `crate::lab`.
 
+mod cpu_time;
 mod figures;
 mod limits;
-mod load;
 mod pipeline;
 mod rates;
 pub(crate) mod raw;
@@ -51,7 +51,7 @@ use etl_gen::rules::sizing::Sizing;
 
 use self::limits::Raw;
 use self::pipeline::{Run, run_pipeline};
-use self::servers::{Infra, infra_up};
+use self::servers::{Servers, start_servers};
 use self::variants::{COMPRESSIONS, EXACTLY_ONCE, FORMATS, Variant, sink_label, sink_of, sink_text};
 use crate::lab::flagship::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
 use crate::lab::http;
@@ -99,7 +99,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<()> {
 }
 
 fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: PathBuf) -> anyhow::Result<()> {
-    let infra = infra_up()?;
+    let infra = start_servers()?;
 
     // 1. The pipelines, built before anything is measured.
     let flagship = root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml");
@@ -237,7 +237,7 @@ struct Measured {
 
 fn measure(
     args: &BenchArgs,
-    infra: &Infra,
+    infra: &Servers,
     variants: &[Variant],
     exactly_once: Option<&Variant>,
     compressions: &[Variant],

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::load::{Load, LoadMeter};
+use super::cpu_time::{Load, LoadMeter};
 use super::nanos;
 use super::rates::{per_million, per_second, rates, steady_rate};
-use super::servers::Infra;
+use super::servers::Servers;
 use super::variants::Variant;
 use crate::lab::flagship::flagship_command;
 use crate::lab::services::recreate_table;
@@ -101,7 +101,13 @@ impl Run {
     }
 }
 
-pub(crate) fn run_pipeline(v: &Variant, infra: &Infra, topic: &str, records: u64, logs: &Path) -> anyhow::Result<Run> {
+pub(crate) fn run_pipeline(
+    v: &Variant,
+    infra: &Servers,
+    topic: &str,
+    records: u64,
+    logs: &Path,
+) -> anyhow::Result<Run> {
     let ddl = etl_gen::ddl::create_table(&v.validated).map_err(anyhow::Error::msg)?;
     for url in &infra.clickhouse {
         recreate_table(url, &v.table, &ddl)?;

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
-use super::load::Load;
+use super::cpu_time::Load;
 use super::rates::{cpu_target, per_million, per_second, ratio_to_limit};
 use super::variants::Variant;
 use super::{BenchArgs, MIB, Measured};

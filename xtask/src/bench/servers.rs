@@ -1,12 +1,12 @@
 //! The servers as `cargo xtask bench` measures them: the addresses `cargo xtask infra up` prints
-//! and the pids it recorded, whose CPU time each phase reads (`load`).
+//! and the pids it recorded, whose CPU time each phase reads (`cpu_time`).
 
 use std::fs;
 
 use crate::lab::services::run_infra_up;
 
 /// The services of `cargo xtask infra up`.
-pub(crate) struct Infra {
+pub(crate) struct Servers {
     pub(crate) brokers: String,
     pub(crate) clickhouse: Vec<String>,
     /// The broker's processes, for their CPU time.
@@ -16,7 +16,7 @@ pub(crate) struct Infra {
 }
 
 /// `cargo xtask infra up` (idempotent): the addresses it prints and the pids it recorded.
-pub(crate) fn infra_up() -> anyhow::Result<Infra> {
+pub(crate) fn start_servers() -> anyhow::Result<Servers> {
     let output = run_infra_up(&[])?;
     let value = |key: &str| output.value(key);
     let pids = |names: &[&str]| -> Vec<u32> {
@@ -26,7 +26,7 @@ pub(crate) fn infra_up() -> anyhow::Result<Infra> {
             .filter_map(|pid| pid.trim().parse().ok())
             .collect()
     };
-    Ok(Infra {
+    Ok(Servers {
         brokers: value("KAFKA_BROKERS")?,
         clickhouse: vec![value("CLICKHOUSE_URL")?, value("CLICKHOUSE_URL_2")?],
         broker_pids: pids(&["kafka"]),

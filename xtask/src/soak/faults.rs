@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 
 use super::instances::Members;
-use super::load::Load;
+use super::producer::Load;
 use super::setup::{self, Infra};
 use super::{process_state, running, signal};
 
@@ -195,7 +195,7 @@ fn second_member(ctx: &mut Ctx<'_>) -> Applied {
 }
 
 /// The broker's pid, and production paused; `Err` with the reason to skip the fault.
-fn broker_and_pause<'a>(ctx: &Ctx<'a>) -> Result<(u32, super::load::Paused<'a>), String> {
+fn broker_and_pause<'a>(ctx: &Ctx<'a>) -> Result<(u32, super::producer::Paused<'a>), String> {
     let service = ctx.infra.broker_service;
     let Some(pid) = setup::server_pid(service) else {
         return Err(format!("no running {service} in the infra's pid files"));

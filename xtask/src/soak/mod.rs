@@ -9,7 +9,7 @@
 //!    as the exactly-once variant `soak-orders-eo` (table `soak_orders_eo` and its ledger
 //!    recreated on both servers), a fresh topic of 4 partitions and a fresh group on the
 //!    in-memory broker (with `--durable`, on the durable one, whose data survives a restart);
-//! 2. `load`: an in-process producer at `--rate` orders/s, every delivery report kept; the main
+//! 2. `producer`: an in-process producer at `--rate` orders/s, every delivery report kept; the main
 //!    pipeline instance (`instances`) reads the topic;
 //! 3. `faults`, at exponential intervals of mean `--mean-fault-interval` seconds, one at a time:
 //!    the main instance SIGKILLed (and started again at once), both ClickHouse servers
@@ -30,7 +30,7 @@
 mod faults;
 mod instances;
 mod interrupts;
-mod load;
+mod producer;
 mod report;
 mod sampling;
 mod setup;
@@ -45,7 +45,7 @@ use anyhow::{Context, bail};
 use self::faults::{Fault, Outcome};
 use self::instances::{Exit, Members};
 use self::interrupts::Interrupts;
-use self::load::{Load, Produced};
+use self::producer::{Load, Produced};
 use self::sampling::{Sample, Sampler};
 use self::setup::{Infra, Pipeline, TABLE};
 use crate::lab::services::{XTASK, delete_topic, recreate_table, release_xtask};

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::load::Counters;
+use super::producer::Counters;
 use crate::lab::{procfs, prom};
 
 /// What the sampler reads: the main instance, and the second member's /metrics while it runs;

@@ -1,5 +1,5 @@
 //! E0701–E0709: the rules of the operator chain, which the planner (`plan/mod.rs`) and the
-//! type checker (`plan/typeck.rs`) check against the row type at each step; [`RULES`] lists
+//! type checker (`plan/typeck.rs`) check against the row type at each step; [`CHAIN_RULES`] lists
 //! them for the catalogue (docs/diagnostics.md), beside `rules::RULES`.
 //!
 //! They live here rather than in `rules/` because only the planning stage can check them, and
@@ -9,7 +9,7 @@ use crate::diag::{Diagnostic, Rule};
 use crate::ir::Column;
 
 /// The chain's rules, in code order.
-pub(crate) static RULES: &[&Rule] = &[
+pub(crate) static CHAIN_RULES: &[&Rule] = &[
     &SYNTAX,
     &UNKNOWN_FIELD,
     &TYPE_MISMATCH,
@@ -139,13 +139,13 @@ mod tests {
     // both; like that list, this one is kept in code order, as the catalogue shows it.
     #[test]
     fn codes_and_names_are_ordered_and_apart_from_the_other_rules() {
-        let codes: Vec<&str> = RULES.iter().map(|r| r.code).collect();
+        let codes: Vec<&str> = CHAIN_RULES.iter().map(|r| r.code).collect();
         let mut sorted = codes.clone();
         sorted.sort();
         sorted.dedup();
         assert_eq!(codes, sorted, "codes must be unique and listed in order");
-        for (i, rule) in RULES.iter().enumerate() {
-            assert!(RULES[..i].iter().all(|r| r.name != rule.name), "{} is named twice", rule.name);
+        for (i, rule) in CHAIN_RULES.iter().enumerate() {
+            assert!(CHAIN_RULES[..i].iter().all(|r| r.name != rule.name), "{} is named twice", rule.name);
             assert!(
                 !crate::rules::RULES.iter().any(|r| r.code == rule.code || r.name == rule.name),
                 "{} ({}) is also in rules::RULES",

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::servers::Infra;
+use super::servers::Servers;
 use crate::lab::procfs;
 
 /// CPU seconds during one phase: the whole machine, the broker, ClickHouse, the measured client,
@@ -48,7 +48,7 @@ fn cpu_of(pids: &[u32]) -> f64 {
 }
 
 impl LoadMeter {
-    pub(crate) fn start(infra: &Infra) -> LoadMeter {
+    pub(crate) fn start(infra: &Servers) -> LoadMeter {
         LoadMeter {
             started: Instant::now(),
             busy: procfs::machine_busy_seconds(),
