@@ -200,11 +200,27 @@ impl Form {
     }
 }
 
-fn quote_ident(name: &str) -> String {
-    format!("`{}`", name.replace('`', "\\`"))
+/// A ClickHouse identifier in backquotes. Inside them a backslash escapes, so it is escaped too:
+/// a name ending in `\` would otherwise swallow the closing backquote.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
 }
 
 /// A ClickHouse string literal.
 fn quote_string(text: &str) -> String {
     format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // ClickHouse reads a backslash inside backquotes as an escape: both it and the backquote are
+    // escaped, or a name ending in a backslash would run into the next token.
+    #[test]
+    fn identifiers_escape_backslashes_and_backquotes() {
+        assert_eq!(quote_ident("orders"), "`orders`");
+        assert_eq!(quote_ident("order`s"), "`order\\`s`");
+        assert_eq!(quote_ident("orders\\"), "`orders\\\\`");
+    }
 }

@@ -3,7 +3,7 @@
 //! own (`contract::columns`), so a migrated table passes that check.
 
 use crate::contract::columns::{self, Difference, LiveColumn};
-use crate::ddl::{self, Replication};
+use crate::ddl::{self, Replication, quote_ident};
 use crate::load::Validated;
 use crate::model::Sink;
 
@@ -116,10 +116,6 @@ pub(crate) fn plan(v: &Validated, live: &LiveTable, cluster: Option<&str>) -> Re
 fn strip_comments(statement: &str) -> String {
     let lines: Vec<&str> = statement.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
     lines.join("\n").trim().to_owned()
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
 }
 
 #[cfg(test)]

@@ -161,7 +161,10 @@ fn front_end(dir: &Path, text: &str) -> bool {
         // and the emission of every file of the crate (in memory; nothing is written).
         match (etl_gen::ddl::create_table(v), &v.model.sink) {
             (Ok(ddl), etl_gen::model::Sink::Clickhouse(c)) => {
-                assert!(ddl.contains("CREATE TABLE") && ddl.contains(&c.table), "the DDL names the table:\n{ddl}")
+                // Backquoted, with a backslash before each backslash and backquote (a mutant's
+                // table name can hold either).
+                let quoted = format!("`{}`", c.table.replace('\\', "\\\\").replace('`', "\\`"));
+                assert!(ddl.contains("CREATE TABLE") && ddl.contains(&quoted), "the DDL names the table:\n{ddl}")
             }
             (Err(etl_gen::ddl::Error::NotClickhouse), etl_gen::model::Sink::File(_)) => {}
             (ddl, _) => panic!("--ddl of a valid pipeline: {ddl:?}\n{text}"),
