@@ -33,7 +33,14 @@ include!(concat!(env!("OUT_DIR"), "/cases.rs"));
 /// Runs `chain` on one payload: the row's NDJSON text, or the record error's text.
 fn run_chain(chain: &mut impl rt::Chain, payload: &[u8]) -> Result<Vec<u8>, String> {
     let mut harness = rt::ChainHarness::new(1);
-    let record = rt::Record { payload: Some(payload), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
+    let record = rt::Record {
+        payload: Some(payload),
+        key: None,
+        topic: "orders",
+        partition: 0,
+        offset: 0,
+        timestamp_ms: Some(0),
+    };
     let rows = harness.process(chain, &record).map_err(|e| e.to_string())?;
     assert_eq!(rows, 1, "a record without operators is one row");
     Ok(harness.take_output())

@@ -246,9 +246,10 @@ const EXPRESSIONS: &str = "
 
 - **Names**: the fields of the row at that point of the chain (nested record fields are
   flattened as `parent_child`; after `flat_map` over an array of records, the element's
-  fields are `array_field`), and the Kafka metadata `_key` (nullable bytes), `_partition`,
-  `_offset`, `_timestamp` (nullable timestamp-millis). Metadata fields are read in
-  expressions; `map` copies one into the row (`map: { part: \"_partition\" }`).
+  fields are `array_field`), and the Kafka metadata `_key` (nullable bytes), `_topic`
+  (string: the record's topic; `datagen` under `source.datagen`), `_partition`, `_offset`,
+  `_timestamp` (nullable timestamp-millis). Metadata fields are read in expressions; `map`
+  copies one into the row (`map: { part: \"_partition\", src: \"_topic\" }`).
 - **Literals**: integers, decimals (doubles), `'strings'` (`''` for a quote), `true`,
   `false`, `null`.
 - **Operators**: `+ - * / %`, `== != < <= > >=`, `&& || !`, parentheses. Comparisons do not

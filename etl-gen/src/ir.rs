@@ -294,6 +294,7 @@ pub(crate) fn metadata_columns() -> Vec<Column> {
         Column { name: "_partition".into(), ty: Ty::Int32 },
         Column { name: "_offset".into(), ty: Ty::Int64 },
         Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::Timestamp(TimeUnit::Millis))) },
+        Column { name: "_topic".into(), ty: Ty::String },
     ]
 }
 

@@ -22,7 +22,14 @@ fn framed(doc: &str) -> Vec<u8> {
 fn decode(payload: &[u8]) -> Result<Value, String> {
     let mut chain = sink::Chain::default();
     let mut harness = rt::ChainHarness::new(1);
-    let record = rt::Record { payload: Some(payload), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
+    let record = rt::Record {
+        payload: Some(payload),
+        key: None,
+        topic: "orders",
+        partition: 0,
+        offset: 0,
+        timestamp_ms: Some(0),
+    };
     let rows = harness.process(&mut chain, &record).map_err(|e| e.to_string())?;
     assert_eq!(rows, 1);
     let out = harness.take_output();
@@ -73,7 +80,14 @@ fn a_repeated_map_key_keeps_its_last_value() {
     assert_eq!(row["counts"], json!({"a": 2, "b": 5}));
     // Read back through serde_json a repeated key would look fine: the row's own text has it once.
     let mut harness = rt::ChainHarness::new(1);
-    let record = rt::Record { payload: Some(&payload), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
+    let record = rt::Record {
+        payload: Some(&payload),
+        key: None,
+        topic: "orders",
+        partition: 0,
+        offset: 0,
+        timestamp_ms: Some(0),
+    };
     harness.process(&mut sink::Chain::default(), &record).unwrap();
     let text = String::from_utf8(harness.take_output()).unwrap();
     assert_eq!(text.matches(r#""a":"#).count(), 1, "{text}");

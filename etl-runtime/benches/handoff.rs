@@ -20,6 +20,10 @@ struct BenchLane {
 }
 
 impl Lane for BenchLane {
+    fn topic(&self) -> &str {
+        "orders"
+    }
+
     fn partition(&self) -> i32 {
         self.partition
     }
@@ -34,6 +38,7 @@ impl Lane for BenchLane {
         Some(Ok(Record {
             payload: Some(&self.payload),
             key: None,
+            topic: "orders",
             partition: self.partition,
             offset,
             timestamp_ms: None,

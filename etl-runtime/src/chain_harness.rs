@@ -145,8 +145,14 @@ pub fn fuzz_chain<C: Chain>(
     // chain's contract, not a decoding fault, so it is allowed, for a minority of records.
     let mut operator_errors = 0usize;
     for (i, payload) in valid.iter().enumerate().filter(|_| !valid_need_registry) {
-        let record =
-            Record { payload: Some(payload), key: Some(b"k"), partition: 0, offset: i as i64, timestamp_ms: Some(1) };
+        let record = Record {
+            payload: Some(payload),
+            key: Some(b"k"),
+            topic: "orders",
+            partition: 0,
+            offset: i as i64,
+            timestamp_ms: Some(1),
+        };
         let rows = match harness.process(&mut chain, &record) {
             Ok(rows) => rows,
             Err(e) if e.kind == RecordErrorKind::Operator => {
@@ -184,6 +190,7 @@ pub fn fuzz_chain<C: Chain>(
         let record = Record {
             payload: Some(&payload),
             key: Some(&key),
+            topic: "orders",
             partition: 0,
             offset: case as i64,
             timestamp_ms: Some(rng.random_range(0..2_000_000_000_000)),

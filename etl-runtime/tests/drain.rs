@@ -304,16 +304,16 @@ fn drained_partitions_drop_their_lag_series() {
     let pipeline = Pipeline::start(config(1, 1), || PassThrough, RecordingSink::default(), None).unwrap();
     let stored = Stored::default();
     pipeline.handle().add_lane(Box::new(MemLane::new(3, None, &stored)));
-    pipeline.handle().set_lag_records(3, 42);
+    pipeline.handle().set_lag_records("orders", 3, 42);
     assert!(wait_for(Duration::from_secs(10), || pipeline
         .metrics_text()
-        .contains(r#"etl_source_lag_seconds{partition="3"}"#)));
-    assert!(pipeline.metrics_text().contains(r#"etl_source_lag_records{partition="3"} 42"#));
+        .contains(r#"etl_source_lag_seconds{partition="3",topic="orders"}"#)));
+    assert!(pipeline.metrics_text().contains(r#"etl_source_lag_records{partition="3",topic="orders"} 42"#));
     pipeline.handle().drain_partitions(&[3], Duration::from_secs(5));
     let text = pipeline.metrics_text();
     pipeline.shutdown(Duration::from_secs(5));
-    assert!(!text.contains(r#"etl_source_lag_records{partition="3"}"#), "{text}");
-    assert!(!text.contains(r#"etl_source_lag_seconds{partition="3"}"#), "{text}");
+    assert!(!text.contains(r#"etl_source_lag_records{partition="3",topic="orders"}"#), "{text}");
+    assert!(!text.contains(r#"etl_source_lag_seconds{partition="3",topic="orders"}"#), "{text}");
 }
 
 // What a source reports as abandoned by a drain timeout is exported for alerting.

@@ -27,9 +27,18 @@ use support::{committed, create_topic, fixtures, kafka_brokers, produce, unique}
 const PARTITIONS: i32 = 4;
 
 /// Writes one fixed-width row per record: partition and offset, as `common::rows_of` reads them. It
-/// checks that the key, offset and timestamp reached the chain, and fails records whose payload starts
-/// with `bad` (for the dead-letter test).
-struct Meta;
+/// checks that the topic, key, offset and timestamp reached the chain, and fails records whose payload
+/// starts with `bad` (for the dead-letter test).
+struct Meta {
+    /// The topic every record must name.
+    topic: String,
+}
+
+/// The chain factory of a pipeline reading `topic`.
+fn meta(topic: &str) -> impl Fn() -> Meta + Send + Sync + 'static {
+    let topic = topic.to_owned();
+    move || Meta { topic: topic.clone() }
+}
 
 impl Chain for Meta {
     fn process(&mut self, record: &Record<'_>, out: &mut RowOut<'_>) -> Result<(), RecordError> {
@@ -39,9 +48,16 @@ impl Chain for Meta {
         }
         let seq = std::str::from_utf8(&payload[1..]).map(str::trim).unwrap_or_default();
         let key = record.key.and_then(|k| std::str::from_utf8(k).ok()).unwrap_or_default();
-        if key.strip_prefix('k') != Some(seq) || record.timestamp_ms.is_none_or(|ts| ts <= 0) {
+        if key.strip_prefix('k') != Some(seq)
+            || record.timestamp_ms.is_none_or(|ts| ts <= 0)
+            || record.topic != self.topic
+        {
             // Under `errors.policy: fail` this stops the pipeline and fails the test.
-            return Err(RecordError::new(RecordErrorKind::Operator, format!("metadata mismatch: key {key:?}")));
+            let topic = record.topic;
+            return Err(RecordError::new(
+                RecordErrorKind::Operator,
+                format!("metadata mismatch: key {key:?}, topic {topic:?}"),
+            ));
         }
         let shard = out.round_robin();
         out.push_row(shard, |buf| {
@@ -100,7 +116,7 @@ struct Running<K: Sink + Clone> {
 
 fn start<K: Sink + Clone>(config: KafkaSourceConfig, runtime: RuntimeConfig, sink: K) -> Running<K> {
     etl_runtime::init_logging();
-    let pipeline = Pipeline::start(runtime, || Meta, sink.clone(), None).expect("pipeline");
+    let pipeline = Pipeline::start(runtime, meta(&config.topic), sink.clone(), None).expect("pipeline");
     let mut source = KafkaSource::new(config).expect("source").with_drain_timeout(Duration::from_secs(5));
     source.start(pipeline.handle()).expect("source start");
     Running { pipeline, source, sink }
@@ -160,7 +176,7 @@ fn consumes_every_offset_once_and_commits_the_end_offsets() {
     assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), end);
     assert_eq!((stats.assignments, stats.revocations, stats.abandoned_records), (1, 1, 0));
     assert!(stats.commits > 0);
-    assert!(metrics.contains("etl_source_lag_records{partition=\"0\"}"), "{metrics}");
+    assert!(metrics.contains(&format!("etl_source_lag_records{{partition=\"0\",topic=\"{topic}\"}}")), "{metrics}");
     assert!(common::metric(&metrics, "etl_source_commits_total") > 0.0);
 }
 
@@ -215,7 +231,9 @@ fn partition_paused_longer_than_max_poll_interval_keeps_membership() {
     let lag = || {
         let metrics = run.pipeline.metrics_text();
         (0..PARTITIONS)
-            .filter_map(|p| common::metric_opt(&metrics, &format!("etl_source_lag_records{{partition=\"{p}\"}}")))
+            .filter_map(|p| {
+                common::metric_opt(&metrics, &format!("etl_source_lag_records{{partition=\"{p}\",topic=\"{topic}\"}}"))
+            })
             .sum::<f64>()
     };
     assert!(
@@ -552,7 +570,7 @@ fn startup_timeout_names_unreachable_brokers() {
     config.startup_timeout = Duration::from_secs(3);
     let source = KafkaSource::new(config).expect("source");
     let t0 = Instant::now();
-    let outcome = etl_runtime::run(runtime_config(1), source, || Meta, RecordingSink::default(), None);
+    let outcome = etl_runtime::run(runtime_config(1), source, meta("nowhere"), RecordingSink::default(), None);
     let elapsed = t0.elapsed();
     match &outcome {
         RunOutcome::Startup(message) => {
@@ -572,7 +590,8 @@ fn a_shutdown_ends_the_wait_for_the_first_assignment() {
     etl_runtime::init_logging();
     let mut config = source_config("127.0.0.1:1", "nowhere", &unique("nowhere-g"), &[]);
     config.startup_timeout = Duration::from_secs(60);
-    let pipeline = Pipeline::start(runtime_config(1), || Meta, RecordingSink::default(), None).expect("pipeline");
+    let pipeline =
+        Pipeline::start(runtime_config(1), meta("nowhere"), RecordingSink::default(), None).expect("pipeline");
     let handle = pipeline.handle();
     let asker = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
@@ -596,7 +615,8 @@ fn startup_timeout_names_a_missing_topic() {
     let topic = unique("missing");
     let mut config = source_config(&brokers, &topic, &unique("missing-g"), &[]);
     config.startup_timeout = Duration::from_secs(4);
-    let pipeline = Pipeline::start(runtime_config(1), || Meta, RecordingSink::default(), None).expect("pipeline");
+    let pipeline =
+        Pipeline::start(runtime_config(1), meta("nowhere"), RecordingSink::default(), None).expect("pipeline");
     let mut source = KafkaSource::new(config).expect("source");
     let t0 = Instant::now();
     let error = source.start(pipeline.handle()).expect_err("no assignment");
@@ -625,7 +645,7 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
     let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
     let sink = RecordingSink::default();
-    let pipeline = Pipeline::start(runtime, || Meta, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
+    let pipeline = Pipeline::start(runtime, meta(&topic), sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
     let mut source = KafkaSource::new(source_config(&brokers, &topic, &group, &[])).expect("source");
     source.start(pipeline.handle()).expect("start");
     assert!(common::wait_for(Duration::from_secs(30), || sink.rows.lock().unwrap().len() == 1_800));
@@ -695,7 +715,7 @@ fn an_untrusted_broker_certificate_is_a_startup_error_that_says_so() {
     );
     config.startup_timeout = Duration::from_secs(4);
     let source = KafkaSource::new(config).expect("source");
-    let outcome = etl_runtime::run(runtime_config(1), source, || Meta, RecordingSink::default(), None);
+    let outcome = etl_runtime::run(runtime_config(1), source, meta("nowhere"), RecordingSink::default(), None);
     match &outcome {
         RunOutcome::Startup(message) => assert!(
             message.contains("SSL") && message.contains("certificate verify failed"),
@@ -752,7 +772,7 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
     let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
     let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
     let sink = RefusingSink::default();
-    let pipeline = Pipeline::start(runtime, || Meta, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
+    let pipeline = Pipeline::start(runtime, meta(&topic), sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
     let mut source = KafkaSource::new(source_config(&brokers, &topic, &group, &[])).expect("source");
     source.start(pipeline.handle()).expect("start");
     let written = delivered.all.len() - refused.len();

@@ -66,7 +66,7 @@ fn the_watermark_age_grows_while_records_wait_and_falls_to_zero_once_they_are_du
     let stored = Stored::default();
     let added = Instant::now();
     pipeline.handle().add_lane(Box::new(MemLane { endless: true, ..stamped_10_s_ago(3, 500, &stored) }));
-    let series = r#"etl_checkpoint_watermark_age_seconds{partition="3"}"#;
+    let series = r#"etl_checkpoint_watermark_age_seconds{partition="3",topic="orders"}"#;
 
     // Sampled until it reaches 3 s: bounded above by the time since the lane was added (on a busy
     // machine the once-a-second report may come late, never early), and monotonic.
@@ -87,7 +87,7 @@ fn the_watermark_age_grows_while_records_wait_and_falls_to_zero_once_they_are_du
     // The lane read everything and takes no turns while it waits for its writes: its lag still
     // grows, from records stamped 10 s before they arrived.
     let text = pipeline.metrics_text();
-    let (age, lag) = (metric(&text, series), metric(&text, r#"etl_source_lag_seconds{partition="3"}"#));
+    let (age, lag) = (metric(&text, series), metric(&text, r#"etl_source_lag_seconds{partition="3",topic="orders"}"#));
     let bound = 10.0 + added.elapsed().as_secs_f64();
     assert!(lag >= 10.0 + age - 1.0 && lag <= bound, "lag {lag} s, age {age} s, at most {bound} s");
     sink.open.store(true, Ordering::Release);

@@ -41,6 +41,10 @@ impl StallingLane {
 }
 
 impl Lane for StallingLane {
+    fn topic(&self) -> &str {
+        "orders"
+    }
+
     fn partition(&self) -> i32 {
         0
     }
@@ -55,7 +59,14 @@ impl Lane for StallingLane {
         let offset = self.next;
         self.next += 1;
         self.payload[4..12].copy_from_slice(&offset.to_le_bytes());
-        Some(Ok(Record { payload: Some(&self.payload), key: None, partition: 0, offset, timestamp_ms: None }))
+        Some(Ok(Record {
+            payload: Some(&self.payload),
+            key: None,
+            topic: "orders",
+            partition: 0,
+            offset,
+            timestamp_ms: None,
+        }))
     }
 
     fn pause(&mut self) {}

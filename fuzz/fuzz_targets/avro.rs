@@ -12,6 +12,6 @@ mod sink {
 
 fuzz_target!(|data: &[u8]| {
     let mut harness = rt::ChainHarness::new(1);
-    let record = rt::Record { payload: Some(data), key: None, partition: 0, offset: 0, timestamp_ms: Some(0) };
+    let record = rt::Record { payload: Some(data), key: None, topic: "orders", partition: 0, offset: 0, timestamp_ms: Some(0) };
     let _ = harness.process(&mut sink::Chain::default(), &record);
 });

@@ -148,6 +148,7 @@ fn metadata_locals(
             "_key" => quote!(record.key.map(::std::borrow::Cow::Borrowed)),
             "_partition" => quote!(record.partition),
             "_offset" => quote!(record.offset),
+            "_topic" => quote!(::std::borrow::Cow::Borrowed(record.topic)),
             _ => quote!(record.timestamp_ms),
         };
         meta_stmts.push(quote!(let #id = #init;));

@@ -87,6 +87,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, Error> {
                         let record = rt::Record {
                             payload: Some(p),
                             key: None,
+                            topic: "bench",
                             partition: 0,
                             offset: offset as i64,
                             timestamp_ms: Some(0),

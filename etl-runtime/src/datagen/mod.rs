@@ -134,6 +134,10 @@ impl Source for DatagenSource {
     }
 }
 
+/// The topic a datagen lane reports (`_topic` in expressions, the `topic` label of metrics): a
+/// synthetic source reads no topic.
+pub(crate) const TOPIC: &str = "datagen";
+
 struct DatagenLane {
     partition: i32,
     schema: Arc<Schema>,
@@ -151,6 +155,10 @@ struct DatagenLane {
 }
 
 impl Lane for DatagenLane {
+    fn topic(&self) -> &str {
+        TOPIC
+    }
+
     fn partition(&self) -> i32 {
         self.partition
     }
@@ -177,6 +185,7 @@ impl Lane for DatagenLane {
         Some(Ok(Record {
             payload: Some(&self.buffer),
             key: None,
+            topic: TOPIC,
             partition: self.partition,
             offset,
             timestamp_ms: Some(timestamp_ms),

@@ -11,6 +11,8 @@ pub struct Record<'a> {
     pub payload: Option<&'a [u8]>,
     /// The message key, if any.
     pub key: Option<&'a [u8]>,
+    /// The source topic (the lane's topic; `_topic` in expressions).
+    pub topic: &'a str,
     /// The source partition (the lane's partition).
     pub partition: i32,
     /// The record's offset within its partition.
@@ -37,6 +39,9 @@ pub enum Backlog {
 /// The pipeline thread takes one record from [`Lane::next`] and fully processes it before it takes
 /// the next, so a paused lane holds no unprocessed records inside the runtime.
 pub trait Lane: Send + 'static {
+    /// The topic this lane reads (a synthetic source names one of its own).
+    fn topic(&self) -> &str;
+
     /// The partition this lane reads.
     fn partition(&self) -> i32;
 

@@ -87,13 +87,13 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_source_lag_records",
         kind: "gauge",
-        labels: &["partition"],
+        labels: &["topic", "partition"],
         help: "Records between the partition's high watermark and the consumer position, as reported by the source.",
     },
     MetricDoc {
         name: "etl_source_lag_seconds",
         kind: "gauge",
-        labels: &["partition"],
+        labels: &["topic", "partition"],
         help: "Age of the newest consumed record's timestamp. Set every second, also while the lane is paused, when it keeps growing.",
     },
     MetricDoc {
@@ -209,7 +209,7 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_source_committed_offset",
         kind: "gauge",
-        labels: &["partition"],
+        labels: &["topic", "partition"],
         help: "The last committed offset per partition, as reported by the source.",
     },
     MetricDoc {
@@ -221,7 +221,7 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_checkpoint_watermark_age_seconds",
         kind: "gauge",
-        labels: &["partition"],
+        labels: &["topic", "partition"],
         help: "How long the partition's stored offset has stood still while records past it wait (taken and not yet durable, or durable and not yet stored); 0 while nothing waits. Updated every second. It grows while a shard is down, a lane is held, or a drain's give-up capped the watermark.",
     },
     MetricDoc {
@@ -370,8 +370,8 @@ impl Metrics {
         let paused = IntGauge::with_opts(opts("etl_backpressure_paused"))?;
         let pause_events = IntCounter::with_opts(opts("etl_backpressure_pause_events_total"))?;
         let inflight_bytes = IntGauge::with_opts(opts("etl_backpressure_inflight_bytes"))?;
-        let lag_records = IntGaugeVec::new(opts("etl_source_lag_records"), &["partition"])?;
-        let lag_seconds = prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["partition"])?;
+        let lag_records = IntGaugeVec::new(opts("etl_source_lag_records"), &["topic", "partition"])?;
+        let lag_seconds = prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["topic", "partition"])?;
         let stalled_partitions = IntGauge::with_opts(opts("etl_source_stalled_partitions"))?;
         let stall_recoveries = IntCounter::with_opts(opts("etl_source_stall_recoveries_total"))?;
         let sink_errors = IntCounterVec::new(opts("etl_sink_errors_total"), &["shard"])?;
@@ -390,7 +390,8 @@ impl Metrics {
             hist("etl_sink_insert_duration_seconds", prometheus::exponential_buckets(0.001, 2.0, 16)?)?;
         let end_to_end_latency =
             hist("etl_end_to_end_latency_seconds", prometheus::exponential_buckets(0.01, 2.0, 17)?)?;
-        let watermark_age = prometheus::GaugeVec::new(opts("etl_checkpoint_watermark_age_seconds"), &["partition"])?;
+        let watermark_age =
+            prometheus::GaugeVec::new(opts("etl_checkpoint_watermark_age_seconds"), &["topic", "partition"])?;
         let memory_bound = IntGauge::with_opts(opts("etl_memory_bound_bytes"))?;
         if let Some(bound) = config.memory_bound {
             memory_bound.set(i64::try_from(bound.for_partitions(0)).unwrap_or(i64::MAX));
@@ -406,7 +407,7 @@ impl Metrics {
         let assignments = IntCounter::with_opts(opts("etl_source_assignments_total"))?;
         let revocations = IntCounter::with_opts(opts("etl_source_revocations_total"))?;
         let assignments_lost = IntCounter::with_opts(opts("etl_source_assignments_lost_total"))?;
-        let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["partition"])?;
+        let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["topic", "partition"])?;
         let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), &["shard"])?;
         let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
         let superseded_batches = IntCounter::with_opts(opts("etl_exactly_once_superseded_batches_total"))?;
@@ -522,10 +523,10 @@ mod tests {
             ..crate::testing::config(1, 2)
         };
         let metrics = Metrics::new(&config).unwrap();
-        metrics.watermark_age.with_label_values(&["0"]).set(0.0);
-        metrics.lag_records.with_label_values(&["0"]).set(3);
-        metrics.lag_seconds.with_label_values(&["0"]).set(1.5);
-        metrics.committed_offset.with_label_values(&["0"]).set(7);
+        metrics.watermark_age.with_label_values(&["orders", "0"]).set(0.0);
+        metrics.lag_records.with_label_values(&["orders", "0"]).set(3);
+        metrics.lag_seconds.with_label_values(&["orders", "0"]).set(1.5);
+        metrics.committed_offset.with_label_values(&["orders", "0"]).set(7);
         sink_metrics().replica_healthy.with_label_values(&["0", "http://replica"]).set(1);
         sink_metrics().errors_by_class.with_label_values(&["0", "retryable"]).inc_by(0);
         let text = metrics.render();

@@ -451,7 +451,7 @@ impl SourceContext {
             let Some(lane) = owned.get(&id) else { continue };
             // -1 means unknown (nothing committed or no high watermark yet).
             if let Some(lag) = partition["consumer_lag"].as_i64().filter(|&lag| lag >= 0) {
-                self.pipeline.set_lag_records(id, lag);
+                self.pipeline.set_lag_records(&self.topic, id, lag);
             }
             lane.set_fetch(FetchStats {
                 state: partition["fetch_state"].as_str().unwrap_or("unknown").to_owned(),
@@ -524,7 +524,7 @@ impl ConsumerContext for SourceContext {
                     match (element.offset(), element.error()) {
                         (Offset::Offset(offset), Ok(())) => {
                             self.counters.commits.fetch_add(1, Ordering::Relaxed);
-                            self.pipeline.record_commit(element.partition(), offset);
+                            self.pipeline.record_commit(&self.topic, element.partition(), offset);
                         }
                         (_, Err(error)) => {
                             self.counters.commit_failures.fetch_add(1, Ordering::Relaxed);

@@ -292,6 +292,10 @@ fn set_paused<C: ConsumerContext>(
 }
 
 impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
     fn partition(&self) -> i32 {
         self.batches.partition()
     }
@@ -323,6 +327,7 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
         Some(Ok(Record {
             payload: message.payload(),
             key: message.key(),
+            topic,
             partition,
             offset,
             timestamp_ms: message.timestamp_ms(),

@@ -51,6 +51,10 @@ impl MemLane {
 }
 
 impl Lane for MemLane {
+    fn topic(&self) -> &str {
+        "orders"
+    }
+
     fn partition(&self) -> i32 {
         self.partition
     }
@@ -70,6 +74,7 @@ impl Lane for MemLane {
         Some(Ok(Record {
             payload: Some(&self.payload),
             key: None,
+            topic: "orders",
             partition: self.partition,
             offset,
             timestamp_ms: self.timestamp_ms,

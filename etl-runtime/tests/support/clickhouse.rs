@@ -246,6 +246,10 @@ impl RowsLane {
 }
 
 impl Lane for RowsLane {
+    fn topic(&self) -> &str {
+        "orders"
+    }
+
     fn partition(&self) -> i32 {
         self.partition
     }
@@ -266,6 +270,7 @@ impl Lane for RowsLane {
         Some(Ok(Record {
             payload: Some(payload),
             key: key.as_deref(),
+            topic: "orders",
             partition: self.partition,
             offset: offset as i64,
             timestamp_ms: None,

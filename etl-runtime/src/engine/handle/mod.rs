@@ -159,9 +159,9 @@ impl PipelineHandle {
         self.inner.shared.is_ready()
     }
 
-    /// Sets `etl_source_lag_records{partition}`.
-    pub fn set_lag_records(&self, partition: i32, lag: i64) {
-        self.inner.shared.metrics.lag_records.with_label_values(&[partition.to_string().as_str()]).set(lag);
+    /// Sets `etl_source_lag_records{topic, partition}`.
+    pub fn set_lag_records(&self, topic: &str, partition: i32, lag: i64) {
+        self.inner.shared.metrics.lag_records.with_label_values(&[topic, partition.to_string().as_str()]).set(lag);
     }
 
     /// Counts records a drain gave up on in `etl_source_abandoned_records_total`.
@@ -191,10 +191,10 @@ impl PipelineHandle {
     }
 
     /// Counts a commit in `etl_source_commits_total` and sets `etl_source_committed_offset`.
-    pub fn record_commit(&self, partition: i32, offset: i64) {
+    pub fn record_commit(&self, topic: &str, partition: i32, offset: i64) {
         let metrics = &self.inner.shared.metrics;
         metrics.commits.inc();
-        metrics.committed_offset.with_label_values(&[partition.to_string().as_str()]).set(offset);
+        metrics.committed_offset.with_label_values(&[topic, partition.to_string().as_str()]).set(offset);
     }
 
     /// The number of lanes the pipeline owns right now.

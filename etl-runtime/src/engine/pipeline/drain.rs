@@ -109,9 +109,10 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         // A partition this member no longer owns has no lag here; a stale series would show
         // a lag that never changes on every member it ever passed through.
         let partition = lane.partition.to_string();
-        let _ = self.shared.metrics.lag_records.remove_label_values(&[partition.as_str()]);
-        let _ = self.shared.metrics.lag_seconds.remove_label_values(&[partition.as_str()]);
-        let _ = self.shared.metrics.watermark_age.remove_label_values(&[partition.as_str()]);
+        let labels = [lane.lane.topic(), partition.as_str()];
+        let _ = self.shared.metrics.lag_records.remove_label_values(&labels);
+        let _ = self.shared.metrics.lag_seconds.remove_label_values(&labels);
+        let _ = self.shared.metrics.watermark_age.remove_label_values(&labels);
         lane
     }
 }

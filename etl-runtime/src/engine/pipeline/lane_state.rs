@@ -66,6 +66,10 @@ impl LaneState {
         shared: &Shared,
     ) -> LaneState {
         let partition = lane.partition();
+        let partition_label = partition.to_string();
+        let labels = [lane.topic(), partition_label.as_str()];
+        let lag_seconds = shared.metrics.lag_seconds.with_label_values(&labels);
+        let watermark_age = shared.metrics.watermark_age.with_label_values(&labels);
         LaneState {
             id,
             partition,
@@ -80,8 +84,8 @@ impl LaneState {
             drain_flushed: false,
             failed: false,
             newest_timestamp_ms: None,
-            lag_seconds: shared.metrics.lag_seconds.with_label_values(&[partition.to_string().as_str()]),
-            watermark_age: shared.metrics.watermark_age.with_label_values(&[partition.to_string().as_str()]),
+            lag_seconds,
+            watermark_age,
             fence,
             held: None,
             starved: false,
@@ -197,6 +201,7 @@ impl LaneState {
 pub(super) struct Held {
     payload: Option<Vec<u8>>,
     key: Option<Vec<u8>>,
+    topic: Box<str>,
     partition: i32,
     offset: i64,
     timestamp_ms: Option<i64>,
@@ -211,6 +216,7 @@ impl Held {
         Held {
             payload: record.payload.map(<[u8]>::to_vec),
             key: record.key.map(<[u8]>::to_vec),
+            topic: record.topic.into(),
             partition: record.partition,
             offset: record.offset,
             timestamp_ms: record.timestamp_ms,
@@ -225,6 +231,7 @@ impl Held {
         Record {
             payload: self.payload.as_deref(),
             key: self.key.as_deref(),
+            topic: &self.topic,
             partition: self.partition,
             offset: self.offset,
             timestamp_ms: self.timestamp_ms,
