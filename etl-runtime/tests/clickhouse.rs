@@ -104,12 +104,18 @@ const ALL_TYPES: &[(&str, &str)] = &[
 
 /// A MergeTree ordered by `id`; `extra` goes into the column list (a constraint), `settings` after
 /// the engine.
+/// `name` backquoted for SQL, backslashes and backquotes escaped.
+fn quoted(name: &str) -> String {
+    format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
+}
+
 fn create_table(url: &str, table: &str, columns: &[(&str, &str)], extra: &str, settings: &str) {
     let list: Vec<String> = columns.iter().map(|(n, t)| format!("`{n}` {t}")).collect();
     exec(
         url,
         &format!(
-            "CREATE TABLE default.`{table}` ({}{extra}) ENGINE = MergeTree ORDER BY id {settings}",
+            "CREATE TABLE default.{} ({}{extra}) ENGINE = MergeTree ORDER BY id {settings}",
+            quoted(table),
             list.join(", ")
         ),
     );
@@ -543,11 +549,11 @@ fn create_ledger(url: &str, table: &str) {
     exec(
         url,
         &format!(
-            "CREATE TABLE default.`{}` (pipeline String, topic String, partition Int32, shard UInt32, \
+            "CREATE TABLE default.{} (pipeline String, topic String, partition Int32, shard UInt32, \
              first_offset Int64, last_offset Int64, config_hash String, epoch UInt64, \
              recorded_at DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (pipeline, topic, partition, last_offset) \
              {DEDUP}",
-            etl_runtime::ledger_table(table)
+            quoted(&etl_runtime::ledger_table(table))
         ),
     );
 }
@@ -563,12 +569,13 @@ fn exactly_once(config_hash: &str) -> Option<etl_runtime::ExactlyOnceConfig> {
 // Invariant 8, against two real servers: each claim returns a higher epoch; spans are recorded on
 // their shard with the claiming epoch and read back from every shard above a watermark; a span of
 // another config hash is counted, not returned; recording a span twice keeps one row; tokens
-// depend on the span and the config hash only.
+// depend on the span and the config hash only. The table's name holds a backquote and a
+// backslash, which every ledger statement must quote.
 #[test]
 fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
     use etl_runtime::Span;
     let (url, url2) = clickhouse_urls();
-    let table = unique_table("ch_ledger");
+    let table = format!("{}_q`uo\\te", unique_table("ch_ledger"));
     for u in [&url, &url2] {
         create_table(u, &table, ID_COLUMNS, "", DEDUP);
         create_ledger(u, &table);
@@ -604,7 +611,10 @@ fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
     assert_eq!(
         scalar(
             &url,
-            &format!("SELECT count() FROM default.`{}` WHERE first_offset = 10", etl_runtime::ledger_table(&table))
+            &format!(
+                "SELECT count() FROM default.{} WHERE first_offset = 10",
+                quoted(&etl_runtime::ledger_table(&table))
+            )
         ),
         1
     );
@@ -613,8 +623,8 @@ fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
     assert_ne!(token, ledger.token(&span(0, 10, 21)));
     assert_ne!(token, other.ledger().unwrap().token(&span(0, 10, 20)), "another config hash, another token");
     for u in [&url, &url2] {
-        exec(u, &format!("DROP TABLE default.`{table}`"));
-        exec(u, &format!("DROP TABLE default.`{}`", etl_runtime::ledger_table(&table)));
+        exec(u, &format!("DROP TABLE default.{}", quoted(&table)));
+        exec(u, &format!("DROP TABLE default.{}", quoted(&etl_runtime::ledger_table(&table))));
     }
 }
 

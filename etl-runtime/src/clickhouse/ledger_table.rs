@@ -8,6 +8,7 @@ use ::clickhouse::Client;
 
 use crate::clickhouse::insert::Failure;
 use crate::clickhouse::replicas::Shard;
+use crate::clickhouse::table_columns::quote_ident;
 use crate::engine::errors::SinkError;
 use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
 
@@ -129,13 +130,17 @@ impl ClickhouseLedger {
 }
 
 impl ClickhouseLedger {
+    /// The ledger table's name in SQL, quoted (a table name may hold a backquote or a backslash).
+    fn qualified(&self) -> String {
+        format!("{}.{}", quote_ident(&self.database), quote_ident(&ledger_table(&self.table)))
+    }
+
     /// Inserts one ledger row on the span's shard and waits until it is written.
     async fn insert_row(&self, span: &Span, epoch: u64, token: Option<String>) -> Result<(), SinkError> {
         let sql = format!(
-            "INSERT INTO `{}`.`{}` ({}) SELECT {{pipeline:String}}, {{topic:String}}, {{partition:Int32}}, \
+            "INSERT INTO {} ({}) SELECT {{pipeline:String}}, {{topic:String}}, {{partition:Int32}}, \
              {{shard:UInt32}}, {{first:Int64}}, {{last:Int64}}, {{hash:String}}, {{epoch:UInt64}}",
-            self.database,
-            ledger_table(&self.table),
+            self.qualified(),
             LEDGER_COLUMNS.map(|(name, _)| format!("`{name}`")).join(", ")
         );
         self.on_shard(span.shard, |client| {
@@ -168,10 +173,9 @@ impl Ledger for ClickhouseLedger {
     fn claim(&self, partition: i32) -> LedgerFuture<'_, u64> {
         Box::pin(async move {
             let sql = format!(
-                "SELECT max(epoch) FROM `{}`.`{}` \
+                "SELECT max(epoch) FROM {} \
                  WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}}",
-                self.database,
-                ledger_table(&self.table)
+                self.qualified()
             );
             let mut highest = 0u64;
             for text in self.select_everywhere(&sql, partition, |query| query).await? {
@@ -194,10 +198,9 @@ impl Ledger for ClickhouseLedger {
         Box::pin(async move {
             // The claims live on the partition's home shard (`claim`), so one shard answers.
             let sql = format!(
-                "SELECT max(epoch) FROM `{}`.`{}` WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
+                "SELECT max(epoch) FROM {} WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
                  AND partition = {{partition:Int32}} AND first_offset = -1",
-                self.database,
-                ledger_table(&self.table)
+                self.qualified()
             );
             let home = partition.rem_euclid(self.shards.len() as i32) as usize;
             let text = self
@@ -235,7 +238,7 @@ impl Ledger for ClickhouseLedger {
                    WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
                    AND config_hash = {{hash:String}} AND last_offset > {{above:Int64}})) \
                  GROUP BY shard, first_offset, last_offset, current",
-                table = format!("`{}`.`{}`", self.database, ledger_table(&self.table))
+                table = self.qualified()
             );
             let mut recorded = Recorded::default();
             let answers = self
