@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
+use super::BenchArgs;
 use super::pipeline::Run;
 use super::variants::Variant;
-use super::{BenchArgs, MIB};
+use crate::lab::MIB;
 use crate::lab::plot;
 
 /// `end_to_end.svg`: the flagship's intake and done rates, and its in-flight bytes against the

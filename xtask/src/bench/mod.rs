@@ -54,8 +54,8 @@ use self::pipeline::{Run, run_pipeline};
 use self::servers::{Servers, start_servers};
 use self::variants::{COMPRESSIONS, EXACTLY_ONCE, FORMATS, Variant, sink_label, sink_of, sink_text};
 use crate::lab::flagship::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
-use crate::lab::http;
 use crate::lab::services::{XTASK, delete_topic, release_xtask, xtask};
+use crate::lab::{http, nanos};
 
 /// `bench` arguments.
 #[derive(Debug, clap::Args)]
@@ -288,12 +288,6 @@ fn measure(
     Ok(Measured { consume, insert, pipeline, sizing, exactly_once, compressions: compressed })
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
-
 fn cores() -> u64 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
-}
-
-fn nanos() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() % 1_000_000_000)
 }

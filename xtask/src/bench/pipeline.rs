@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::cpu_time::{Load, LoadMeter};
-use super::nanos;
 use super::rates::{per_million, per_second, rates, steady_rate};
 use super::servers::Servers;
 use super::variants::Variant;
 use crate::lab::flagship::flagship_command;
+use crate::lab::nanos;
 use crate::lab::services::recreate_table;
 use crate::lab::{http, procfs, prom};
 

@@ -7,7 +7,8 @@ use std::process::Command;
 use super::cpu_time::Load;
 use super::rates::{cpu_target, per_million, per_second, ratio_to_limit};
 use super::variants::Variant;
-use super::{BenchArgs, MIB, Measured};
+use super::{BenchArgs, Measured};
+use crate::lab::MIB;
 
 pub(crate) fn report(
     args: &BenchArgs,

@@ -48,6 +48,7 @@ use self::interrupts::Interrupts;
 use self::producer::{Load, Produced};
 use self::sampling::{Sample, Sampler};
 use self::setup::{Infra, Pipeline, TABLE};
+use crate::lab::nanos;
 use crate::lab::services::{XTASK, delete_topic, recreate_table, release_xtask};
 
 /// `soak` arguments.
@@ -451,9 +452,3 @@ fn process_state(pid: u32) -> Option<char> {
 fn running(pid: u32) -> bool {
     process_state(pid).is_some_and(|s| s != 'Z')
 }
-
-fn nanos() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() % 1_000_000_000)
-}
-
-const MIB: f64 = 1024.0 * 1024.0;

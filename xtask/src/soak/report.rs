@@ -8,9 +8,10 @@ use std::path::Path;
 
 use plotters::style::RGBColor;
 
+use super::Results;
 use super::faults::{Kind, Outcome};
 use super::sampling::Sample;
-use super::{MIB, Results};
+use crate::lab::MIB;
 use crate::lab::plot;
 
 /// Leaving out each lifetime's first seconds from the RSS slope (see [`rss_growth`]).
