@@ -385,6 +385,7 @@ fn describe(schema: &Schema) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::readers::documents;
 
     fn parse(json: &str) -> Result<AvroRecord, Vec<Unsupported>> {
         convert(&Schema::parse_str(json).unwrap())
@@ -483,18 +484,6 @@ mod tests {
     fn top_level_must_be_a_record() {
         let errors = convert(&Schema::parse_str(r#""string""#).unwrap()).unwrap_err();
         assert_eq!(errors[0].path, "(top level)");
-    }
-
-    /// Whether the documented cell names `clickhouse`, its `T` (or `V`) standing for `inner`.
-    fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
-        let cell = match inner {
-            Some(t) => cell
-                .replace("(T)", &format!("({t})"))
-                .replace(", T)", &format!(", {t})"))
-                .replace(", V)", &format!(", {t})")),
-            None => cell.to_owned(),
-        };
-        cell.contains(&format!("`{clickhouse}`"))
     }
 
     // docs/configuration.md's table is MAPPING: each row names what `column_ty` makes of its types.

@@ -149,6 +149,7 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::readers::documents;
 
     fn ok(text: &str) -> Vec<JField> {
         parse(text).unwrap().unwrap()
@@ -246,18 +247,6 @@ mod tests {
         assert!(parse("[1]").is_err());
         assert!(parse("{").is_err());
         assert_eq!(errors(r#"{"type": "string"}"#)[0].path, "(top level)");
-    }
-
-    /// Whether the documented cell names `clickhouse`, its `T` (or `V`) standing for `inner`.
-    fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
-        let cell = match inner {
-            Some(t) => cell
-                .replace("(T)", &format!("({t})"))
-                .replace(", T)", &format!(", {t})"))
-                .replace(", V)", &format!(", {t})")),
-            None => cell.to_owned(),
-        };
-        cell.contains(&format!("`{clickhouse}`"))
     }
 
     // docs/configuration.md's table is MAPPING: each row names what `record_ty` makes of its types.

@@ -13,3 +13,17 @@ pub(crate) mod protobuf;
 
 /// A type a reader does not support, found at `path` inside the schema.
 pub(crate) use etl_schema::Unsupported;
+
+/// Whether a cell of a reader's documented `MAPPING` names `clickhouse`, its `T` (or `V`)
+/// standing for `inner`: the readers' `mapping_matches_*` tests compare it with what they make.
+#[cfg(test)]
+pub(crate) fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
+    let cell = match inner {
+        Some(t) => cell
+            .replace("(T)", &format!("({t})"))
+            .replace(", T)", &format!(", {t})"))
+            .replace(", V)", &format!(", {t})")),
+        None => cell.to_owned(),
+    };
+    cell.contains(&format!("`{clickhouse}`"))
+}

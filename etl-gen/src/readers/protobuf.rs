@@ -175,6 +175,7 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::readers::documents;
 
     fn write(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -318,18 +319,6 @@ mod tests {
         assert_eq!(v["proto_indexes"], serde_json::json!([1]));
         assert_eq!(v["fields"][1]["proto"], serde_json::json!({"type": "sint32", "number": 2}));
         assert_eq!(v["fields"][4]["proto"], serde_json::json!({"type": "enum", "numbers": [0, 1, 5], "number": 5}));
-    }
-
-    /// Whether the documented cell names `clickhouse`, its `T` (or `V`) standing for `inner`.
-    fn documents(cell: &str, clickhouse: &str, inner: Option<&str>) -> bool {
-        let cell = match inner {
-            Some(t) => cell
-                .replace("(T)", &format!("({t})"))
-                .replace(", T)", &format!(", {t})"))
-                .replace(", V)", &format!(", {t})")),
-            None => cell.to_owned(),
-        };
-        cell.contains(&format!("`{clickhouse}`"))
     }
 
     // docs/configuration.md's table is MAPPING: each row names what `record_ty` makes of the
