@@ -95,7 +95,7 @@ pub use crate::engine::chain::{Chain, RowOut};
 pub use crate::engine::chunk::{Batch, Chunk};
 pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErrorKind, SourceError, SourceErrorKind};
 pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
-pub use crate::engine::lane::{Backlog, Lane, Record};
+pub use crate::engine::lane::{Backlog, Lane, LaneKey, Record};
 pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use crate::engine::shared::PipelineStats;

@@ -104,7 +104,8 @@ fn simulate(bound: Bound) {
     // the most-read one does. (A fixed lane order gave the last lane a third to an eighth.)
     let (least, most) = (stored.values().min().unwrap(), stored.values().max().unwrap());
     assert!(least * 3 >= *most, "a lane starves: next offsets {stored:?}");
-    let finals: HashMap<i32, Option<i64>> = report.offsets.into_iter().collect();
+    let finals: HashMap<i32, Option<i64>> =
+        report.offsets.into_iter().map(|(lane, next)| (lane.partition, next)).collect();
     for (partition, next) in &stored {
         assert_eq!(finals[partition], Some(*next));
     }

@@ -569,11 +569,12 @@ fn exactly_once(config_hash: &str) -> Option<etl_runtime::ExactlyOnceConfig> {
 // Invariant 8, against two real servers: each claim returns a higher epoch; spans are recorded on
 // their shard with the claiming epoch and read back from every shard above a watermark; a span of
 // another config hash is counted, not returned; recording a span twice keeps one row; tokens
-// depend on the span and the config hash only. The table's name holds a backquote and a
+// depend on the span and the config hash only. The lanes of two topics with the same partition
+// number keep their epochs, spans and tokens apart. The table's name holds a backquote and a
 // backslash, which every ledger statement must quote.
 #[test]
 fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
-    use etl_runtime::Span;
+    use etl_runtime::{LaneKey, Span};
     let (url, url2) = clickhouse_urls();
     let table = format!("{}_q`uo\\te", unique_table("ch_ledger"));
     for u in [&url, &url2] {
@@ -588,25 +589,37 @@ fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
     let (current, other) = (sink("aaaa"), sink("bbbb"));
     let ledger = current.ledger().expect("exactly_once gives the sink a ledger");
     assert!(block_on(current.check()).is_ok(), "deduplicating table and ledger in place");
-    let span = |shard, first, last| Span { partition: 3, shard, first, last };
+    let span = |shard, first, last| Span { topic: "orders".into(), partition: 3, shard, first, last };
+    let refunds = |shard, first, last| Span { topic: "refunds".into(), partition: 3, shard, first, last };
+    let (orders_3, refunds_3) = (LaneKey::new("orders", 3), LaneKey::new("refunds", 3));
     block_on(async {
-        let first = ledger.claim(3).await.unwrap();
-        let second = ledger.claim(3).await.unwrap();
+        let first = ledger.claim(&orders_3).await.unwrap();
+        let second = ledger.claim(&orders_3).await.unwrap();
         assert!(second > first, "a later owner's epoch is higher ({first}, {second})");
         ledger.record(&span(0, 10, 20), second).await.unwrap();
         ledger.record(&span(0, 10, 20), second).await.unwrap();
         ledger.record(&span(1, 15, 40), second).await.unwrap();
         ledger.record(&span(0, 0, 9), second).await.unwrap();
         other.ledger().unwrap().record(&span(1, 41, 50), 9).await.unwrap();
-        let recorded = ledger.recorded(3, Some(9)).await.unwrap();
+        let refunds_epoch = ledger.claim(&refunds_3).await.unwrap();
+        assert_eq!(refunds_epoch, 1, "another topic's partition 3 has epochs of its own");
+        ledger.record(&refunds(0, 10, 20), refunds_epoch).await.unwrap();
+        assert_eq!(ledger.owner(&orders_3).await.unwrap(), second);
+        assert_eq!(ledger.owner(&refunds_3).await.unwrap(), refunds_epoch);
+        let recorded = ledger.recorded(&orders_3, Some(9)).await.unwrap();
         let mut spans = recorded.spans.clone();
         spans.sort();
         assert_eq!(spans, vec![(span(0, 10, 20), second), (span(1, 15, 40), second)]);
         assert_eq!(recorded.others, vec![(span(1, 41, 50), 9)]);
         assert_eq!(recorded.other_config_above(Some(9)), 1);
         assert_eq!(recorded.other_config_above(Some(50)), 0);
-        assert!(ledger.recorded(4, None).await.unwrap().spans.is_empty(), "another partition has none");
-        assert!(ledger.claim(3).await.unwrap() > 9, "epochs of every config hash count");
+        assert!(
+            ledger.recorded(&LaneKey::new("orders", 4), None).await.unwrap().spans.is_empty(),
+            "another partition has none"
+        );
+        let refunds_recorded = ledger.recorded(&refunds_3, None).await.unwrap();
+        assert_eq!(refunds_recorded.spans, vec![(refunds(0, 10, 20), refunds_epoch)]);
+        assert!(ledger.claim(&orders_3).await.unwrap() > 9, "epochs of every config hash count");
     });
     assert_eq!(
         scalar(
@@ -616,9 +629,10 @@ fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
                 quoted(&etl_runtime::ledger_table(&table))
             )
         ),
-        1
+        2
     );
     let token = ledger.token(&span(0, 10, 20));
+    assert_ne!(token, ledger.token(&refunds(0, 10, 20)), "another topic, another token");
     assert_eq!(token, ledger.token(&span(0, 10, 20)));
     assert_ne!(token, ledger.token(&span(0, 10, 21)));
     assert_ne!(token, other.ledger().unwrap().token(&span(0, 10, 20)), "another config hash, another token");
@@ -823,9 +837,9 @@ fn a_superseded_owner_inserts_nothing() {
     let mut runtime = runtime_config(2);
     runtime.exactly_once = true;
     let pipeline = etl_runtime::Pipeline::start(runtime, || PassRows, sink, None).unwrap();
-    let plans = pipeline.handle().recover(&[(0, None)]).unwrap();
+    let plans = pipeline.handle().recover(&[(etl_runtime::LaneKey::new("orders", 0), None)]).unwrap();
     let epoch = plans[0].epoch;
-    let claimed = block_on(newer.ledger().unwrap().claim(0)).unwrap();
+    let claimed = block_on(newer.ledger().unwrap().claim(&etl_runtime::LaneKey::new("orders", 0))).unwrap();
     assert!(claimed > epoch, "the newer owner's epoch ({claimed}) is above the lane's ({epoch})");
 
     let stored = Stored::default();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{MemLane, PassThrough, RecordingSink, Stored, config, metric, rows_of, wait_for};
 use etl_runtime::{
-    Batch, Chain, DeadLetter, DeadLetterAck, DeadRecord, ErrorPolicy, Pipeline, Record, RecordError, RecordErrorKind,
-    RetryConfig, RowOut, Sink, SinkError, Wake,
+    Batch, Chain, DeadLetter, DeadLetterAck, DeadRecord, ErrorPolicy, LaneKey, Pipeline, Record, RecordError,
+    RecordErrorKind, RetryConfig, RowOut, Sink, SinkError, Wake,
 };
 
 /// A sink whose writes never finish.
@@ -51,7 +51,7 @@ fn shutdown_respects_drain_timeout_with_stuck_sink() {
     let took = started.elapsed();
     assert!(took < drain_timeout + Duration::from_millis(700), "shutdown took {took:?}");
     assert!(!report.complete);
-    assert_eq!(report.offsets, vec![(0, Some(10))]);
+    assert_eq!(report.offsets, vec![(LaneKey::new("orders", 0), Some(10))]);
     assert_eq!(stored.lock().unwrap().get(&0), Some(&10), "the offset stops at the first unwritten row");
 }
 
@@ -69,8 +69,9 @@ fn drain_partitions_returns_final_offsets() {
     pipeline.handle().add_lane(Box::new(MemLane::new(1, None, &stored)));
     std::thread::sleep(Duration::from_millis(100));
 
-    let offsets = pipeline.handle().drain_partitions(&[0], Duration::from_secs(5));
-    let [(0, Some(next))] = offsets[..] else { panic!("unexpected drain result {offsets:?}") };
+    let offsets = pipeline.handle().drain_partitions(&[LaneKey::new("orders", 0)], Duration::from_secs(5));
+    let [(ref lane, Some(next))] = offsets[..] else { panic!("unexpected drain result {offsets:?}") };
+    assert_eq!(lane, &LaneKey::new("orders", 0));
     assert!(next > 0);
     assert_eq!(stored.lock().unwrap().get(&0), Some(&next));
     assert_eq!(pipeline.handle().live_lanes(), 1);
@@ -309,7 +310,7 @@ fn drained_partitions_drop_their_lag_series() {
         .metrics_text()
         .contains(r#"etl_source_lag_seconds{partition="3",topic="orders"}"#)));
     assert!(pipeline.metrics_text().contains(r#"etl_source_lag_records{partition="3",topic="orders"} 42"#));
-    pipeline.handle().drain_partitions(&[3], Duration::from_secs(5));
+    pipeline.handle().drain_partitions(&[LaneKey::new("orders", 3)], Duration::from_secs(5));
     let text = pipeline.metrics_text();
     pipeline.shutdown(Duration::from_secs(5));
     assert!(!text.contains(r#"etl_source_lag_records{partition="3",topic="orders"}"#), "{text}");

@@ -22,22 +22,31 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use common::{GatedSink, ROW, RecordingSink};
-use support::{committed, create_topic, fixtures, kafka_brokers, produce, unique};
+use support::{Delivered, committed, create_topic, fixtures, kafka_brokers, produce, unique};
 
 const PARTITIONS: i32 = 4;
 
-/// Writes one fixed-width row per record: partition and offset, as `common::rows_of` reads them. It
-/// checks that the topic, key, offset and timestamp reached the chain, and fails records whose payload
-/// starts with `bad` (for the dead-letter test).
+/// Writes one fixed-width row per record: partition and offset, as `common::rows_of` reads them (the
+/// partition of the `i`th topic written as `i * TOPIC_STRIDE + partition`). It checks that the
+/// topic, key, offset and timestamp reached the chain, and fails records whose payload starts with
+/// `bad` (for the dead-letter test).
 struct Meta {
-    /// The topic every record must name.
-    topic: String,
+    /// The topics records may name.
+    topics: Vec<String>,
 }
+
+/// How a row tells the topics of a several-topic pipeline apart (see [`Meta`]).
+const TOPIC_STRIDE: i32 = 100;
 
 /// The chain factory of a pipeline reading `topic`.
 fn meta(topic: &str) -> impl Fn() -> Meta + Send + Sync + 'static {
-    let topic = topic.to_owned();
-    move || Meta { topic: topic.clone() }
+    metas(&[topic])
+}
+
+/// The chain factory of a pipeline reading `topics`.
+fn metas(topics: &[&str]) -> impl Fn() -> Meta + Send + Sync + use<> {
+    let topics: Vec<String> = topics.iter().map(|t| (*t).to_owned()).collect();
+    move || Meta { topics: topics.clone() }
 }
 
 impl Chain for Meta {
@@ -48,10 +57,8 @@ impl Chain for Meta {
         }
         let seq = std::str::from_utf8(&payload[1..]).map(str::trim).unwrap_or_default();
         let key = record.key.and_then(|k| std::str::from_utf8(k).ok()).unwrap_or_default();
-        if key.strip_prefix('k') != Some(seq)
-            || record.timestamp_ms.is_none_or(|ts| ts <= 0)
-            || record.topic != self.topic
-        {
+        let topic_index = self.topics.iter().position(|t| t == record.topic);
+        if key.strip_prefix('k') != Some(seq) || record.timestamp_ms.is_none_or(|ts| ts <= 0) || topic_index.is_none() {
             // Under `errors.policy: fail` this stops the pipeline and fails the test.
             let topic = record.topic;
             return Err(RecordError::new(
@@ -62,7 +69,8 @@ impl Chain for Meta {
         let shard = out.round_robin();
         out.push_row(shard, |buf| {
             let start = buf.len();
-            buf.extend_from_slice(&record.partition.to_le_bytes());
+            let topic_index = topic_index.unwrap_or_default() as i32;
+            buf.extend_from_slice(&(topic_index * TOPIC_STRIDE + record.partition).to_le_bytes());
             buf.extend_from_slice(&record.offset.to_le_bytes());
             buf.resize(start + ROW, 0);
         });
@@ -129,7 +137,7 @@ impl<K: Sink + Clone> Running<K> {
         assert!(report.complete, "the shutdown drain completed");
         assert_eq!(report.fatal, None);
         self.source.shutdown().expect("source shutdown");
-        (report.offsets.into_iter().collect(), self.source)
+        (report.offsets.into_iter().map(|(lane, next)| (lane.partition, next)).collect(), self.source)
     }
 }
 
@@ -178,6 +186,64 @@ fn consumes_every_offset_once_and_commits_the_end_offsets() {
     assert!(stats.commits > 0);
     assert!(metrics.contains(&format!("etl_source_lag_records{{partition=\"0\",topic=\"{topic}\"}}")), "{metrics}");
     assert!(common::metric(&metrics, "etl_source_commits_total") > 0.0);
+}
+
+// Several topics in one pipeline (issue 41): a `^` pattern subscribes to every matching topic and
+// to one created while the pipeline runs (picked up within topic.metadata.refresh.interval.ms);
+// a topic that does not match is never read. Lanes are (topic, partition): both topics have
+// partitions 0 and 1, and every record of every topic arrives once, each naming its own topic,
+// with each topic's offsets committed to its end.
+#[test]
+fn a_pattern_consumes_every_matching_topic_and_one_created_while_running() {
+    let brokers = kafka_brokers();
+    let (prefix, group) = (unique("pattern"), unique("pattern-g"));
+    let topics = [format!("{prefix}-eu"), format!("{prefix}-us"), format!("{prefix}-ap")];
+    let other = format!("{prefix}x-other");
+    for topic in [&topics[0], &topics[1], &other] {
+        create_topic(&brokers, topic, 2);
+    }
+    let produced: Vec<Delivered> =
+        [&topics[0], &topics[1], &other].iter().map(|t| produce(&brokers, t, &fixtures(0, 600, 2, 0))).collect();
+    let expected = |index: usize, delivered: &Delivered| -> BTreeSet<(i32, i64)> {
+        delivered.all.iter().map(|&(p, o)| (index as i32 * TOPIC_STRIDE + p, o)).collect()
+    };
+    let mut want: BTreeSet<(i32, i64)> =
+        expected(0, &produced[0]).into_iter().chain(expected(1, &produced[1])).collect();
+
+    etl_runtime::init_logging();
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let sink = RecordingSink::default();
+    // A record of `other` would fail the chain, and `errors.policy: fail` stops the pipeline.
+    let pipeline = Pipeline::start(runtime_config(2), metas(&names), sink.clone(), None).expect("pipeline");
+    let pattern = format!("^{prefix}-(eu|us|ap)$");
+    let config = source_config(&brokers, &pattern, &group, &[("topic.metadata.refresh.interval.ms", "1000")]);
+    let mut source = KafkaSource::new(config).expect("source").with_drain_timeout(Duration::from_secs(5));
+    source.start(pipeline.handle()).expect("source start");
+    assert!(wait_rows(&sink, &want, Duration::from_secs(30)), "both matching topics are read");
+
+    create_topic(&brokers, &topics[2], 2);
+    let late = produce(&brokers, &topics[2], &fixtures(0, 600, 2, 0));
+    want.extend(expected(2, &late));
+    let t0 = Instant::now();
+    let arrived = wait_rows(&sink, &want, Duration::from_secs(30));
+    eprintln!("the topic created while running was read after {:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_millis(700));
+    let metrics = pipeline.metrics_text();
+    let report = pipeline.shutdown(Duration::from_secs(10));
+    source.shutdown().expect("source shutdown");
+    assert!(arrived, "the matching topic created while running is read ({} of {} rows)", rows(&sink).len(), want.len());
+    assert_eq!(report.fatal, None, "no record of `{other}` reached the chain");
+    let rows = rows(&sink);
+    assert_eq!(rows.keys().copied().collect::<BTreeSet<_>>(), want);
+    assert!(rows.values().all(|&n| n == 1), "no duplicate");
+    for (topic, delivered) in [(&topics[0], &produced[0]), (&topics[1], &produced[1]), (&topics[2], &late)] {
+        assert_eq!(committed(&brokers, &group, topic, 2), delivered.end_offsets(), "{topic} committed to its end");
+        let lag = format!("etl_source_lag_records{{partition=\"1\",topic=\"{topic}\"}}");
+        assert!(metrics.contains(&lag), "{lag} in {metrics}");
+    }
+    let lanes: BTreeSet<String> = report.offsets.iter().map(|(lane, _)| lane.to_string()).collect();
+    assert_eq!(lanes.len(), 6, "six lanes, two per topic: {lanes:?}");
+    assert!(committed(&brokers, &group, &other, 2).is_empty(), "`{other}` is not consumed");
 }
 
 // A new consumer group does not silently start at the end of the topic: with no
@@ -653,7 +719,8 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     let report = pipeline.shutdown(Duration::from_secs(10));
     assert!(report.complete);
     source.shutdown().expect("source shutdown");
-    let stored: BTreeMap<i32, i64> = report.offsets.into_iter().map(|(p, o)| (p, o.expect("stored"))).collect();
+    let stored: BTreeMap<i32, i64> =
+        report.offsets.into_iter().map(|(p, o)| (p.partition, o.expect("stored"))).collect();
     assert_eq!(stored, end, "dead-lettered offsets count as done");
     assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), end);
 
@@ -787,7 +854,8 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
     assert!(report.complete);
     assert_eq!(report.fatal, None);
     source.shutdown().expect("source shutdown");
-    let stored: BTreeMap<i32, i64> = report.offsets.into_iter().map(|(p, o)| (p, o.expect("stored"))).collect();
+    let stored: BTreeMap<i32, i64> =
+        report.offsets.into_iter().map(|(p, o)| (p.partition, o.expect("stored"))).collect();
     assert_eq!(stored, end, "batches with refused rows complete once their records are dead-lettered");
     assert_eq!(committed(&brokers, &group, &topic, PARTITIONS), end);
     let rows = sink.inner.rows.lock().unwrap().clone();

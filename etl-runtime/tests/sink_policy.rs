@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{MemLane, PassThrough, Stored, config, metric, wait_for};
 use etl_runtime::{
-    Batch, DeadLetter, DeadLetterAck, DeadRecord, ErrorPolicy, Pipeline, RunOutcome, Sink, SinkError, SinkErrorKind,
-    Source, SourceError, Wake,
+    Batch, DeadLetter, DeadLetterAck, DeadRecord, ErrorPolicy, LaneKey, Pipeline, RunOutcome, Sink, SinkError,
+    SinkErrorKind, Source, SourceError, Wake,
 };
 
 /// Refuses the first row of every batch, writing the rest; counts the rows it kept and records
@@ -85,12 +85,12 @@ impl DeadLetter for RecordingDeadLetter {
         ack.complete(Err(SinkError::fatal("no chain error expected here")));
     }
 
-    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
+    fn send_refused(&self, lane: &LaneKey, offset: i64, error: String, ack: DeadLetterAck) {
         assert!(error.contains("CHECK constraint failed"), "{error}");
         if self.fail {
             return ack.complete(Err(SinkError::fatal("the dead-letter topic is gone")));
         }
-        self.refused.lock().unwrap().insert((partition, offset));
+        self.refused.lock().unwrap().insert((lane.partition, offset));
         ack.complete(Ok(()));
     }
 }

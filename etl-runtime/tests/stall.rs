@@ -139,7 +139,7 @@ fn a_lane_that_stalls_again_stops_the_pipeline_without_storing_past_durable_data
     let wake = pipeline.wait(STALL_TIMEOUT * 4);
     let elapsed = stalled_at.elapsed();
     let Wake::Fatal(message) = wake else { panic!("the pipeline did not stop: {wake:?}") };
-    assert!(message.contains("partition 0 stalled again"), "{message}");
+    assert!(message.contains("partition orders[0] stalled again"), "{message}");
     assert!(
         elapsed >= STALL_TIMEOUT * 2 - Duration::from_secs(1) && elapsed <= STALL_TIMEOUT * 3 + Duration::from_secs(1),
         "stopped {elapsed:?} after the stall, stall_timeout {STALL_TIMEOUT:?}"

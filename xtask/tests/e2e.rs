@@ -648,7 +648,7 @@ fn assert_fatal_poison(
     assert_eq!(status.code(), Some(1), "[{label}] a fatal runtime error exits 1:\n{}", p.log_tail());
     let fatal = p.log_lines("fatal error; the pipeline stops").join("\n");
     assert!(
-        fatal.contains(&format!("partition 0 offset {bad}")),
+        fatal.contains(&format!("partition {topic}[0] offset {bad}")),
         "[{label}] the fatal error names the poison at {bad}: {fatal}"
     );
     let committed = committed(&group, &topic, 1);
@@ -2431,7 +2431,10 @@ fn a_stalled_partition_is_recovered_or_stops_the_binary() {
     let gone = started.elapsed() - stalled_after;
     assert!(gone >= stall_timeout - Duration::from_secs(1), "exited {gone:?} after the recovery, before stall_timeout");
     let fatal = p.log_lines("fatal error; the pipeline stops").join("\n");
-    assert!(fatal.contains("partition 0 stalled again"), "the fatal error names the partition: {fatal}");
+    assert!(
+        fatal.contains(&format!("partition {topic}[0] stalled again")),
+        "the fatal error names the partition: {fatal}"
+    );
     p.assert_no_panic();
     let mut p = spawn(Variant::Stall, "stall-after", &topic, &group, &[]);
     await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(60));

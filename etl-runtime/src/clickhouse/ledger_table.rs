@@ -1,8 +1,9 @@
 //! The exactly-once ledger table in ClickHouse (the sink's `Ledger`, and its configuration): one
 //! row per batch span in `<table>_etl_batches` on the batch's shard, written before the batch's
-//! insert and read by the next owner of a partition; one claim row per new owner of a partition
-//! (offsets -1, on shard `partition % shards`) with its epoch; and the start-up checks that the
-//! target table deduplicates inserts.
+//! insert and read by the next owner of a lane (topic, partition); one claim row per new owner of
+//! a lane (offsets -1, on shard `partition % shards`) with its epoch; and the start-up checks that
+//! the target table deduplicates inserts. Every row names its topic, so one ledger serves a
+//! pipeline that reads several topics.
 
 use ::clickhouse::Client;
 
@@ -10,6 +11,7 @@ use crate::clickhouse::insert::Failure;
 use crate::clickhouse::replicas::Shard;
 use crate::clickhouse::table_columns::quote_ident;
 use crate::engine::errors::SinkError;
+use crate::engine::lane::LaneKey;
 use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
 
 /// The ledger table of `table`.
@@ -35,7 +37,8 @@ pub(super) const LEDGER_COLUMNS: [(&str, &str); 8] = [
 pub struct ExactlyOnceConfig {
     /// `pipeline.name`: the ledger is shared by the pipelines that write one table.
     pub pipeline: String,
-    /// The source topic.
+    /// The source subscription, for the logs only: every ledger row and token names the topic of
+    /// its own lane (a pipeline may read several topics).
     pub topic: String,
     /// The config hash: tokens and spans of another configuration are never reused.
     pub config_hash: String,
@@ -52,13 +55,13 @@ pub(super) struct ClickhouseLedger {
 }
 
 impl ClickhouseLedger {
-    /// A query of this pipeline's rows of `partition`: the `pipeline`, `topic` and `partition`
+    /// A query of this pipeline's rows of `lane`: the `pipeline`, `topic` and `partition`
     /// parameters are set.
-    fn scoped(&self, client: &Client, sql: &str, partition: i32) -> ::clickhouse::query::Query {
+    fn scoped(&self, client: &Client, sql: &str, topic: &str, partition: i32) -> ::clickhouse::query::Query {
         client
             .query_raw(sql)
             .param("pipeline", self.config.pipeline.as_str())
-            .param("topic", self.config.topic.as_str())
+            .param("topic", topic)
             .param("partition", partition)
     }
 
@@ -67,7 +70,7 @@ impl ClickhouseLedger {
     async fn select_everywhere(
         &self,
         sql: &str,
-        partition: i32,
+        lane: &LaneKey,
         bind: impl Fn(::clickhouse::query::Query) -> ::clickhouse::query::Query,
     ) -> Result<Vec<Vec<u8>>, SinkError> {
         let mut answers = Vec::with_capacity(self.shards.len());
@@ -76,8 +79,8 @@ impl ClickhouseLedger {
                 .on_shard(shard, |client| {
                     // A replica that misses a quorum-acknowledged ledger row refuses to answer
                     // instead of answering without it (the on_shard loop tries the next one).
-                    let query =
-                        bind(self.scoped(&client, sql, partition)).with_setting("select_sequential_consistency", "1");
+                    let query = bind(self.scoped(&client, sql, &lane.topic, lane.partition))
+                        .with_setting("select_sequential_consistency", "1");
                     async move { query.fetch_bytes("TSV")?.collect().await.map(|b| b.to_vec()) }
                 })
                 .await?;
@@ -145,7 +148,7 @@ impl ClickhouseLedger {
         );
         self.on_shard(span.shard, |client| {
             let mut query = self
-                .scoped(&client, &sql, span.partition)
+                .scoped(&client, &sql, &span.topic, span.partition)
                 .param("shard", span.shard as u32)
                 .param("first", span.first)
                 .param("last", span.last)
@@ -170,7 +173,7 @@ impl ClickhouseLedger {
 }
 
 impl Ledger for ClickhouseLedger {
-    fn claim(&self, partition: i32) -> LedgerFuture<'_, u64> {
+    fn claim<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
         Box::pin(async move {
             let sql = format!(
                 "SELECT max(epoch) FROM {} \
@@ -178,7 +181,7 @@ impl Ledger for ClickhouseLedger {
                 self.qualified()
             );
             let mut highest = 0u64;
-            for text in self.select_everywhere(&sql, partition, |query| query).await? {
+            for text in self.select_everywhere(&sql, lane, |query| query).await? {
                 let text = String::from_utf8_lossy(&text);
                 let max = text.trim().parse::<u64>().map_err(|_| {
                     SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
@@ -186,15 +189,16 @@ impl Ledger for ClickhouseLedger {
                 highest = highest.max(max);
             }
             let epoch = highest + 1;
-            let home = partition.rem_euclid(self.shards.len() as i32) as usize;
+            let home = lane.partition.rem_euclid(self.shards.len() as i32) as usize;
             // The claim row: offsets -1, never read as a span. Without a token, ClickHouse's
             // content-based deduplication drops only an identical claim (the same epoch).
-            self.insert_row(&Span { partition, shard: home, first: -1, last: -1 }, epoch, None).await?;
+            let claim = Span { topic: lane.topic.clone(), partition: lane.partition, shard: home, first: -1, last: -1 };
+            self.insert_row(&claim, epoch, None).await?;
             Ok(epoch)
         })
     }
 
-    fn owner(&self, partition: i32) -> LedgerFuture<'_, u64> {
+    fn owner<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
         Box::pin(async move {
             // The claims live on the partition's home shard (`claim`), so one shard answers.
             let sql = format!(
@@ -202,11 +206,12 @@ impl Ledger for ClickhouseLedger {
                  AND partition = {{partition:Int32}} AND first_offset = -1",
                 self.qualified()
             );
-            let home = partition.rem_euclid(self.shards.len() as i32) as usize;
+            let home = lane.partition.rem_euclid(self.shards.len() as i32) as usize;
             let text = self
                 .on_shard(home, |client| {
-                    let query =
-                        self.scoped(&client, &sql, partition).with_setting("select_sequential_consistency", "1");
+                    let query = self
+                        .scoped(&client, &sql, &lane.topic, lane.partition)
+                        .with_setting("select_sequential_consistency", "1");
                     async move { query.fetch_bytes("TSV")?.collect().await.map(|b| b.to_vec()) }
                 })
                 .await?;
@@ -224,7 +229,7 @@ impl Ledger for ClickhouseLedger {
         Box::pin(self.insert_row(span, epoch, Some(format!("{}:span:{epoch}", self.token(span)))))
     }
 
-    fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded> {
+    fn recorded<'a>(&'a self, lane: &'a LaneKey, watermark: Option<i64>) -> LedgerFuture<'a, Recorded> {
         Box::pin(async move {
             let sql = format!(
                 // The spans above the watermark, and every span that could overlap one of the
@@ -242,7 +247,7 @@ impl Ledger for ClickhouseLedger {
             );
             let mut recorded = Recorded::default();
             let answers = self
-                .select_everywhere(&sql, partition, |query| {
+                .select_everywhere(&sql, lane, |query| {
                     query.param("hash", self.config.config_hash.as_str()).param("above", watermark.unwrap_or(-1))
                 })
                 .await?;
@@ -253,7 +258,13 @@ impl Ledger for ClickhouseLedger {
                     let number = |i: usize| fields.get(i).and_then(|f| f.parse::<i64>().ok());
                     let parsed = match (number(0), number(1), number(2), fields.get(3), number(4)) {
                         (Some(shard), Some(first), Some(last), Some(current), Some(epoch)) if fields.len() == 5 => {
-                            let span = Span { partition, shard: shard as usize, first, last };
+                            let span = Span {
+                                topic: lane.topic.clone(),
+                                partition: lane.partition,
+                                shard: shard as usize,
+                                first,
+                                last,
+                            };
                             Some((span, *current == "1", epoch as u64))
                         }
                         _ => None,
@@ -280,7 +291,7 @@ impl Ledger for ClickhouseLedger {
             "etl-eo:{}:{}:{}:{}:{}:{}-{}",
             self.config.pipeline,
             self.config.config_hash,
-            self.config.topic,
+            span.topic,
             span.partition,
             span.shard,
             span.first,

@@ -110,7 +110,13 @@ fn batch(token: &str, rows: i64) -> Batch {
         crate::codec::rowbinary::i64(&mut bytes, id);
         crate::codec::rowbinary::string(&mut bytes, format!("row {id}").as_bytes());
     }
-    let origin = ChunkOrigin { thread: 0, lane_id: 1, partition: 0, first_offset: 0, last_offset: rows - 1 };
+    let origin = ChunkOrigin {
+        thread: 0,
+        lane_id: 1,
+        lane: crate::engine::lane::LaneKey::new("t", 0),
+        first_offset: 0,
+        last_offset: rows - 1,
+    };
     let len = bytes.len() as u64;
     let chunk = Chunk {
         bytes,

@@ -9,11 +9,11 @@ use crossbeam_channel::Sender;
 use crate::engine::budget::Budget;
 use crate::engine::chunk::Batch;
 use crate::engine::fence::Fence;
-use crate::engine::lane::Lane;
+use crate::engine::lane::{Lane, LaneKey};
 use crate::engine::ledger::Replay;
 
-/// The final stored `next_offset` of each drained partition (`None`: nothing stored).
-pub(crate) type FinalOffsets = Vec<(i32, Option<i64>)>;
+/// The final stored `next_offset` of each drained lane (`None`: nothing stored).
+pub(crate) type FinalOffsets = Vec<(LaneKey, Option<i64>)>;
 
 /// An acknowledgement from the sink side, sent over the owning thread's unbounded ack channel
 /// (Invariant 2: the sink side never blocks on a pipeline thread).
@@ -38,8 +38,8 @@ pub(crate) enum Control {
         /// Exactly-once: the lane's fence, also held by the handle.
         fence: Option<Arc<Fence>>,
     },
-    /// Drain and drop the lanes of these partitions; reply with their final stored offsets.
-    RemoveLanes { partitions: Vec<i32>, deadline: Instant, reply: Sender<FinalOffsets> },
+    /// Drain and drop these lanes; reply with their final stored offsets.
+    RemoveLanes { lanes: Vec<LaneKey>, deadline: Instant, reply: Sender<FinalOffsets> },
     /// Store the safe watermark of every remaining lane and end the thread.
     Exit,
 }

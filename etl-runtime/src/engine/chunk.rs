@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::engine::fence::Fence;
+use crate::engine::lane::LaneKey;
 
 /// A sealed buffer of encoded rows from one lane for one shard.
 #[derive(Debug)]
@@ -27,11 +28,11 @@ pub struct Chunk {
 }
 
 /// Where a chunk's acknowledgement goes, and which offsets its rows come from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ChunkOrigin {
     pub(crate) thread: usize,
     pub(crate) lane_id: u64,
-    pub(crate) partition: i32,
+    pub(crate) lane: LaneKey,
     pub(crate) first_offset: i64,
     pub(crate) last_offset: i64,
 }
@@ -47,9 +48,14 @@ impl Chunk {
         self.rows
     }
 
+    /// The source topic the rows come from.
+    pub fn topic(&self) -> &str {
+        &self.origin.lane.topic
+    }
+
     /// The source partition the rows come from.
     pub fn partition(&self) -> i32 {
-        self.origin.partition
+        self.origin.lane.partition
     }
 
     /// The offset of the record whose row entered the chunk first.
@@ -116,15 +122,15 @@ impl Batch {
         self.bytes
     }
 
-    /// The source partition and offset of row `index` of the batch (rows counted across the
-    /// chunks in order), when the runtime kept them (`errors.policy: dlq`).
-    pub fn row_source(&self, index: u64) -> Option<(i32, i64)> {
+    /// The source lane and offset of row `index` of the batch (rows counted across the chunks in
+    /// order), when the runtime kept them (`errors.policy: dlq`).
+    pub fn row_source(&self, index: u64) -> Option<(LaneKey, i64)> {
         let mut first = 0u64;
         for chunk in &self.chunks {
             let rows = u64::from(chunk.rows);
             if index < first + rows {
                 let offset = chunk.row_offsets.get(usize::try_from(index - first).ok()?)?;
-                return Some((chunk.origin.partition, *offset));
+                return Some((chunk.origin.lane.clone(), *offset));
             }
             first += rows;
         }

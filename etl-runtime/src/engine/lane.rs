@@ -2,7 +2,35 @@
 //! trait a source implements (the Kafka source's is `kafka/partition_lane.rs`); what a pipeline
 //! thread keeps of a lane is `engine/pipeline/lane_state.rs`.
 
+use std::fmt;
+use std::sync::Arc;
+
 use crate::engine::errors::SourceError;
+
+/// The identity of a lane: one partition of one topic. A pipeline may read several topics, so a
+/// partition number alone names no lane; everything the engine keys by lane (placement, fences,
+/// drains, replay plans, ledger spans) takes this.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LaneKey {
+    /// The source topic.
+    pub topic: Arc<str>,
+    /// The partition within the topic.
+    pub partition: i32,
+}
+
+impl LaneKey {
+    /// The lane of `partition` of `topic`.
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> LaneKey {
+        LaneKey { topic: topic.into(), partition }
+    }
+}
+
+impl fmt::Display for LaneKey {
+    /// `topic[partition]`, as log lines and error messages name a lane.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.topic, self.partition)
+    }
+}
 
 /// One record as a lane hands it to the pipeline thread; it borrows the lane's buffers.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +72,11 @@ pub trait Lane: Send + 'static {
 
     /// The partition this lane reads.
     fn partition(&self) -> i32;
+
+    /// The lane's identity, (topic, partition).
+    fn key(&self) -> LaneKey {
+        LaneKey::new(self.topic(), self.partition())
+    }
 
     /// The next record, without blocking. `None` means nothing is available right now (or a finite
     /// source has ended, see [`Lane::is_finished`]).

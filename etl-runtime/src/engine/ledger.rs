@@ -22,13 +22,17 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::engine::errors::SinkError;
+use crate::engine::lane::LaneKey;
 
-/// The identity of one exactly-once batch: the rows of `partition`'s records `first..=last` that
-/// go to `shard`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The identity of one exactly-once batch: the rows of the records `first..=last` of `topic`'s
+/// `partition` that go to `shard`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Span {
+    /// The source topic.
+    pub topic: Arc<str>,
     /// The source partition.
     pub partition: i32,
     /// The sink shard.
@@ -66,22 +70,22 @@ pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SinkError>>
 /// Where batch spans are made durable before their insert (for ClickHouse: a small table on each
 /// shard). Implemented by sinks that support exactly-once.
 pub trait Ledger: Send + Sync + 'static {
-    /// Claims `partition` for a new owner: makes an epoch higher than every epoch recorded for the
-    /// partition durable, and returns it. Called before [`Ledger::recorded`].
-    fn claim(&self, partition: i32) -> LedgerFuture<'_, u64>;
+    /// Claims `lane` for a new owner: makes an epoch higher than every epoch recorded for the
+    /// lane durable, and returns it. Called before [`Ledger::recorded`].
+    fn claim<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64>;
 
     /// The epoch of the partition's newest owner: the highest one claimed. A batch's write checks
     /// it after recording its span and before its insert; a higher epoch than its own means this
     /// member was cut off from the group without noticing (frozen past `session.timeout.ms`, say)
     /// and a newer owner has taken the partition over, so the batch is dropped (Invariant 8).
-    fn owner(&self, partition: i32) -> LedgerFuture<'_, u64>;
+    fn owner<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64>;
 
     /// Makes `span`, recorded by the owner of `epoch`, durable. Called before the batch's insert,
     /// retried until it succeeded; must be idempotent.
     fn record<'a>(&'a self, span: &'a Span, epoch: u64) -> LedgerFuture<'a, ()>;
 
-    /// The spans of `partition` whose last offset is above `watermark` (all of them when `None`).
-    fn recorded(&self, partition: i32, watermark: Option<i64>) -> LedgerFuture<'_, Recorded>;
+    /// The spans of `lane` whose last offset is above `watermark` (all of them when `None`).
+    fn recorded<'a>(&'a self, lane: &'a LaneKey, watermark: Option<i64>) -> LedgerFuture<'a, Recorded>;
 
     /// The deduplication token of the batch with `span`: the same in every process that runs the
     /// same configuration, different under another config hash.
@@ -210,7 +214,7 @@ mod tests {
     }
 
     fn span(shard: usize, first: i64, last: i64) -> (Span, u64) {
-        (Span { partition: 0, shard, first, last }, 1)
+        (Span { topic: "t".into(), partition: 0, shard, first, last }, 1)
     }
 
     // Invariant 8: the replay starts at the lowest unfinished batch, whole, and never below it.
@@ -230,7 +234,7 @@ mod tests {
     // overlaps that owner's spans, and its batch was never inserted) gives way to the later epoch.
     #[test]
     fn overlapping_spans_resolve_for_the_later_owner() {
-        let at = |shard, first, last, epoch| (Span { partition: 0, shard, first, last }, epoch);
+        let at = |shard, first, last, epoch| (Span { topic: "t".into(), partition: 0, shard, first, last }, epoch);
         let recorded = [
             at(0, 100, 200, 1), // owner 1, durable before the hand-over
             at(0, 201, 300, 1), // owner 1's stray span

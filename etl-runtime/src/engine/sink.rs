@@ -8,7 +8,7 @@ use crate::engine::ack::Ack;
 use crate::engine::chunk::Batch;
 use crate::engine::errors::SinkError;
 use crate::engine::fatal::FatalSlot;
-use crate::engine::lane::Record;
+use crate::engine::lane::{LaneKey, Record};
 use crate::engine::ledger::Ledger;
 
 /// A sink that writes batches durably (Invariant 3): `write` resolves to `Ok` only when the batch is
@@ -93,6 +93,8 @@ pub struct DeadRecord {
     pub payload: Option<Vec<u8>>,
     /// The raw key.
     pub key: Option<Vec<u8>>,
+    /// The source topic.
+    pub topic: String,
     /// The source partition.
     pub partition: i32,
     /// The source offset.
@@ -108,6 +110,7 @@ impl DeadRecord {
         DeadRecord {
             payload: record.payload.map(<[u8]>::to_vec),
             key: record.key.map(<[u8]>::to_vec),
+            topic: record.topic.to_owned(),
             partition: record.partition,
             offset: record.offset,
             timestamp_ms: record.timestamp_ms,
@@ -125,17 +128,17 @@ pub trait DeadLetter: Send + Sync + 'static {
     /// Hands off one record; `ack` must be completed exactly once.
     fn send(&self, record: DeadRecord, ack: DeadLetterAck);
 
-    /// Hands off the record at `partition`/`offset` of the source, whose row the sink refused: the
+    /// Hands off the record at `offset` of the source's `lane`, whose row the sink refused: the
     /// runtime no longer holds the raw record, so the dead-letter sink reads it again from the
     /// source (the offset is not committed yet, so it is still there). `ack` as for [`send`].
     ///
     /// The default cannot read the source and fails, which stops the pipeline.
     ///
     /// [`send`]: DeadLetter::send
-    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
+    fn send_refused(&self, lane: &LaneKey, offset: i64, error: String, ack: DeadLetterAck) {
         let _ = error;
         ack.complete(Err(SinkError::fatal(format!(
-            "partition {partition} offset {offset}: this dead-letter sink cannot read refused rows' records again"
+            "{lane} offset {offset}: this dead-letter sink cannot read refused rows' records again"
         ))));
     }
 }

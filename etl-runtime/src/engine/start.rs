@@ -21,6 +21,7 @@ use crate::engine::delivery::exactly_once::ExactlyOnce;
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::fatal::FatalSlot;
 use crate::engine::handle::{HandleInner, PipelineHandle};
+use crate::engine::lane::LaneKey;
 use crate::engine::ledger::Ledger;
 use crate::engine::metrics::Metrics;
 use crate::engine::pipeline::PipelineThread;
@@ -57,7 +58,7 @@ pub enum Wake {
 #[derive(Debug, Clone)]
 pub struct ShutdownReport {
     /// The final stored `next_offset` of each lane drained by the shutdown (`None`: nothing stored).
-    pub offsets: Vec<(i32, Option<i64>)>,
+    pub offsets: Vec<(LaneKey, Option<i64>)>,
     /// True when every lane was fully acknowledged before the drain deadline.
     pub complete: bool,
     /// The fatal error that stopped the pipeline, if any.
@@ -363,9 +364,8 @@ impl Pipeline {
         let deadline = Instant::now() + timeout;
         let shared = self.handle.inner.shared.clone();
         shared.stopping.store(true, Ordering::Release);
-        let partitions: Vec<i32> =
-            self.handle.inner.placement.lock().expect("placement lock").keys().copied().collect();
-        let offsets = self.handle.drain_until(&partitions, deadline);
+        let lanes: Vec<LaneKey> = self.handle.inner.placement.lock().expect("placement lock").keys().cloned().collect();
+        let offsets = self.handle.drain_until(&lanes, deadline);
         let complete = shared.budget.inflight() == 0 && shared.fatal.message().is_none();
         self.stop_threads();
         // The pipeline threads dropped their queue senders, so each worker flushes and ends.

@@ -28,16 +28,16 @@ async fn dead_letter_refused(shared: &Shared, batch: &Batch, rows: &[u64], messa
         records.insert(source);
     }
     let mut pending = Vec::with_capacity(records.len());
-    for &(partition, offset) in &records {
+    for (lane, offset) in &records {
         let (ack, done) = DeadLetterAck::for_batch();
-        dead_letter.send_refused(partition, offset, format!("Sink error: {message}"), ack);
-        pending.push((partition, offset, done));
+        dead_letter.send_refused(lane, *offset, format!("Sink error: {message}"), ack);
+        pending.push((lane, offset, done));
     }
-    for (partition, offset, done) in pending {
+    for (lane, offset, done) in pending {
         match done.await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => return Err(format!("partition {partition} offset {offset}: {error}")),
-            Err(_) => return Err(format!("partition {partition} offset {offset}: the dead-letter sink dropped it")),
+            Ok(Err(error)) => return Err(format!("{lane} offset {offset}: {error}")),
+            Err(_) => return Err(format!("{lane} offset {offset}: the dead-letter sink dropped it")),
         }
     }
     Ok(records.len() as u64)

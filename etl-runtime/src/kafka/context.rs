@@ -17,6 +17,7 @@ use super::batches::PartitionBatches;
 use super::partition_lane::{FetchStats, KafkaLane, LaneProgress, Start};
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
+use crate::engine::lane::LaneKey;
 use crate::engine::ledger::Replay;
 
 /// The bound on reading the committed offsets of a new assignment (exactly-once).
@@ -56,8 +57,8 @@ pub(crate) struct Startup {
 pub(crate) struct Deferred {
     /// Bumped by every revocation: a plan read for an earlier assignment is dropped.
     generation: u64,
-    waiting: HashMap<i32, PartitionBatches<SourceContext>>,
-    ready: Vec<(i32, Replay)>,
+    waiting: HashMap<LaneKey, PartitionBatches<SourceContext>>,
+    ready: Vec<(LaneKey, Replay)>,
     /// The thread reading the plans: joined by a revocation, so that none of its claims lands
     /// after the assignment is over.
     reader: Option<std::thread::JoinHandle<()>>,
@@ -66,33 +67,35 @@ pub(crate) struct Deferred {
 /// Why an exactly-once assignment has no replay plans.
 enum PlanError {
     /// The ledger could not be read within its retries: the plans are read later.
-    LedgerUnavailable { watermarks: Vec<(i32, Option<i64>)>, error: LedgerReadError },
+    LedgerUnavailable { watermarks: Vec<(LaneKey, Option<i64>)>, error: LedgerReadError },
     /// Anything else stops the source.
     Fatal(String),
 }
 
 pub(crate) struct SourceContext {
-    pub(crate) topic: Arc<str>,
+    /// What the consumer subscribed to (topic names, or a `^` pattern), for log lines: an
+    /// assignment may carry partitions of several topics, each lane names its own.
+    pub(crate) subscription: Arc<str>,
     pub(crate) pipeline: PipelineHandle,
     /// Set right after the consumer is created; `split_partition_queue` needs the `Arc`.
     pub(crate) consumer: OnceLock<Weak<Consumer>>,
     pub(crate) drain_timeout: Duration,
     pub(crate) startup: Mutex<Startup>,
     pub(crate) startup_changed: Condvar,
-    progress: Mutex<HashMap<i32, Arc<LaneProgress>>>,
+    progress: Mutex<HashMap<LaneKey, Arc<LaneProgress>>>,
     pub(crate) counters: Arc<Counters>,
     deferred: Arc<Mutex<Deferred>>,
 }
 
 impl SourceContext {
     pub(crate) fn new(
-        topic: Arc<str>,
+        subscription: Arc<str>,
         pipeline: PipelineHandle,
         drain_timeout: Duration,
         counters: Arc<Counters>,
     ) -> Self {
         SourceContext {
-            topic,
+            subscription,
             pipeline,
             consumer: OnceLock::new(),
             drain_timeout,
@@ -104,14 +107,23 @@ impl SourceContext {
         }
     }
 
-    fn partitions_of(&self, tpl: &TopicPartitionList) -> Vec<i32> {
-        tpl.elements_for_topic(&self.topic).iter().map(|e| e.partition()).collect()
+    /// The lanes of every partition in `tpl`, of whichever topic (a list or a pattern
+    /// subscription assigns partitions of several topics at once).
+    fn lanes_of(tpl: &TopicPartitionList) -> Vec<LaneKey> {
+        let mut topics: HashMap<String, Arc<str>> = HashMap::new();
+        tpl.elements()
+            .iter()
+            .map(|e| {
+                let topic = topics.entry(e.topic().to_owned()).or_insert_with(|| Arc::from(e.topic())).clone();
+                LaneKey { topic, partition: e.partition() }
+            })
+            .collect()
     }
 
-    fn one_topic_list(&self, partitions: &[i32]) -> TopicPartitionList {
-        let mut tpl = TopicPartitionList::with_capacity(partitions.len());
-        for &p in partitions {
-            tpl.add_partition(&self.topic, p);
+    fn list_of(lanes: &[LaneKey]) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::with_capacity(lanes.len());
+        for lane in lanes {
+            tpl.add_partition(&lane.topic, lane.partition);
         }
         tpl
     }
@@ -121,14 +133,14 @@ impl SourceContext {
     /// the lane's first poll; at least once: not paused, and left alone until the lane's first
     /// message, see `partition_lane::Start`), assign, then hand each partition over as a lane.
     fn on_assign(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
-        let partitions = self.partitions_of(tpl);
+        let partitions = Self::lanes_of(tpl);
         let mut later = None;
         let (assignment, mut replays) = if self.pipeline.exactly_once() && !partitions.is_empty() {
             match self.replay_plans(consumer, tpl, &partitions) {
                 Ok(planned) => planned,
                 Err(PlanError::LedgerUnavailable { watermarks, error }) => {
                     tracing::error!(
-                        ?partitions,
+                        partitions = %named(&partitions),
                         %error,
                         "exactly-once: the ledger cannot be read (a shard is down); the partitions stay paused, and \
                          the member in its group, until it can"
@@ -137,10 +149,13 @@ impl SourceContext {
                     // them: the partitions are then positioned, and the seek to the replay start
                     // applies to a settled position.
                     let mut assignment = tpl.clone();
-                    for (partition, watermark) in &watermarks {
+                    for (lane, watermark) in &watermarks {
                         if let Some(watermark) = watermark {
-                            let _ =
-                                assignment.set_partition_offset(&self.topic, *partition, Offset::Offset(watermark + 1));
+                            let _ = assignment.set_partition_offset(
+                                &lane.topic,
+                                lane.partition,
+                                Offset::Offset(watermark + 1),
+                            );
                         }
                     }
                     later = Some(watermarks);
@@ -163,15 +178,15 @@ impl SourceContext {
             return;
         };
         let mut queues = Vec::with_capacity(partitions.len());
-        for &partition in &partitions {
-            match PartitionBatches::split(&shared, &self.topic, partition) {
-                Some(queue) => queues.push((partition, queue)),
+        for lane in &partitions {
+            match PartitionBatches::split(&shared, &lane.topic, lane.partition) {
+                Some(queue) => queues.push((lane.clone(), queue)),
                 None => {
-                    self.pipeline.report_fatal(format!("could not split the queue of partition {partition}"));
+                    self.pipeline.report_fatal(format!("could not split the queue of partition {lane}"));
                 }
             }
         }
-        let list = self.one_topic_list(&partitions);
+        let list = Self::list_of(&partitions);
         // The split created the partition objects, and librdkafka keeps the application's pause
         // flag across assignments. Exactly-once pauses them before the assignment (its lanes wait
         // for their replay plans, and its assignment carries explicit offsets, so no fetch start
@@ -185,18 +200,18 @@ impl SourceContext {
             || match if exactly_once { consumer.pause(&list) } else { consumer.resume(&list) } {
                 Ok(()) => true,
                 Err(error) => {
-                    tracing::warn!(%error, ?partitions, exactly_once, "setting the pause state of newly assigned partitions failed");
+                    tracing::warn!(%error, partitions = %named(&partitions), exactly_once, "setting the pause state of newly assigned partitions failed");
                     false
                 }
             };
         if let Err(error) = consumer.assign(tpl) {
-            self.pipeline.report_fatal(format!("assigning partitions {partitions:?} failed: {error}"));
+            self.pipeline.report_fatal(format!("assigning partitions {} failed: {error}", named(&partitions)));
             return;
         }
         if exactly_once && !set_before {
             // Still before any fetch: the partitions wait for their plans.
             if let Err(error) = consumer.pause(&list) {
-                tracing::warn!(%error, ?partitions, "pausing newly assigned partitions failed");
+                tracing::warn!(%error, partitions = %named(&partitions), "pausing newly assigned partitions failed");
             }
         }
         if let Some(watermarks) = later {
@@ -217,20 +232,21 @@ impl SourceContext {
         }
         {
             let mut progress = self.progress.lock().expect("progress lock");
-            for (partition, queue) in queues {
+            for (key, queue) in queues {
                 let lane_progress = Arc::new(LaneProgress::new());
-                progress.insert(partition, lane_progress.clone());
-                let assigned_at = match tpl.find_partition(&self.topic, partition).map(|e| e.offset()) {
+                progress.insert(key.clone(), lane_progress.clone());
+                let assigned_at = match tpl.find_partition(&key.topic, key.partition).map(|e| e.offset()) {
                     Some(Offset::Offset(offset)) => Some(offset),
                     _ => None,
                 };
-                let lane = KafkaLane::new(shared.clone(), queue, self.topic.clone(), lane_progress, start, assigned_at);
-                self.pipeline.add_lane_replaying(Box::new(lane), replays.remove(&partition));
+                let replay = replays.remove(&key);
+                let lane = KafkaLane::new(shared.clone(), queue, key.topic, lane_progress, start, assigned_at);
+                self.pipeline.add_lane_replaying(Box::new(lane), replay);
             }
         }
         self.counters.assignments.fetch_add(1, Ordering::Relaxed);
         self.pipeline.record_assignment();
-        tracing::info!(topic = %self.topic, ?partitions, "partitions assigned");
+        tracing::info!(subscription = %self.subscription, partitions = %named(&partitions), "partitions assigned");
         // Joined the group, even with no partition: /readyz says so (docs/METRICS.md), unless
         // partitions wait for their replay plans (they are not read yet).
         let waiting = !self.deferred.lock().expect("deferred lock").waiting.is_empty();
@@ -248,17 +264,17 @@ impl SourceContext {
         &self,
         consumer: &Consumer,
         tpl: &TopicPartitionList,
-        partitions: &[i32],
-    ) -> Result<(TopicPartitionList, HashMap<i32, Replay>), PlanError> {
-        let committed =
-            consumer.committed_offsets(self.one_topic_list(partitions), COMMITTED_TIMEOUT).map_err(|e| {
-                PlanError::Fatal(format!(
-                    "exactly-once: reading the committed offsets of partitions {partitions:?}: {e}"
-                ))
-            })?;
-        let mut watermarks: Vec<(i32, Option<i64>)> = Vec::with_capacity(partitions.len());
-        for &p in partitions {
-            let element = committed.find_partition(&self.topic, p);
+        partitions: &[LaneKey],
+    ) -> Result<(TopicPartitionList, HashMap<LaneKey, Replay>), PlanError> {
+        let committed = consumer.committed_offsets(Self::list_of(partitions), COMMITTED_TIMEOUT).map_err(|e| {
+            PlanError::Fatal(format!(
+                "exactly-once: reading the committed offsets of partitions {}: {e}",
+                named(partitions)
+            ))
+        })?;
+        let mut watermarks: Vec<(LaneKey, Option<i64>)> = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let element = committed.find_partition(&p.topic, p.partition);
             // A per-partition error is not "nothing committed": that would replay from the oldest
             // recorded span, or from the reset policy.
             if let Some(Err(error)) = element.as_ref().map(|e| e.error()) {
@@ -270,7 +286,7 @@ impl SourceContext {
                 Some(Offset::Offset(next)) => Some(next - 1),
                 _ => None,
             };
-            watermarks.push((p, watermark));
+            watermarks.push((p.clone(), watermark));
         }
         let plans = match self.pipeline.recover(&watermarks) {
             Ok(plans) => plans,
@@ -281,13 +297,13 @@ impl SourceContext {
         };
         let mut assignment = tpl.clone();
         let mut replays = HashMap::new();
-        for ((partition, _), plan) in watermarks.into_iter().zip(plans) {
+        for ((lane, _), plan) in watermarks.into_iter().zip(plans) {
             if let Some(start) = plan.start() {
-                assignment.set_partition_offset(&self.topic, partition, Offset::Offset(start)).map_err(|e| {
-                    PlanError::Fatal(format!("exactly-once: positioning partition {partition} at {start}: {e}"))
+                assignment.set_partition_offset(&lane.topic, lane.partition, Offset::Offset(start)).map_err(|e| {
+                    PlanError::Fatal(format!("exactly-once: positioning partition {lane} at {start}: {e}"))
                 })?;
             }
-            replays.insert(partition, plan);
+            replays.insert(lane, plan);
         }
         Ok((assignment, replays))
     }
@@ -295,7 +311,7 @@ impl SourceContext {
     /// Drops the deferred state of `partitions` (all of them when empty) and waits for the plan
     /// reader to notice: it claims nothing after this returns. Also called at shutdown, since the
     /// kept queues hold the consumer, which could not close otherwise.
-    pub(crate) fn forget_deferred(&self, partitions: &[i32]) {
+    pub(crate) fn forget_deferred(&self, partitions: &[LaneKey]) {
         let reader = {
             let mut deferred = self.deferred.lock().expect("deferred lock");
             deferred.generation += 1;
@@ -318,7 +334,7 @@ impl SourceContext {
     /// it between polls): each is positioned at its replay start first. It is still paused and was
     /// never fetched, so the seek decides where its lane starts.
     pub(crate) fn hand_over_planned(&self, consumer: &Arc<Consumer>) {
-        let planned: Vec<(i32, Replay, PartitionBatches<SourceContext>)> = {
+        let planned: Vec<(LaneKey, Replay, PartitionBatches<SourceContext>)> = {
             let mut deferred = self.deferred.lock().expect("deferred lock");
             if deferred.ready.is_empty() {
                 return;
@@ -334,35 +350,30 @@ impl SourceContext {
             planned
         };
         let mut progress = self.progress.lock().expect("progress lock");
-        for (partition, plan, queue) in planned {
+        for (key, plan, queue) in planned {
             if let Some(start) = plan.start() {
                 // A partition whose position librdkafka is still looking up refuses a seek for a
                 // moment (its fetch has not started): retry for a while before giving up.
                 let deadline = std::time::Instant::now() + COMMITTED_TIMEOUT;
-                let mut sought = consumer.seek(&self.topic, partition, Offset::Offset(start), COMMITTED_TIMEOUT);
+                let seek = || consumer.seek(&key.topic, key.partition, Offset::Offset(start), COMMITTED_TIMEOUT);
+                let mut sought = seek();
                 while sought.is_err() && std::time::Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(100));
-                    sought = consumer.seek(&self.topic, partition, Offset::Offset(start), COMMITTED_TIMEOUT);
+                    sought = seek();
                 }
                 if let Err(error) = sought {
                     self.pipeline.report_fatal(format!(
-                        "exactly-once: positioning partition {partition} at its replay start {start}: {error}"
+                        "exactly-once: positioning partition {key} at its replay start {start}: {error}"
                     ));
                     return;
                 }
             }
-            tracing::info!(partition, start = ?plan.start(), "exactly-once: the ledger is readable again; the partition resumes");
+            tracing::info!(topic = %key.topic, partition = key.partition, start = ?plan.start(), "exactly-once: the ledger is readable again; the partition resumes");
             let lane_progress = Arc::new(LaneProgress::new());
-            progress.insert(partition, lane_progress.clone());
+            progress.insert(key.clone(), lane_progress.clone());
             // Paused before the assignment, like every exactly-once partition.
-            let lane = KafkaLane::new(
-                consumer.clone(),
-                queue,
-                self.topic.clone(),
-                lane_progress,
-                Start::PausedAtAssign,
-                plan.start(),
-            );
+            let lane =
+                KafkaLane::new(consumer.clone(), queue, key.topic, lane_progress, Start::PausedAtAssign, plan.start());
             self.pipeline.add_lane_replaying(Box::new(lane), Some(plan));
         }
     }
@@ -370,7 +381,7 @@ impl SourceContext {
     /// Invariant 4: drain the revoked lanes (bounded by the drain timeout; the lanes store their final
     /// offsets), commit synchronously while the partitions are still owned, then unassign.
     fn on_revoke(&self, consumer: &Consumer, tpl: &TopicPartitionList) {
-        let partitions = self.partitions_of(tpl);
+        let partitions = Self::lanes_of(tpl);
         // Deferred partitions have no lane to drain; a plan still being read is for an assignment
         // that is over.
         self.forget_deferred(&partitions);
@@ -379,8 +390,7 @@ impl SourceContext {
             // Another member may own them already (and, under exactly-once, be reading the
             // ledger): write nothing more of them.
             tracing::warn!(
-                topic = %self.topic,
-                ?partitions,
+                partitions = %named(&partitions),
                 "partitions revoked and assignment lost: the group gave them away without a clean revoke (this member \
                  stalled past session.timeout.ms or lost its coordinator); fencing their lanes, committing nothing \
                  for them; the next owner reads from the committed offsets"
@@ -389,7 +399,7 @@ impl SourceContext {
             self.pipeline.record_assignment_lost();
             self.pipeline.fence_partitions(&partitions);
         } else {
-            tracing::info!(topic = %self.topic, ?partitions, "partitions revoked; draining");
+            tracing::info!(partitions = %named(&partitions), "partitions revoked; draining");
         }
         let offsets = self.pipeline.drain_partitions(&partitions, self.drain_timeout);
         tracing::debug!(?offsets, "revoked lanes drained");
@@ -397,14 +407,15 @@ impl SourceContext {
             // Counted from what the lanes stored, not from the drain's answer: at shutdown the
             // runtime's final drain already removed the lanes, so this drain finds none.
             let mut progress = self.progress.lock().expect("progress lock");
-            for partition in &partitions {
-                let Some(lane) = progress.remove(partition) else { continue };
+            for key in &partitions {
+                let Some(lane) = progress.remove(key) else { continue };
                 let abandoned = lane.abandoned();
                 if abandoned > 0 {
                     self.counters.abandoned_records.fetch_add(abandoned as u64, Ordering::Relaxed);
                     self.pipeline.record_abandoned(abandoned as u64);
                     tracing::warn!(
-                        partition,
+                        topic = %key.topic,
+                        partition = key.partition,
                         abandoned,
                         next_offset = ?lane.stored(),
                         "the drain timed out: records handed to the pipeline are not durable; they will be redelivered"
@@ -415,7 +426,7 @@ impl SourceContext {
         if lost {
             // The group already gave the partitions to someone else: a commit would be refused, and
             // what this member stored stays safe to redeliver.
-            tracing::warn!(?partitions, "assignment lost; not committing");
+            tracing::warn!(partitions = %named(&partitions), "assignment lost; not committing");
         } else {
             commit_sync(consumer, &self.counters, "revocation");
         }
@@ -438,7 +449,7 @@ impl SourceContext {
                 return;
             }
         };
-        let Some(partitions) = stats["topics"][&*self.topic]["partitions"].as_object() else { return };
+        let Some(topics) = stats["topics"].as_object() else { return };
         let brokers_up: HashMap<i64, bool> = stats["brokers"]
             .as_object()
             .map(|brokers| {
@@ -446,12 +457,13 @@ impl SourceContext {
             })
             .unwrap_or_default();
         let owned = self.progress.lock().expect("progress lock");
-        for (key, partition) in partitions {
+        let partitions = topics.iter().filter_map(|(topic, t)| Some((topic, t["partitions"].as_object()?)));
+        for (topic, key, partition) in partitions.flat_map(|(topic, ps)| ps.iter().map(move |(k, p)| (topic, k, p))) {
             let Ok(id) = key.parse::<i32>() else { continue };
-            let Some(lane) = owned.get(&id) else { continue };
+            let Some(lane) = owned.get(&LaneKey::new(topic.as_str(), id)) else { continue };
             // -1 means unknown (nothing committed or no high watermark yet).
             if let Some(lag) = partition["consumer_lag"].as_i64().filter(|&lag| lag >= 0) {
-                self.pipeline.set_lag_records(&self.topic, id, lag);
+                self.pipeline.set_lag_records(topic, id, lag);
             }
             lane.set_fetch(FetchStats {
                 state: partition["fetch_state"].as_str().unwrap_or("unknown").to_owned(),
@@ -520,16 +532,16 @@ impl ConsumerContext for SourceContext {
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
             Ok(()) => {
-                for element in offsets.elements_for_topic(&self.topic) {
+                for element in offsets.elements() {
                     match (element.offset(), element.error()) {
                         (Offset::Offset(offset), Ok(())) => {
                             self.counters.commits.fetch_add(1, Ordering::Relaxed);
-                            self.pipeline.record_commit(&self.topic, element.partition(), offset);
+                            self.pipeline.record_commit(element.topic(), element.partition(), offset);
                         }
                         (_, Err(error)) => {
                             self.counters.commit_failures.fetch_add(1, Ordering::Relaxed);
                             self.pipeline.record_commit_failure();
-                            tracing::warn!(partition = element.partition(), %error, "offset commit of a partition failed; its stored offset is retried at the next commit");
+                            tracing::warn!(topic = element.topic(), partition = element.partition(), %error, "offset commit of a partition failed; its stored offset is retried at the next commit");
                         }
                         _ => {}
                     }
@@ -570,7 +582,7 @@ fn read_plans_later(
     deferred: &Mutex<Deferred>,
     generation: u64,
     pipeline: &PipelineHandle,
-    watermarks: &[(i32, Option<i64>)],
+    watermarks: &[(LaneKey, Option<i64>)],
 ) {
     for watermark in watermarks {
         loop {
@@ -585,7 +597,7 @@ fn read_plans_later(
                     if deferred.generation == generation
                         && let Some(plan) = plans.pop()
                     {
-                        deferred.ready.push((watermark.0, plan));
+                        deferred.ready.push((watermark.0.clone(), plan));
                     }
                     break;
                 }
@@ -600,4 +612,9 @@ fn read_plans_later(
             }
         }
     }
+}
+
+/// `orders[0], orders[1], refunds[0]`: the lanes of an assignment, as log lines name them.
+fn named(lanes: &[LaneKey]) -> String {
+    lanes.iter().map(LaneKey::to_string).collect::<Vec<_>>().join(", ")
 }

@@ -20,6 +20,7 @@ use super::context::log_to_tracing;
 use super::properties;
 use crate::engine::errors::SinkError;
 use crate::engine::errors::SourceError;
+use crate::engine::lane::LaneKey;
 use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord};
 
 /// How long dropping the dead-letter sink waits for outstanding deliveries.
@@ -104,7 +105,8 @@ impl KafkaDeadLetter {
         Ok(KafkaDeadLetter { topic: topic.to_owned(), source_topic: None, jobs: Some(tx), thread: Some(thread) })
     }
 
-    /// Adds the `etl.source.topic` header with this value to every dead-lettered record.
+    /// The `etl.source.topic` header of a record that does not name its topic (every record of
+    /// the Kafka source does: the header is then the record's own topic).
     pub fn with_source_topic(mut self, topic: &str) -> Self {
         self.source_topic = Some(topic.to_owned());
         self
@@ -124,17 +126,21 @@ impl KafkaDeadLetter {
 
 impl DeadLetter for KafkaDeadLetter {
     fn send(&self, record: DeadRecord, ack: DeadLetterAck) {
-        self.submit(Job { record, ack, source_topic: self.source_topic.clone(), refetch: false });
+        let source_topic = Some(record.topic.clone()).filter(|t| !t.is_empty()).or_else(|| self.source_topic.clone());
+        self.submit(Job { record, ack, source_topic, refetch: false });
     }
 
-    fn send_refused(&self, partition: i32, offset: i64, error: String, ack: DeadLetterAck) {
-        if self.source_topic.is_none() {
-            return ack.complete(Err(SinkError::fatal(
-                "re-reading a refused row's record needs the source topic (KafkaDeadLetter::with_source_topic)",
-            )));
-        }
-        let record = DeadRecord { payload: None, key: None, partition, offset, timestamp_ms: None, error };
-        self.submit(Job { record, ack, source_topic: self.source_topic.clone(), refetch: true });
+    fn send_refused(&self, lane: &LaneKey, offset: i64, error: String, ack: DeadLetterAck) {
+        let record = DeadRecord {
+            payload: None,
+            key: None,
+            topic: lane.topic.to_string(),
+            partition: lane.partition,
+            offset,
+            timestamp_ms: None,
+            error,
+        };
+        self.submit(Job { record, ack, source_topic: Some(lane.topic.to_string()), refetch: true });
     }
 }
 

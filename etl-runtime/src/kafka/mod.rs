@@ -108,6 +108,7 @@ mod context;
 mod dead_letter;
 mod partition_lane;
 mod properties;
+mod subscription;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,6 +124,7 @@ use rdkafka::message::Message as _;
 use rdkafka::types::RDKafkaErrorCode;
 
 use self::context::{Consumer, Counters, SourceContext, commit_sync};
+use self::subscription::Subscription;
 use crate::engine::errors::SourceError;
 use crate::engine::handle::PipelineHandle;
 use crate::engine::source::Source;
@@ -148,7 +150,10 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct KafkaSourceConfig {
     /// `brokers`: comma-separated bootstrap servers.
     pub brokers: String,
-    /// `topic`: the one topic to consume.
+    /// What to consume, in librdkafka's form: a topic (`source.kafka.topic`), topics separated by
+    /// commas (`source.kafka.topics`; a topic name cannot hold a comma), or a regular expression
+    /// that starts with `^` (`source.kafka.topic_pattern`; topics created later that match it are
+    /// picked up within `topic.metadata.refresh.interval.ms`).
     pub topic: String,
     /// `group_id`: the consumer group.
     pub group_id: String,
@@ -198,6 +203,7 @@ pub struct KafkaSourceStats {
 /// The Kafka source. See the module documentation for the protocol.
 pub struct KafkaSource {
     config: KafkaSourceConfig,
+    subscription: Subscription,
     client_config: ClientConfig,
     drain_timeout: Duration,
     counters: Arc<Counters>,
@@ -224,11 +230,12 @@ impl KafkaSource {
     /// Checks the configuration (framework-owned properties, cooperative strategies, and every
     /// property against librdkafka's own parser). Nothing connects before [`Source::start`].
     pub fn new(config: KafkaSourceConfig) -> Result<Self, SourceError> {
-        for (name, value) in [("brokers", &config.brokers), ("topic", &config.topic), ("group_id", &config.group_id)] {
+        for (name, value) in [("brokers", &config.brokers), ("group_id", &config.group_id)] {
             if value.trim().is_empty() {
                 return Err(SourceError::fatal(format!("source.kafka.{name} is empty")));
             }
         }
+        let subscription = Subscription::parse(&config.topic, "source.kafka.topic")?;
         properties::check_passthrough(&config.properties)?;
         let all = properties::consumer_properties(&properties::ConsumerProperties {
             brokers: &config.brokers,
@@ -239,13 +246,14 @@ impl KafkaSource {
         });
         let client_config = properties::client_config(&all, "source.kafka")?;
         tracing::info!(
-            topic = %config.topic,
+            topic = %subscription,
             group_id = %config.group_id,
             properties = %properties::describe(&all),
             "kafka source configured"
         );
         Ok(KafkaSource {
             config,
+            subscription,
             client_config,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             counters: Arc::default(),
@@ -290,22 +298,21 @@ impl KafkaSource {
                 startup.first_assignment.map(|n| (n, startup.owned))
             };
             if pipeline.shutdown_requested() {
-                tracing::info!(topic = %self.config.topic, "shutdown requested while waiting for the first assignment");
+                tracing::info!(topic = %self.subscription, "shutdown requested while waiting for the first assignment");
                 return Ok(());
             }
             match first {
                 Some((_, owned)) if owned > 0 => return Ok(()),
-                // Joined without a partition: fine if the topic exists (more members than
-                // partitions); a missing topic keeps us waiting until the deadline.
+                // Joined without a partition: fine if a subscribed topic exists (more members
+                // than partitions); no such topic keeps us waiting until the deadline.
                 Some(_) if checked_empty.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(1)) => {
                     checked_empty = Some(Instant::now());
-                    if let Ok(metadata) = consumer.fetch_metadata(Some(&self.config.topic), DIAGNOSIS_TIMEOUT)
-                        && metadata
-                            .topics()
-                            .iter()
-                            .any(|t| t.name() == self.config.topic && t.error().is_none() && !t.partitions().is_empty())
+                    if let Ok(metadata) = consumer.fetch_metadata(self.metadata_topic(), DIAGNOSIS_TIMEOUT)
+                        && metadata.topics().iter().any(|t| {
+                            self.subscription.matches(t.name()) && t.error().is_none() && !t.partitions().is_empty()
+                        })
                     {
-                        tracing::info!(topic = %self.config.topic, "joined the group without a partition");
+                        tracing::info!(topic = %self.subscription, "joined the group without a partition");
                         return Ok(());
                     }
                 }
@@ -317,33 +324,79 @@ impl KafkaSource {
         }
     }
 
+    /// The one topic a metadata request asks about; `None` (every topic) for a list or pattern.
+    fn metadata_topic(&self) -> Option<&str> {
+        match &self.subscription {
+            Subscription::Topics(topics) if topics.len() == 1 => Some(&topics[0]),
+            _ => None,
+        }
+    }
+
     /// Explains why no partition was assigned within `startup_timeout`.
     fn diagnose(&self, consumer: &Consumer) -> String {
         let c = &self.config;
-        let waited = format!("no partition of topic `{}` was assigned within {:?}", c.topic, c.startup_timeout);
         let last_error = consumer.context().startup.lock().expect("startup lock").last_error.clone();
         let last = last_error.as_ref().map(|(code, reason)| format!("; last client error: {code} ({reason})"));
         let last = last.unwrap_or_default();
-        match consumer.fetch_metadata(Some(&c.topic), DIAGNOSIS_TIMEOUT) {
+        let topic = match &self.subscription {
+            Subscription::Topics(topics) if topics.len() == 1 => topics[0].clone(),
+            subscription => return self.diagnose_several(consumer, subscription, &last),
+        };
+        let waited = format!("no partition of topic `{topic}` was assigned within {:?}", c.startup_timeout);
+        match consumer.fetch_metadata(Some(&topic), DIAGNOSIS_TIMEOUT) {
             Err(error) => format!("{waited}: the Kafka brokers `{}` are unreachable ({error}){last}", c.brokers),
-            Ok(metadata) => match metadata.topics().iter().find(|t| t.name() == c.topic) {
-                None => format!("{waited}: topic `{}` does not exist on brokers `{}`", c.topic, c.brokers),
-                Some(topic) => match topic.error() {
+            Ok(metadata) => match metadata.topics().iter().find(|t| t.name() == topic) {
+                None => format!("{waited}: topic `{}` does not exist on brokers `{}`", topic, c.brokers),
+                Some(found) => match found.error() {
                     Some(code) if RDKafkaErrorCode::from(code) == RDKafkaErrorCode::UnknownTopicOrPartition => {
-                        format!("{waited}: topic `{}` does not exist on brokers `{}`", c.topic, c.brokers)
+                        format!("{waited}: topic `{}` does not exist on brokers `{}`", topic, c.brokers)
                     }
-                    Some(code) => format!("{waited}: topic `{}`: {}{last}", c.topic, RDKafkaErrorCode::from(code)),
-                    None if topic.partitions().is_empty() => {
-                        format!("{waited}: topic `{}` has no partitions", c.topic)
+                    Some(code) => format!("{waited}: topic `{}`: {}{last}", topic, RDKafkaErrorCode::from(code)),
+                    None if found.partitions().is_empty() => {
+                        format!("{waited}: topic `{}` has no partitions", topic)
                     }
                     None => format!(
                         "{waited}: the topic has {} partitions but group `{}` assigned none to this member (group \
                          coordinator unavailable, or other members own them all){last}",
-                        topic.partitions().len(),
+                        found.partitions().len(),
                         c.group_id
                     ),
                 },
             },
+        }
+    }
+
+    /// [`KafkaSource::diagnose`] for a list of topics or a pattern: which topics exist, and
+    /// which are missing.
+    fn diagnose_several(&self, consumer: &Consumer, subscription: &Subscription, last: &str) -> String {
+        let c = &self.config;
+        let waited = format!("no partition of `{subscription}` was assigned within {:?}", c.startup_timeout);
+        let metadata = match consumer.fetch_metadata(None, DIAGNOSIS_TIMEOUT) {
+            Ok(metadata) => metadata,
+            Err(error) => {
+                return format!("{waited}: the Kafka brokers `{}` are unreachable ({error}){last}", c.brokers);
+            }
+        };
+        let existing: Vec<&str> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty() && subscription.matches(t.name()))
+            .map(|t| t.name())
+            .collect();
+        match subscription {
+            Subscription::Pattern { text, .. } if existing.is_empty() => {
+                format!("{waited}: no topic on brokers `{}` matches `{text}`{last}", c.brokers)
+            }
+            Subscription::Topics(topics) if existing.len() < topics.len() => {
+                let missing: Vec<&str> = topics.iter().map(String::as_str).filter(|t| !existing.contains(t)).collect();
+                format!("{waited}: topics `{}` do not exist on brokers `{}`{last}", missing.join("`, `"), c.brokers)
+            }
+            _ => format!(
+                "{waited}: the topics `{}` exist but group `{}` assigned no partition to this member (group \
+                 coordinator unavailable, or other members own them all){last}",
+                existing.join("`, `"),
+                c.group_id
+            ),
         }
     }
 
@@ -362,15 +415,15 @@ impl Source for KafkaSource {
         if self.running.is_some() {
             return Err(SourceError::fatal("the kafka source was started twice"));
         }
-        let topic: Arc<str> = Arc::from(self.config.topic.as_str());
-        let context = SourceContext::new(topic, pipeline.clone(), self.drain_timeout, self.counters.clone());
+        let subscription: Arc<str> = Arc::from(self.subscription.to_string());
+        let context = SourceContext::new(subscription, pipeline.clone(), self.drain_timeout, self.counters.clone());
         let consumer = Consumer::from_config_and_context(&self.client_config, context)
             .map_err(|e| SourceError::fatal(format!("creating the kafka consumer: {e}")))?;
         let consumer = Arc::new(consumer);
         let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
         consumer
-            .subscribe(&[&self.config.topic])
-            .map_err(|e| SourceError::fatal(format!("subscribing to `{}`: {e}", self.config.topic)))?;
+            .subscribe(&self.subscription.entries())
+            .map_err(|e| SourceError::fatal(format!("subscribing to `{}`: {e}", self.subscription)))?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -419,7 +472,7 @@ impl Source for KafkaSource {
             })
             .map_err(|e| SourceError::transient(format!("spawning the kafka close thread: {e}")))?;
         let closed = done_rx.recv_timeout(CLOSE_TIMEOUT).is_ok();
-        tracing::info!(topic = %self.config.topic, closed, stats = ?self.stats(), "kafka source closed");
+        tracing::info!(topic = %self.subscription, closed, stats = ?self.stats(), "kafka source closed");
         if closed {
             Ok(())
         } else {

@@ -14,7 +14,7 @@ use crate::engine::chunk::{Batch, Chunk};
 use crate::engine::delivery::{At, BatchPolicy, Delivery, LaneCut, note_rows};
 use crate::engine::fault::{FaultPoint, fault};
 use crate::engine::fence::Fence;
-use crate::engine::lane::Lane;
+use crate::engine::lane::{Lane, LaneKey};
 use crate::engine::ledger::{Cut, Ledger, Recorded, Replay, Span};
 use crate::engine::retry::backoff;
 use crate::engine::shared::Shared;
@@ -141,7 +141,7 @@ impl ExactLane {
     /// lost) nothing more is written: every open buffer is left.
     fn flush_for_drain(lane: &mut impl LaneCut) {
         let fenced = lane.fence().is_some_and(Fence::is_closed);
-        let partition = lane.partition();
+        let key = lane.key().clone();
         for shard in 0..lane.shards() {
             let buffer = lane.buffer(shard);
             if buffer.rows == 0 {
@@ -151,7 +151,8 @@ impl ExactLane {
             match recorded.or(fenced.then_some((buffer.first_offset, buffer.last_offset))) {
                 Some((first, last)) => {
                     tracing::info!(
-                        partition,
+                        topic = %key.topic,
+                        partition = key.partition,
                         shard,
                         first,
                         last,
@@ -195,7 +196,7 @@ impl Delivery for ExactlyOnce {
         // counts a drain's abandoned records from there.
         if let Some(watermark) = replay.watermark {
             if let Err(error) = lane.store_offset(watermark + 1) {
-                tracing::warn!(partition = lane.partition(), %error, "storing the committed offset again failed");
+                tracing::warn!(topic = lane.topic(), partition = lane.partition(), %error, "storing the committed offset again failed");
             }
             checkpointer.mark_stored(watermark + 1);
         }
@@ -247,7 +248,8 @@ impl Delivery for ExactlyOnce {
                 cut.count_batches_left(recording);
                 if recording > 0 {
                     tracing::info!(
-                        partition = cut.partition(),
+                        topic = %cut.key().topic,
+                        partition = cut.key().partition,
                         recording,
                         "the partition is handed over while batch spans are being recorded; those batches will not \
                          be inserted by this member"
@@ -265,7 +267,8 @@ impl Delivery for ExactlyOnce {
         let chunk = batch.chunks.first().expect("a batch holds at least one chunk");
         debug_assert_eq!(batch.chunks.len(), 1, "exactly-once batches hold one chunk each");
         let (first, last) = chunk.recorded.unwrap_or((chunk.origin.first_offset, chunk.origin.last_offset));
-        let span = Span { partition: chunk.origin.partition, shard, first, last };
+        let span =
+            Span { topic: chunk.origin.lane.topic.clone(), partition: chunk.origin.lane.partition, shard, first, last };
         batch.token = self.ledger.token(&span);
         batch.span = Some(span);
     }
@@ -275,8 +278,8 @@ impl Delivery for ExactlyOnce {
     }
 
     async fn before_write(&self, shared: &Shared, acks: &[Sender<Ack>], batch: &Batch) -> bool {
-        match batch.span {
-            Some(span) => self.record_span(shared, acks, batch, &span).await,
+        match &batch.span {
+            Some(span) => self.record_span(shared, acks, batch, span).await,
             None => true,
         }
     }
@@ -365,7 +368,8 @@ impl ExactlyOnce {
         let home = span.partition.rem_euclid(shared.config.shards as i32) as usize;
         let mut _retrying = None;
         loop {
-            match self.ledger.owner(span.partition).await {
+            let lane = LaneKey { topic: span.topic.clone(), partition: span.partition };
+            match self.ledger.owner(&lane).await {
                 Ok(owner) if owner > epoch => {
                     tracing::warn!(
                         ?span,
@@ -393,9 +397,9 @@ impl ExactlyOnce {
                 }
                 Err(error) => {
                     shared.fatal.report(format!(
-                        "reading the owner of partition {} before inserting batch {} failed after {attempt} \
+                        "reading the owner of {}[{}] before inserting batch {} failed after {attempt} \
                          attempt(s): {error}",
-                        span.partition, batch.token
+                        span.topic, span.partition, batch.token
                     ));
                     return false;
                 }

@@ -19,7 +19,7 @@ use crate::engine::chain::OpenBuffer;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::{Batch, Chunk};
 use crate::engine::fence::Fence;
-use crate::engine::lane::Lane;
+use crate::engine::lane::{Lane, LaneKey};
 use crate::engine::ledger::Replay;
 use crate::engine::shared::Shared;
 
@@ -44,8 +44,8 @@ pub(crate) enum At {
 /// A lane as the pipeline thread lends it to its delivery: its open buffers, its checkpointer,
 /// and sealing.
 pub(crate) trait LaneCut {
-    /// The lane's partition.
-    fn partition(&self) -> i32;
+    /// The lane's identity.
+    fn key(&self) -> &LaneKey;
     /// The number of shards (and of open buffers).
     fn shards(&self) -> usize;
     /// The runtime configuration.

@@ -15,7 +15,7 @@ use crossbeam_channel::Sender;
 
 use crate::engine::ack::Control;
 use crate::engine::fence::Fence;
-use crate::engine::lane::Lane;
+use crate::engine::lane::{Lane, LaneKey};
 use crate::engine::ledger::{Ledger, Replay};
 use crate::engine::shared::Shared;
 
@@ -35,13 +35,13 @@ impl std::fmt::Debug for PipelineHandle {
 pub(crate) struct HandleInner {
     pub(crate) control: Vec<Sender<Control>>,
     pub(crate) shared: Arc<Shared>,
-    /// Which pipeline thread owns each partition's lane.
-    pub(crate) placement: Mutex<HashMap<i32, usize>>,
+    /// Which pipeline thread owns each lane.
+    pub(crate) placement: Mutex<HashMap<LaneKey, usize>>,
     /// Exactly-once: where batch spans are recorded (`None` at least-once).
     pub(crate) ledger: Option<Arc<dyn Ledger>>,
     /// Exactly-once: each live lane's fence, so that a hand-over closes it whatever the pipeline
     /// threads are doing (see [`Fence`]).
-    pub(crate) fences: Mutex<HashMap<i32, Arc<Fence>>>,
+    pub(crate) fences: Mutex<HashMap<LaneKey, Arc<Fence>>>,
     pub(crate) next_lane_id: AtomicU64,
     pub(crate) stop: Sender<()>,
     /// The sink's runtime, on which [`PipelineHandle::recover`] reads the ledger.
@@ -63,7 +63,7 @@ impl PipelineHandle {
     pub fn add_lane_replaying(&self, lane: Box<dyn Lane>, replay: Option<Replay>) {
         let inner = &self.inner;
         if inner.shared.stopping.load(Ordering::Acquire) {
-            tracing::warn!(partition = lane.partition(), "lane added during shutdown; ignored");
+            tracing::warn!(topic = lane.topic(), partition = lane.partition(), "lane added during shutdown; ignored");
             return;
         }
         let thread =
@@ -77,11 +77,12 @@ impl PipelineHandle {
                 gauge.set(bound);
             }
         }
-        inner.placement.lock().expect("placement lock").insert(lane.partition(), thread);
+        let key = lane.key();
+        inner.placement.lock().expect("placement lock").insert(key.clone(), thread);
         let fence = inner.ledger.is_some().then(|| {
             let fence = Arc::new(Fence::new(replay.as_ref().map_or(0, |r| r.epoch)));
             // A lane of this partition that was never drained must not write next to the new one.
-            if let Some(old) = inner.fences.lock().expect("fences lock").insert(lane.partition(), fence.clone()) {
+            if let Some(old) = inner.fences.lock().expect("fences lock").insert(key, fence.clone()) {
                 old.close();
             }
             fence
@@ -92,27 +93,27 @@ impl PipelineHandle {
         }
     }
 
-    /// Drains the lanes of `partitions` and drops them (Invariant 4): they stop being polled, their
-    /// open buffers are flushed and their held chunks sent, and acks are awaited until everything
-    /// they processed is durable or `timeout` passes. Their final offsets are stored through the
-    /// lanes before this returns, with each partition's final `next_offset` (`None`: none stored).
-    /// It blocks the caller (for Kafka: inside the revocation callback) for at most `timeout` plus a
-    /// small slack.
-    pub fn drain_partitions(&self, partitions: &[i32], timeout: Duration) -> Vec<(i32, Option<i64>)> {
-        self.drain_until(partitions, Instant::now() + timeout)
+    /// Drains `lanes` and drops them (Invariant 4): they stop being polled, their open buffers are
+    /// flushed and their held chunks sent, and acks are awaited until everything they processed is
+    /// durable or `timeout` passes. Their final offsets are stored through the lanes before this
+    /// returns, with each lane's final `next_offset` (`None`: none stored). It blocks the caller
+    /// (for Kafka: inside the revocation callback) for at most `timeout` plus a small slack.
+    pub fn drain_partitions(&self, lanes: &[LaneKey], timeout: Duration) -> Vec<(LaneKey, Option<i64>)> {
+        self.drain_until(lanes, Instant::now() + timeout)
     }
 
-    /// Exactly-once: stops the lanes of `partitions` from recording or inserting any more batches,
-    /// now. For a source that learns it lost partitions without a clean hand-over (for Kafka: the
-    /// assignment was lost): their next owner may be reading the ledger already. A drain does it
-    /// by itself at its end.
-    pub fn fence_partitions(&self, partitions: &[i32]) {
+    /// Exactly-once: stops `lanes` from recording or inserting any more batches, now. For a source
+    /// that learns it lost partitions without a clean hand-over (for Kafka: the assignment was
+    /// lost): their next owner may be reading the ledger already. A drain does it by itself at its
+    /// end.
+    pub fn fence_partitions(&self, lanes: &[LaneKey]) {
         let mut fences = self.inner.fences.lock().expect("fences lock");
-        for partition in partitions {
-            if let Some(fence) = fences.remove(partition) {
+        for key in lanes {
+            if let Some(fence) = fences.remove(key) {
                 let recording = fence.close();
                 tracing::debug!(
-                    partition,
+                    topic = %key.topic,
+                    partition = key.partition,
                     recording,
                     "partition fenced: this member records and inserts no more of its batches"
                 );
@@ -202,23 +203,23 @@ impl PipelineHandle {
         self.inner.shared.lane_counts.iter().map(|c| c.load(Ordering::Acquire)).sum()
     }
 
-    pub(crate) fn drain_until(&self, partitions: &[i32], deadline: Instant) -> Vec<(i32, Option<i64>)> {
+    pub(crate) fn drain_until(&self, lanes: &[LaneKey], deadline: Instant) -> Vec<(LaneKey, Option<i64>)> {
         let inner = &self.inner;
-        let mut by_thread: HashMap<usize, Vec<i32>> = HashMap::new();
+        let mut by_thread: HashMap<usize, Vec<LaneKey>> = HashMap::new();
         let mut results = Vec::new();
         {
             let mut placement = inner.placement.lock().expect("placement lock");
-            for &partition in partitions {
-                match placement.remove(&partition) {
-                    Some(thread) => by_thread.entry(thread).or_default().push(partition),
-                    None => results.push((partition, None)),
+            for key in lanes {
+                match placement.remove(key) {
+                    Some(thread) => by_thread.entry(thread).or_default().push(key.clone()),
+                    None => results.push((key.clone(), None)),
                 }
             }
         }
         let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
         let mut expected = 0;
-        for (thread, partitions) in by_thread {
-            let msg = Control::RemoveLanes { partitions, deadline, reply: reply_tx.clone() };
+        for (thread, lanes) in by_thread {
+            let msg = Control::RemoveLanes { lanes, deadline, reply: reply_tx.clone() };
             if inner.control[thread].send(msg).is_ok() {
                 expected += 1;
             }
@@ -235,7 +236,7 @@ impl PipelineHandle {
             }
         }
         // Before the caller hands the partitions over, even if a thread did not answer.
-        self.fence_partitions(partitions);
+        self.fence_partitions(lanes);
         results
     }
 }

@@ -10,6 +10,7 @@ use crate::engine::ack::FinalOffsets;
 use crate::engine::chain::Chain;
 use crate::engine::chunk::Chunk;
 use crate::engine::delivery::{At, Delivery};
+use crate::engine::lane::LaneKey;
 use crate::engine::pipeline::PipelineThread;
 use crate::engine::pipeline::lane_state::LaneState;
 
@@ -24,26 +25,22 @@ pub(super) struct DrainRequest {
 }
 
 impl<C: Chain, D: Delivery> PipelineThread<C, D> {
-    /// Marks the lanes of `partitions` as draining until `deadline`; the answer goes to `reply`
-    /// once every one of them is finalized.
-    pub(super) fn start_drain(&mut self, partitions: Vec<i32>, deadline: Instant, reply: Sender<FinalOffsets>) {
+    /// Marks `lanes` as draining until `deadline`; the answer goes to `reply` once every one of
+    /// them is finalized.
+    pub(super) fn start_drain(&mut self, lanes: Vec<LaneKey>, deadline: Instant, reply: Sender<FinalOffsets>) {
         let id = self.next_drain;
         self.next_drain += 1;
         let mut request = DrainRequest { id, remaining: 0, results: Vec::new(), reply: Some(reply) };
-        for &partition in &partitions {
-            match self
-                .lanes
-                .iter_mut()
-                .find(|l| l.partition == partition && l.drain.is_none_or(|(d, _)| d == SELF_DRAIN))
-            {
+        for key in &lanes {
+            match self.lanes.iter_mut().find(|l| l.key == *key && l.drain.is_none_or(|(d, _)| d == SELF_DRAIN)) {
                 Some(lane) => {
                     lane.drain = Some((id, deadline));
                     request.remaining += 1;
                 }
-                None => request.results.push((partition, None)),
+                None => request.results.push((key.clone(), None)),
             }
         }
-        tracing::info!(thread = self.index, ?partitions, lanes = request.remaining, "draining lanes");
+        tracing::info!(thread = self.index, ?lanes, draining = request.remaining, "draining lanes");
         self.drains.push(request);
         self.finish_drains();
     }
@@ -67,15 +64,16 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             }
             if !done {
                 tracing::warn!(
-                    partition = lane.partition,
+                    topic = %lane.key.topic,
+                    partition = lane.key.partition,
                     "drain deadline passed with unacknowledged data; storing the safe offset"
                 );
             }
             let lane = self.remove_lane(i);
             let offset = lane.checkpointer.stored();
-            tracing::info!(partition = lane.partition, next_offset = ?offset, complete = done, "lane drained");
+            tracing::info!(topic = %lane.key.topic, partition = lane.key.partition, next_offset = ?offset, complete = done, "lane drained");
             if let Some(request) = self.drains.iter_mut().find(|r| r.id == drain) {
-                request.results.push((lane.partition, offset));
+                request.results.push((lane.key.clone(), offset));
                 request.remaining -= 1;
             }
         }
@@ -108,8 +106,8 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         self.shared.lane_counts[self.index].fetch_sub(1, Ordering::AcqRel);
         // A partition this member no longer owns has no lag here; a stale series would show
         // a lag that never changes on every member it ever passed through.
-        let partition = lane.partition.to_string();
-        let labels = [lane.lane.topic(), partition.as_str()];
+        let partition = lane.key.partition.to_string();
+        let labels = [&*lane.key.topic, partition.as_str()];
         let _ = self.shared.metrics.lag_records.remove_label_values(&labels);
         let _ = self.shared.metrics.lag_seconds.remove_label_values(&labels);
         let _ = self.shared.metrics.watermark_age.remove_label_values(&labels);

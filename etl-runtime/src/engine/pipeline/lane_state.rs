@@ -11,7 +11,7 @@ use crate::engine::chain::OpenBuffer;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::Chunk;
 use crate::engine::fence::Fence;
-use crate::engine::lane::{Lane, Record};
+use crate::engine::lane::{Lane, LaneKey, Record};
 use crate::engine::shared::Shared;
 use crate::engine::stall::{Sample, StallWatch, Verdict};
 
@@ -24,7 +24,7 @@ const UNAVAILABLE_MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 pub(super) struct LaneState {
     pub(super) id: u64,
-    pub(super) partition: i32,
+    pub(super) key: LaneKey,
     pub(super) lane: Box<dyn Lane>,
     pub(super) buffers: Vec<OpenBuffer>,
     pub(super) round_robin: usize,
@@ -65,14 +65,14 @@ impl LaneState {
         fence: Option<Arc<Fence>>,
         shared: &Shared,
     ) -> LaneState {
-        let partition = lane.partition();
-        let partition_label = partition.to_string();
-        let labels = [lane.topic(), partition_label.as_str()];
+        let key = lane.key();
+        let partition_label = key.partition.to_string();
+        let labels = [&*key.topic, partition_label.as_str()];
         let lag_seconds = shared.metrics.lag_seconds.with_label_values(&labels);
         let watermark_age = shared.metrics.watermark_age.with_label_values(&labels);
         LaneState {
             id,
-            partition,
+            key,
             lane,
             buffers: (0..shards).map(|_| OpenBuffer::default()).collect(),
             round_robin: 0,
@@ -147,7 +147,7 @@ impl LaneState {
                 shared.stalled_lanes.fetch_add(1, Ordering::AcqRel);
                 shared.metrics.stall_recoveries.inc();
                 tracing::warn!(
-                    partition = self.partition,
+                    topic = %self.key.topic, partition = self.key.partition,
                     ?backlog,
                     stall_timeout = ?timeout,
                     fetch = %self.lane.describe_fetch(),
@@ -155,23 +155,23 @@ impl LaneState {
                      held the lane back; restarting its fetch at the next offset"
                 );
                 if let Err(error) = self.lane.refetch() {
-                    tracing::error!(partition = self.partition, %error, "restarting the fetch of a stalled partition failed");
+                    tracing::error!(topic = %self.key.topic, partition = self.key.partition, %error, "restarting the fetch of a stalled partition failed");
                 }
             }
             Verdict::StillStalled => {
                 let message = format!(
                     "partition {} stalled again for {timeout:?} after its fetch was restarted ({backlog:?}; {}); \
                      stopping so that the orchestrator starts the pipeline afresh",
-                    self.partition,
+                    self.key,
                     self.lane.describe_fetch()
                 );
-                tracing::error!(partition = self.partition, "{message}");
+                tracing::error!(topic = %self.key.topic, partition = self.key.partition, "{message}");
                 shared.fatal.report(message);
             }
             Verdict::Recovered => {
                 shared.stalled_lanes.fetch_sub(1, Ordering::AcqRel);
                 tracing::info!(
-                    partition = self.partition,
+                    topic = %self.key.topic, partition = self.key.partition,
                     ?backlog,
                     "partition no longer stalled: its source delivers again"
                 );
@@ -185,7 +185,7 @@ impl LaneState {
             match self.lane.store_offset(next) {
                 Ok(()) => self.checkpointer.mark_stored(next),
                 Err(error) => {
-                    tracing::warn!(partition = self.partition, next_offset = next, %error, "storing the offset failed")
+                    tracing::warn!(topic = %self.key.topic, partition = self.key.partition, next_offset = next, %error, "storing the offset failed")
                 }
             }
         }

@@ -159,15 +159,21 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
     fn handle_control(&mut self, msg: Control) -> bool {
         match msg {
             Control::AddLane { lane_id, mut lane, replay, fence } => {
-                tracing::info!(thread = self.index, partition = lane.partition(), lane_id, "lane added");
+                tracing::info!(
+                    thread = self.index,
+                    topic = lane.topic(),
+                    partition = lane.partition(),
+                    lane_id,
+                    "lane added"
+                );
                 let mut checkpointer = Checkpointer::default();
                 let state = self.delivery.open_lane(&mut *lane, &mut checkpointer, self.queues.len(), replay);
                 self.lanes.push(LaneState::new(lane_id, lane, self.queues.len(), checkpointer, fence, &self.shared));
                 self.deliveries.push(state);
                 false
             }
-            Control::RemoveLanes { partitions, deadline, reply } => {
-                self.start_drain(partitions, deadline, reply);
+            Control::RemoveLanes { lanes, deadline, reply } => {
+                self.start_drain(lanes, deadline, reply);
                 false
             }
             Control::Exit => true,
@@ -197,7 +203,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         if let Some(lane) = self.lanes.iter_mut().find(|l| l.id == lane_id)
             && !lane.checkpointer.ack(first_offset)
         {
-            tracing::error!(partition = lane.partition, first_offset, "ack for an offset that was never registered");
+            tracing::error!(topic = %lane.key.topic, partition = lane.key.partition, first_offset, "ack for an offset that was never registered");
         }
     }
 
@@ -237,7 +243,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
         }
         while !self.lanes.is_empty() {
             let lane = self.remove_lane(self.lanes.len() - 1);
-            tracing::info!(partition = lane.partition, next_offset = ?lane.checkpointer.stored(), "lane closed");
+            tracing::info!(topic = %lane.key.topic, partition = lane.key.partition, next_offset = ?lane.checkpointer.stored(), "lane closed");
         }
         for request in &mut self.drains {
             if let Some(reply) = request.reply.take() {

@@ -9,6 +9,7 @@ use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::{Chunk, ChunkOrigin};
 use crate::engine::delivery::LaneCut;
 use crate::engine::fence::Fence;
+use crate::engine::lane::LaneKey;
 use crate::engine::pipeline::lane_state::LaneState;
 use crate::engine::shared::Shared;
 
@@ -24,8 +25,8 @@ pub(super) struct Cutter<'a> {
 }
 
 impl LaneCut for Cutter<'_> {
-    fn partition(&self) -> i32 {
-        self.lanes[self.i].partition
+    fn key(&self) -> &LaneKey {
+        &self.lanes[self.i].key
     }
 
     fn shards(&self) -> usize {
@@ -82,7 +83,7 @@ impl LaneCut for Cutter<'_> {
             origin: ChunkOrigin {
                 thread: self.thread,
                 lane_id: lane.id,
-                partition: lane.partition,
+                lane: lane.key.clone(),
                 first_offset: buffer.first_offset,
                 last_offset: buffer.last_offset,
             },
@@ -117,9 +118,9 @@ impl LaneCut for Cutter<'_> {
             return;
         }
         if rejected && !self.pause_when_full {
-            tracing::trace!(partition = lane.partition, shard, "shard queue full; holding the batch");
+            tracing::trace!(topic = %lane.key.topic, partition = lane.key.partition, shard, "shard queue full; holding the batch");
         } else if rejected {
-            tracing::debug!(partition = lane.partition, shard, "shard queue full; pausing");
+            tracing::debug!(topic = %lane.key.topic, partition = lane.key.partition, shard, "shard queue full; pausing");
             lane.pause(self.shared);
             for (j, other) in self.lanes.iter_mut().enumerate() {
                 if j != self.i && other.drain.is_none() && other.buffers[shard].rows > 0 {

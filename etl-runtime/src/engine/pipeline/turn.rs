@@ -117,7 +117,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                     if lane.lane.is_finished() {
                         // A finished lane drains itself: its last chunks are written at once rather
                         // than after the batch linger, then its final offset is stored.
-                        tracing::info!(partition = lane.partition, "lane finished; draining it");
+                        tracing::info!(topic = %lane.key.topic, partition = lane.key.partition, "lane finished; draining it");
                         lane.drain = Some((SELF_DRAIN, Instant::now() + Duration::from_secs(365 * 24 * 3600)));
                         lane.update_lag();
                         return false;
@@ -152,7 +152,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             checkpointer,
             failed,
             newest_timestamp_ms,
-            partition,
+            key,
             held: held_slot,
             ..
         } = &mut lanes[i];
@@ -162,12 +162,12 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             None => match lane.next() {
                 None => return Poll::Idle,
                 Some(Err(error)) if error.kind == SourceErrorKind::Transient => {
-                    tracing::warn!(partition = *partition, %error, "transient source error");
+                    tracing::warn!(topic = %key.topic, partition = key.partition, %error, "transient source error");
                     return Poll::Idle;
                 }
                 Some(Err(error)) => {
                     *failed = true;
-                    shared.fatal.report(format!("partition {partition}: {error}"));
+                    shared.fatal.report(format!("partition {key}: {error}"));
                     return Poll::Stop;
                 }
                 Some(Ok(record)) => record,
@@ -189,7 +189,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                 }
                 TombstonePolicy::Fail => {
                     *failed = true;
-                    shared.fatal.report(format!("tombstone at partition {partition} offset {offset}"));
+                    shared.fatal.report(format!("tombstone at partition {key} offset {offset}"));
                     return Poll::Stop;
                 }
             }
@@ -242,7 +242,8 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                         };
                         waiting.failed_again(now, timeout);
                         tracing::warn!(
-                            partition = *partition,
+                            topic = %key.topic,
+                            partition = key.partition,
                             offset,
                             attempt = waiting.attempts,
                             retry_in_ms = waiting.next_try.saturating_duration_since(now).as_millis() as u64,
@@ -260,13 +261,13 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                 }
                 match (shared.config.error_policy, shared.dead_letter.as_ref()) {
                     (ErrorPolicy::Skip, _) => {
-                        tracing::debug!(partition = *partition, offset, %error, "record skipped");
+                        tracing::debug!(topic = %key.topic, partition = key.partition, offset, %error, "record skipped");
                         counts.errors += 1;
                         checkpointer.processed(offset);
                         Poll::Record
                     }
                     (ErrorPolicy::DeadLetter, Some(dead_letter)) => {
-                        tracing::debug!(partition = *partition, offset, %error, "record sent to the dead-letter sink");
+                        tracing::debug!(topic = %key.topic, partition = key.partition, offset, %error, "record sent to the dead-letter sink");
                         counts.dead_letters += 1;
                         checkpointer.register(offset);
                         checkpointer.processed(offset);
@@ -276,7 +277,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                     }
                     (ErrorPolicy::Fail, _) | (ErrorPolicy::DeadLetter, None) => {
                         *failed = true;
-                        shared.fatal.report(format!("record at partition {partition} offset {offset}: {error}"));
+                        shared.fatal.report(format!("record at partition {key} offset {offset}: {error}"));
                         Poll::Stop
                     }
                 }
