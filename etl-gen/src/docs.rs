@@ -225,7 +225,7 @@ every depth. An editor can check files against [pipeline.schema.json](pipeline.s
 - **Environment**: `${VAR}` and `${VAR:-default}` are read when the binary starts, in the
   keys marked \"`${VAR}` allowed\" only. Every other key is compiled into the binary and
   checked at gen time, so it must be a literal (rule E0105).
-- **Exactly one** of `source.kafka` / `source.datagen`, and of `sink.clickhouse` / `sink.file`.
+- **Exactly one** of `source.kafka` / `source.datagen`, of `source.kafka.topic` / `topics` / `topic_pattern`, and of `sink.clickhouse` / `sink.file`.
 
 ## The sizing rule
 

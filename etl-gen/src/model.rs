@@ -17,6 +17,8 @@ use crate::units::{Attempts, ByteSize, Duration, Ratio};
 pub const TEMPLATED_KEYS: &[&str] = &[
     "source.kafka.brokers",
     "source.kafka.topic",
+    "source.kafka.topics[*]",
+    "source.kafka.topic_pattern",
     "source.kafka.group_id",
     "source.kafka.rdkafka.*",
     "format.avro.registry",
@@ -117,8 +119,21 @@ pub enum Source {
 pub struct KafkaSource {
     /// Comma-separated bootstrap servers (`host:port,...`).
     pub brokers: Template,
-    /// The topic to consume; exactly one topic per pipeline.
-    pub topic: Template,
+    /// The topic to consume. Exactly one of `topic`, `topics` and `topic_pattern` is given.
+    // Each of the three is left out of the serialized model (the config hash) when absent, so a
+    // pipeline written with `topic` before the other two existed keeps its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<Template>,
+    /// Several topics, consumed as one stream (`[orders-eu, orders-us]`): every partition of
+    /// each is a lane of its own, and `_topic` tells the records apart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<Template>,
+    /// Every topic whose name matches this regular expression, which starts with `^`
+    /// (librdkafka's pattern subscription): `"^orders-.*"`. A matching topic created while the
+    /// pipeline runs is consumed within `topic.metadata.refresh.interval.ms` (librdkafka's
+    /// default: 5 minutes; set it under `rdkafka:` to pick new topics up sooner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_pattern: Option<Template>,
     /// The consumer group id.
     pub group_id: Template,
     /// How often librdkafka commits the offsets the pipeline has stored
@@ -151,6 +166,29 @@ pub struct KafkaSource {
     /// what the topic already holds); `--check` shows the value in force.
     #[serde(default)]
     pub rdkafka: IndexMap<String, ScalarValue>,
+}
+
+/// What `source.kafka` subscribes to, once `topic-choice` (E0204) made sure it names exactly one.
+#[derive(Clone, Copy, Debug)]
+pub enum Subscription<'a> {
+    /// `topic`.
+    Topic(&'a Template),
+    /// `topics`.
+    Topics(&'a [Template]),
+    /// `topic_pattern`.
+    Pattern(&'a Template),
+}
+
+impl KafkaSource {
+    /// The subscription the keys name; `None` unless exactly one of them is given.
+    pub fn subscription(&self) -> Option<Subscription<'_>> {
+        match (&self.topic, self.topics.as_slice(), &self.topic_pattern) {
+            (Some(topic), [], None) => Some(Subscription::Topic(topic)),
+            (None, [_, ..], None) => Some(Subscription::Topics(&self.topics)),
+            (None, [], Some(pattern)) => Some(Subscription::Pattern(pattern)),
+            _ => None,
+        }
+    }
 }
 
 /// `source.datagen:`

@@ -25,7 +25,8 @@ pub(crate) struct ProduceArgs {
     /// Seed of the record generator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// The topic (default: the pipeline's, with its `${VAR:-default}` resolved).
+    /// The topic (default: the pipeline's `topic`, or the first of its `topics`, with `${VAR:-default}`
+    /// resolved; a pipeline with `topic_pattern` needs it).
     #[arg(long)]
     topic: Option<String>,
     /// The brokers (default: $KAFKA_BROKERS).
@@ -44,7 +45,11 @@ pub(crate) fn run(args: &ProduceArgs) -> anyhow::Result<()> {
     let env = |name: &str| std::env::var(name).ok();
     let topic = match &args.topic {
         Some(t) => t.clone(),
-        None => kafka.topic.resolve(env).map_err(anyhow::Error::msg)?,
+        None => match (&kafka.topic, kafka.topics.first()) {
+            (Some(topic), _) | (None, Some(topic)) => topic.resolve(env).map_err(anyhow::Error::msg)?,
+            // A pattern names no topic to write to.
+            (None, None) => bail!("{} reads topics by pattern; pass --topic", args.pipeline.display()),
+        },
     };
     let schema = apache_avro::Schema::parse_str(&pipeline.datagen_schema)?;
     let format = pipeline.model.format.get();

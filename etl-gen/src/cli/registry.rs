@@ -39,11 +39,19 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
     let subject = match subject {
         Some(s) => s.to_owned(),
         None => match &v.model.source {
-            Source::Kafka(k) => match k.topic.resolve(env) {
-                Ok(topic) => format!("{topic}-value"),
-                Err(e) => {
+            Source::Kafka(k) => match k.topic.as_ref().map(|topic| topic.resolve(env)) {
+                Some(Ok(topic)) => format!("{topic}-value"),
+                Some(Err(e)) => {
                     eprintln!(
                         "error: the subject is `<topic>-value`, and the topic needs {e}; set it or pass --subject"
+                    );
+                    return ExitCode::from(2);
+                }
+                // Each topic has a subject of its own; which one to check is the user's choice.
+                None => {
+                    eprintln!(
+                        "error: the source reads several topics, each with a `<topic>-value` subject; pass \
+                         --subject with the one to check"
                     );
                     return ExitCode::from(2);
                 }

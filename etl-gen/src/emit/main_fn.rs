@@ -31,7 +31,15 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
     let mut out = vec![("admin.listen".to_owned(), m.admin.listen.clone(), false)];
     if let Source::Kafka(k) = &m.source {
         out.push(("source.kafka.brokers".into(), k.brokers.clone(), false));
-        out.push(("source.kafka.topic".into(), k.topic.clone(), false));
+        if let Some(topic) = &k.topic {
+            out.push(("source.kafka.topic".into(), topic.clone(), false));
+        }
+        for (i, topic) in k.topics.iter().enumerate() {
+            out.push((format!("source.kafka.topics[{i}]"), topic.clone(), false));
+        }
+        if let Some(pattern) = &k.topic_pattern {
+            out.push(("source.kafka.topic_pattern".into(), pattern.clone(), false));
+        }
         out.push(("source.kafka.group_id".into(), k.group_id.clone(), false));
         for (name, value) in &k.rdkafka {
             let key = format!("source.kafka.rdkafka.{name}");
@@ -159,12 +167,12 @@ fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
             let (commit, startup, stats) =
                 (k.commit_interval.as_millis(), k.startup_timeout.as_millis(), k.statistics_interval.as_millis());
             let brokers = settings.value("source.kafka.brokers")?;
-            let topic = settings.value("source.kafka.topic")?;
+            let topic = subscription(k, settings)?;
             let group_id = settings.value("source.kafka.group_id")?;
             quote!(
                 let source = match rt::KafkaSource::new(rt::KafkaSourceConfig {
                     brokers: #brokers.to_owned(),
-                    topic: #topic.to_owned(),
+                    topic: #topic,
                     group_id: #group_id.to_owned(),
                     commit_interval: ::std::time::Duration::from_millis(#commit),
                     startup_timeout: ::std::time::Duration::from_millis(#startup),
@@ -176,6 +184,30 @@ fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
                 };
             )
         }
+    })
+}
+
+/// The expression of `KafkaSourceConfig::topic` (a `String`): the topic, the topics joined by
+/// commas (a topic name cannot hold one), or the pattern, which starts with `^`.
+fn subscription(k: &crate::model::KafkaSource, settings: &Settings) -> Result<TokenStream, Error> {
+    use crate::model::Subscription;
+    Ok(match k.subscription() {
+        Some(Subscription::Topic(_)) => {
+            let topic = settings.value("source.kafka.topic")?;
+            quote!(#topic.to_owned())
+        }
+        Some(Subscription::Topics(topics)) => {
+            let topics = (0..topics.len())
+                .map(|i| settings.value(&format!("source.kafka.topics[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?;
+            quote!([#(#topics),*].join(","))
+        }
+        Some(Subscription::Pattern(_)) => {
+            let pattern = settings.value("source.kafka.topic_pattern")?;
+            quote!(#pattern.to_owned())
+        }
+        // topic-choice (E0204) refused it before emission.
+        None => return Err(Error::Setting { key: "source.kafka.topic".into(), why: "no topic".into() }),
     })
 }
 
@@ -225,15 +257,16 @@ fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, us
                 None => quote!(None),
             };
             // The ledger's identity; E0901 made sure the source is Kafka.
-            let exactly_once = if c.exactly_once {
-                let topic = settings.value("source.kafka.topic")?;
-                quote!(Some(rt::ExactlyOnceConfig {
-                    pipeline: BUILD.pipeline.to_owned(),
-                    topic: #topic.to_owned(),
-                    config_hash: BUILD.config_hash.to_owned(),
-                }))
-            } else {
-                quote!(None)
+            let exactly_once = match (&m.source, c.exactly_once) {
+                (Source::Kafka(k), true) => {
+                    let topic = subscription(k, settings)?;
+                    quote!(Some(rt::ExactlyOnceConfig {
+                        pipeline: BUILD.pipeline.to_owned(),
+                        topic: #topic,
+                        config_hash: BUILD.config_hash.to_owned(),
+                    }))
+                }
+                _ => quote!(None),
             };
             let columns = inputs.pipeline.plan.output.iter().map(|col| {
                 let (name, ty) = (&col.name, col.ty.clickhouse());
@@ -304,17 +337,24 @@ fn chains(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
 /// The statement that makes `dead_letter`: the DLQ producer under `errors.policy: dlq`.
 fn dead_letter(m: &crate::model::PipelineFile, settings: &Settings) -> Result<TokenStream, Error> {
     Ok(match (&m.errors.policy, &m.errors.dlq_topic, &m.source) {
-        (ErrorPolicy::Dlq, Some(_), Source::Kafka(_)) => {
+        (ErrorPolicy::Dlq, Some(_), Source::Kafka(k)) => {
             let brokers = settings.value("source.kafka.brokers")?;
             let dlq_topic = settings.value("errors.dlq_topic")?;
-            let topic = settings.value("source.kafka.topic")?;
+            // Every record names its own topic; `with_source_topic` only covers one that does
+            // not, so a source of several topics leaves it out.
+            let dlq = if k.topic.is_some() {
+                let topic = settings.value("source.kafka.topic")?;
+                quote!(dlq.with_source_topic(#topic))
+            } else {
+                quote!(dlq)
+            };
             quote!(
                 let dead_letter: ::std::option::Option<::std::sync::Arc<dyn rt::DeadLetter>> = match rt::KafkaDeadLetter::new(
                     #brokers,
                     #dlq_topic,
                     &rdkafka_properties(&resolved),
                 ) {
-                    Ok(dlq) => Some(::std::sync::Arc::new(dlq.with_source_topic(#topic))),
+                    Ok(dlq) => Some(::std::sync::Arc::new(#dlq)),
                     Err(e) => return rt::startup_error(e),
                 };
             )

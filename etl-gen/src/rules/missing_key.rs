@@ -10,7 +10,7 @@ pub(crate) static RULE: Rule = Rule {
     name: "missing-key",
     summary: "a required key is absent",
     doc: "Required keys have no sensible default: `pipeline.name`, `source.kafka.brokers`, \
-`topic` and `group_id`, the `schema` of `format.avro`, `format.json` or `format.protobuf` (and its `message`), `sink.clickhouse.table`, `sink.file.path`, \
+`group_id`, the `schema` of `format.avro`, `format.json` or `format.protobuf` (and its `message`), `sink.clickhouse.table`, `sink.file.path`, \
 and the sections `pipeline`, `source`, `format` and `sink`.",
 };
 

@@ -32,6 +32,7 @@ pub(crate) mod schema_id;
 pub mod sizing;
 pub(crate) mod startup_timeout;
 pub(crate) mod structure;
+pub(crate) mod topic_choice;
 pub(crate) mod unknown_key;
 pub(crate) mod value_range;
 pub(crate) mod watermarks;
@@ -47,6 +48,7 @@ pub static RULES: &[&Rule] = &[
     &pipeline_name::RULE,
     &value_range::RULE,
     &replica_url::RULE,
+    &topic_choice::RULE,
     &owned_property::RULE,
     &cooperative_assignment::RULE,
     &librdkafka_property::RULE,
@@ -88,6 +90,7 @@ pub struct Context<'a> {
 pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     pipeline_name::check(cx, out);
     value_range::check(cx, out);
+    topic_choice::check(cx, out);
     replica_url::check(cx, out);
     owned_property::check(cx, out);
     cooperative_assignment::check(cx, out);

@@ -48,7 +48,12 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     };
     if let Source::Kafka(k) = &m.source {
         not_empty(out, "source.kafka.brokers", k.brokers.as_str());
-        not_empty(out, "source.kafka.topic", k.topic.as_str());
+        if let Some(topic) = &k.topic {
+            not_empty(out, "source.kafka.topic", topic.as_str());
+        }
+        if let Some(pattern) = &k.topic_pattern {
+            not_empty(out, "source.kafka.topic_pattern", pattern.as_str());
+        }
         not_empty(out, "source.kafka.group_id", k.group_id.as_str());
     }
     match &m.sink {
