@@ -2441,3 +2441,80 @@ fn a_stalled_partition_is_recovered_or_stops_the_binary() {
     p.stop_cleanly();
     assert_exactly_once_in(Variant::Stall, N);
 }
+
+/// Scenario 39 (issue 41): several topics by pattern, exactly once, with `examples/regional_topics`.
+/// Two regional topics with the same partition numbers stream orders in while the binary is
+/// SIGKILLed three times (their lanes, spans and tokens must not be confused: a batch of one topic
+/// taken for a repeat of the other's would be dropped by ClickHouse, a lost order); then a third
+/// matching topic is created and filled while the binary runs, and is read. A topic that does not
+/// match is never read. Every order is in the table once, with the topic it came from as
+/// `source_topic`, and every topic's offsets are committed to its end.
+#[test]
+fn regional_topics_by_pattern_exactly_once_through_kills() {
+    let _scope = scope(Load::Light, &[Variant::Regional]);
+    prepare(Variant::Regional);
+    let _t = Timer::start("regional topics");
+    const PER_TOPIC: i64 = 40_000;
+    let table = Variant::Regional.table();
+    let (prefix, group) = (unique("e2e-region"), unique("e2e-region-g"));
+    let topics = [format!("{prefix}-eu"), format!("{prefix}-us"), format!("{prefix}-ap")];
+    let other = format!("{prefix}x-other");
+    for topic in [&topics[0], &topics[1], &other] {
+        create_topic(topic, PARTITIONS);
+    }
+    // Each topic has ids of its own, so the table's `0..3 × PER_TOPIC` tells them apart; `other`'s
+    // ids lie above, where an order read by mistake would show.
+    let (_, eu) = produce_in_background(&topics[0], 0..PER_TOPIC, 0, 1_000);
+    let (_, us) = produce_in_background(&topics[1], PER_TOPIC..2 * PER_TOPIC, 0, 1_000);
+    produce_now(&other, 3 * PER_TOPIC..3 * PER_TOPIC + 1_000, 0);
+    let pattern = format!("^{prefix}-.*");
+    let env = [("ORDERS_PATTERN", pattern.as_str())];
+    let mut processes = Vec::new();
+    let mut rng = Rng::from_time();
+    for round in 0..3 {
+        let label = format!("region-kill-{round}");
+        let mut p = spawn(Variant::Regional, &label, "unused", &group, &env);
+        p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+        std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
+        p.kill();
+        assert_killed(p.exit.unwrap(), &label);
+        processes.push(p);
+    }
+    let mut last = spawn(Variant::Regional, "region-final", "unused", &group, &env);
+    let (eu, us) = (eu.join().unwrap(), us.join().unwrap());
+    let before = await_rows(table, 2 * PER_TOPIC, Duration::from_secs(180));
+    assert_eq!(before.uniq, 2 * PER_TOPIC, "both regional topics are read ({before:?})");
+    create_topic(&topics[2], PARTITIONS);
+    let ap = produce_now(&topics[2], 2 * PER_TOPIC..3 * PER_TOPIC, 0);
+    let created = Instant::now();
+    let after = await_rows(table, 3 * PER_TOPIC, Duration::from_secs(120));
+    eprintln!("regional topics: the topic created while running was read in {:?} ({after:?})", created.elapsed());
+    for (topic, produced) in [(&topics[0], &eu), (&topics[1], &us), (&topics[2], &ap)] {
+        await_committed(&group, topic, &produced.end_offsets, Duration::from_secs(30));
+    }
+    last.stop_cleanly();
+    processes.push(last);
+    let stats = assert_exactly_once_in(Variant::Regional, 3 * PER_TOPIC);
+    for (i, topic) in topics.iter().enumerate() {
+        let [count, low, high] = shards_of(table).iter().fold([0, i64::MAX, i64::MIN], |[n, lo, hi], url| {
+            let got = ch_numbers(
+                url,
+                &format!(
+                    "SELECT count(), min(order_id), max(order_id) FROM default.{table} WHERE source_topic = '{topic}'"
+                ),
+            );
+            let (low, high) = if got[0] == 0 { (lo, hi) } else { (lo.min(got[1]), hi.max(got[2])) };
+            [n + got[0], low, high]
+        });
+        let first = i as i64 * PER_TOPIC;
+        assert_eq!((count, low, high), (PER_TOPIC, first, first + PER_TOPIC - 1), "the rows of `{topic}` name it");
+    }
+    assert!(committed(&group, &other, PARTITIONS).is_empty(), "`{other}` does not match and is never read");
+    for p in &processes {
+        p.assert_no_panic();
+    }
+    let plans: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
+    let replayed: i64 = processes.iter().map(Process::replayed_batches).sum();
+    eprintln!("regional topics: {stats:?} after 3 kills; {plans} replay plans, {replayed} batches replayed");
+    assert!(plans >= 2 * PARTITIONS as usize, "every lane of both topics read a replay plan ({plans})");
+}

@@ -34,7 +34,7 @@ pub fn ch_exec(url: &str, sql: &str) {
 }
 
 /// Numbers of a one-row TabSeparated result.
-fn ch_numbers(url: &str, sql: &str) -> Vec<i64> {
+pub fn ch_numbers(url: &str, sql: &str) -> Vec<i64> {
     ch_query(url, sql).split_whitespace().map(|v| v.parse().unwrap_or_else(|_| panic!("{sql}: {v}"))).collect()
 }
 

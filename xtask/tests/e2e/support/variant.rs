@@ -9,7 +9,7 @@ use super::clickhouse::ch_exec;
 use super::{root, xtask};
 
 /// How many [`Variant`]s there are.
-pub const VARIANTS: usize = 18;
+pub const VARIANTS: usize = 19;
 
 /// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
 /// sizing knobs are compiled in).
@@ -54,6 +54,9 @@ pub enum Variant {
     Outage,
     /// `pipeline-outage-eo.yaml`: `pipeline-eo.yaml` with a table of its own (scenario 13).
     OutageEo,
+    /// `examples/regional_topics/pipeline.yaml`: every topic matching `$ORDERS_PATTERN` into one
+    /// table, exactly once, with `_topic` as the column `source_topic` (scenario 19).
+    Regional,
 }
 
 impl Variant {
@@ -77,6 +80,7 @@ impl Variant {
             Variant::Stall => "pipeline-stall.yaml",
             Variant::Outage => "pipeline-outage.yaml",
             Variant::OutageEo => "pipeline-outage-eo.yaml",
+            Variant::Regional => return root().join("examples/regional_topics/pipeline.yaml"),
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -101,6 +105,7 @@ impl Variant {
             Variant::Stall => "e2e_orders_stall",
             Variant::Outage => "e2e_orders_outage",
             Variant::OutageEo => "e2e_orders_outage_eo",
+            Variant::Regional => "regional_orders",
         }
     }
 
