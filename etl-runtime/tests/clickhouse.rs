@@ -604,8 +604,8 @@ fn the_ledger_claims_epochs_and_keeps_spans_per_shard() {
         let refunds_epoch = ledger.claim(&refunds_3).await.unwrap();
         assert_eq!(refunds_epoch, 1, "another topic's partition 3 has epochs of its own");
         ledger.record(&refunds(0, 10, 20), refunds_epoch).await.unwrap();
-        assert_eq!(ledger.owner(&orders_3).await.unwrap(), second);
-        assert_eq!(ledger.owner(&refunds_3).await.unwrap(), refunds_epoch);
+        assert_eq!(ledger.owner(&span(1, 15, 40)).await.unwrap(), second);
+        assert_eq!(ledger.owner(&refunds(0, 10, 20)).await.unwrap(), refunds_epoch);
         let recorded = ledger.recorded(&orders_3, Some(9)).await.unwrap();
         let mut spans = recorded.spans.clone();
         spans.sort();

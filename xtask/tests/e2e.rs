@@ -2445,9 +2445,10 @@ fn a_stalled_partition_is_recovered_or_stops_the_binary() {
 /// Scenario 39 (issue 41): several topics by pattern, exactly once, with `examples/regional_topics`.
 /// Two regional topics with the same partition numbers stream orders in while the binary is
 /// SIGKILLed three times (their lanes, spans and tokens must not be confused: a batch of one topic
-/// taken for a repeat of the other's would be dropped by ClickHouse, a lost order); then a third
-/// matching topic is created and filled while the binary runs, and is read. A topic that does not
-/// match is never read. Every order is in the table once, with the topic it came from as
+/// taken for a repeat of the other's would be dropped by ClickHouse, a lost order); then a second
+/// instance joins (a rebalance moves lanes of both topics), a third matching topic is created and
+/// filled while both run, and is read, and the second instance leaves (another rebalance). A topic
+/// that does not match is never read. Every order is in the table once, with the topic it came from as
 /// `source_topic`, and every topic's offsets are committed to its end.
 #[test]
 fn regional_topics_by_pattern_exactly_once_through_kills() {
@@ -2481,6 +2482,9 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
         processes.push(p);
     }
     let mut last = spawn(Variant::Regional, "region-final", "unused", &group, &env);
+    last.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    let mut second = spawn(Variant::Regional, "region-second", "unused", &group, &env);
+    second.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let (eu, us) = (eu.join().unwrap(), us.join().unwrap());
     let before = await_rows(table, 2 * PER_TOPIC, Duration::from_secs(180));
     assert_eq!(before.uniq, 2 * PER_TOPIC, "both regional topics are read ({before:?})");
@@ -2489,10 +2493,16 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
     let created = Instant::now();
     let after = await_rows(table, 3 * PER_TOPIC, Duration::from_secs(120));
     eprintln!("regional topics: the topic created while running was read in {:?} ({after:?})", created.elapsed());
+    let second_metrics = second.metrics().expect("the second instance serves /metrics");
+    second.stop_cleanly();
+    assert!(second_metrics.sum("etl_records_out_total") > 0.0, "the second instance wrote rows");
+    let revocations = last.metrics().expect("the first serves /metrics").get("etl_source_revocations_total");
+    assert!(revocations >= 2.0, "the first instance gave lanes up when the second joined and left ({revocations})");
     for (topic, produced) in [(&topics[0], &eu), (&topics[1], &us), (&topics[2], &ap)] {
         await_committed(&group, topic, &produced.end_offsets, Duration::from_secs(30));
     }
     last.stop_cleanly();
+    processes.push(second);
     processes.push(last);
     let stats = assert_exactly_once_in(Variant::Regional, 3 * PER_TOPIC);
     for (i, topic) in topics.iter().enumerate() {
@@ -2515,6 +2525,8 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
     }
     let plans: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
     let replayed: i64 = processes.iter().map(Process::replayed_batches).sum();
-    eprintln!("regional topics: {stats:?} after 3 kills; {plans} replay plans, {replayed} batches replayed");
+    eprintln!(
+        "regional topics: {stats:?} after 3 kills and 2 rebalances; {plans} replay plans, {replayed} batches replayed"
+    );
     assert!(plans >= 2 * PARTITIONS as usize, "every lane of both topics read a replay plan ({plans})");
 }

@@ -173,7 +173,7 @@ impl ClickhouseLedger {
 }
 
 impl Ledger for ClickhouseLedger {
-    fn claim<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
+    fn highest_epoch<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
         Box::pin(async move {
             let sql = format!(
                 "SELECT max(epoch) FROM {} \
@@ -188,17 +188,21 @@ impl Ledger for ClickhouseLedger {
                 })?;
                 highest = highest.max(max);
             }
-            let epoch = highest + 1;
+            Ok(highest)
+        })
+    }
+
+    fn write_claim<'a>(&'a self, lane: &'a LaneKey, epoch: u64) -> LedgerFuture<'a, ()> {
+        Box::pin(async move {
             let home = lane.partition.rem_euclid(self.shards.len() as i32) as usize;
             // The claim row: offsets -1, never read as a span. Without a token, ClickHouse's
             // content-based deduplication drops only an identical claim (the same epoch).
             let claim = Span { topic: lane.topic.clone(), partition: lane.partition, shard: home, first: -1, last: -1 };
-            self.insert_row(&claim, epoch, None).await?;
-            Ok(epoch)
+            self.insert_row(&claim, epoch, None).await
         })
     }
 
-    fn owner<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
+    fn owner<'a>(&'a self, span: &'a Span) -> LedgerFuture<'a, u64> {
         Box::pin(async move {
             // The claims live on the partition's home shard (`claim`), so one shard answers.
             let sql = format!(
@@ -206,11 +210,11 @@ impl Ledger for ClickhouseLedger {
                  AND partition = {{partition:Int32}} AND first_offset = -1",
                 self.qualified()
             );
-            let home = lane.partition.rem_euclid(self.shards.len() as i32) as usize;
+            let home = span.partition.rem_euclid(self.shards.len() as i32) as usize;
             let text = self
                 .on_shard(home, |client| {
                     let query = self
-                        .scoped(&client, &sql, &lane.topic, lane.partition)
+                        .scoped(&client, &sql, &span.topic, span.partition)
                         .with_setting("select_sequential_consistency", "1");
                     async move { query.fetch_bytes("TSV")?.collect().await.map(|b| b.to_vec()) }
                 })

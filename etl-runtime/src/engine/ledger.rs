@@ -70,15 +70,32 @@ pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SinkError>>
 /// Where batch spans are made durable before their insert (for ClickHouse: a small table on each
 /// shard). Implemented by sinks that support exactly-once.
 pub trait Ledger: Send + Sync + 'static {
+    /// The highest epoch recorded for `lane` (claims and spans of every config hash), 0 when none.
+    fn highest_epoch<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64>;
+
+    /// Makes `epoch` the claim of `lane`'s new owner, durably.
+    fn write_claim<'a>(&'a self, lane: &'a LaneKey, epoch: u64) -> LedgerFuture<'a, ()>;
+
     /// Claims `lane` for a new owner: makes an epoch higher than every epoch recorded for the
-    /// lane durable, and returns it. Called before [`Ledger::recorded`].
-    fn claim<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64>;
+    /// lane durable, and returns it. Called before [`Ledger::recorded`]. A ledger made of
+    /// several (one per output table) claims one epoch above all of theirs in each.
+    fn claim<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
+        Box::pin(async move {
+            let epoch = self.highest_epoch(lane).await? + 1;
+            self.write_claim(lane, epoch).await?;
+            Ok(epoch)
+        })
+    }
 
     /// The epoch of the partition's newest owner: the highest one claimed. A batch's write checks
     /// it after recording its span and before its insert; a higher epoch than its own means this
     /// member was cut off from the group without noticing (frozen past `session.timeout.ms`, say)
     /// and a newer owner has taken the partition over, so the batch is dropped (Invariant 8).
-    fn owner<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64>;
+    ///
+    /// It is asked for the lane and slot of `span`, the batch about to be inserted: the claims a
+    /// batch is checked against live beside its span, so a table that is down delays only its
+    /// own batches.
+    fn owner<'a>(&'a self, span: &'a Span) -> LedgerFuture<'a, u64>;
 
     /// Makes `span`, recorded by the owner of `epoch`, durable. Called before the batch's insert,
     /// retried until it succeeded; must be idempotent.

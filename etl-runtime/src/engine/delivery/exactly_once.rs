@@ -14,7 +14,7 @@ use crate::engine::chunk::{Batch, Chunk};
 use crate::engine::delivery::{At, BatchPolicy, Delivery, LaneCut, note_rows};
 use crate::engine::fault::{FaultPoint, fault};
 use crate::engine::fence::Fence;
-use crate::engine::lane::{Lane, LaneKey};
+use crate::engine::lane::Lane;
 use crate::engine::ledger::{Cut, Ledger, Recorded, Replay, Span};
 use crate::engine::retry::backoff;
 use crate::engine::shared::Shared;
@@ -368,8 +368,7 @@ impl ExactlyOnce {
         let home = span.partition.rem_euclid(shared.config.shards as i32) as usize;
         let mut _retrying = None;
         loop {
-            let lane = LaneKey { topic: span.topic.clone(), partition: span.partition };
-            match self.ledger.owner(&lane).await {
+            match self.ledger.owner(span).await {
                 Ok(owner) if owner > epoch => {
                     tracing::warn!(
                         ?span,
