@@ -692,6 +692,32 @@ fn startup_timeout_names_a_missing_topic() {
     pipeline.abort();
 }
 
+// `source.kafka.startup_timeout` with several topics: a list of topics that do not exist names
+// them, and a pattern that matches no topic says so.
+#[test]
+fn startup_timeout_names_missing_topics_of_a_list_and_an_unmatched_pattern() {
+    etl_runtime::init_logging();
+    let brokers = kafka_brokers();
+    let missing = unique("missing");
+    let prefix = unique("unmatched");
+    for (subscription, says) in [
+        (format!("{missing},{}", unique("missing")), format!("topics `{missing}`")),
+        (format!("^{prefix}-.*"), format!("no topic on brokers `{brokers}` matches `^{prefix}-.*`")),
+    ] {
+        let mut config = source_config(&brokers, &subscription, &unique("missing-g"), &[]);
+        config.startup_timeout = Duration::from_secs(4);
+        let pipeline =
+            Pipeline::start(runtime_config(1), meta("nowhere"), RecordingSink::default(), None).expect("pipeline");
+        let mut source = KafkaSource::new(config).expect("source");
+        let error = source.start(pipeline.handle()).expect_err("no assignment");
+        assert!(error.message.contains(&says), "{subscription}: {error}");
+        pipeline.abort();
+    }
+    // A subscription the runtime cannot use is refused before anything connects.
+    let error = KafkaSource::new(source_config(&brokers, "orders eu", "g", &[])).expect_err("not a topic name");
+    assert!(error.message.contains("source.kafka.topic") && error.message.contains("`orders eu`"), "{error}");
+}
+
 // Invariant 3 with `errors.policy: dlq`: failing records go to the dead-letter topic raw, with the
 // error headers, and their offsets count as done only once the producer's delivery report came back:
 // the committed offsets still reach the end offsets.
@@ -875,6 +901,66 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
         assert!(seen.insert(letter.source()), "one dead letter per refused record");
     }
     assert_eq!(seen, refused);
+}
+
+// Several topics under `errors.policy: dlq` (issue 41): a source that reads a list of topics,
+// whose dead-letter producer was given no source topic (the generated code of a several-topic
+// pipeline gives none). Rows the sink refuses, of both topics, are dead-lettered raw, each read
+// again from its own topic and headed with it; every other row is written once, and each topic's
+// offsets are committed to its end.
+#[test]
+fn refused_rows_of_several_topics_are_read_again_from_their_own_topic() {
+    let brokers = kafka_brokers();
+    let (eu, us, dlq, group) = (unique("refused-eu"), unique("refused-us"), unique("refused-dlq"), unique("refused-g"));
+    for topic in [&eu, &us] {
+        create_topic(&brokers, topic, 2);
+    }
+    create_topic(&brokers, &dlq, 1);
+    // Keys (and payloads) differ between the topics, so a record read again from the wrong
+    // topic at the same partition and offset would show.
+    let from_eu = produce(&brokers, &eu, &fixtures(0, 1_000, 2, 0));
+    let from_us = produce(&brokers, &us, &fixtures(5_000, 1_000, 2, 0));
+    let refused = |delivered: &Delivered| -> BTreeSet<(i32, i64)> {
+        delivered.all.iter().copied().filter(|(_, o)| o % 7 == 3).collect()
+    };
+    let refused_count = refused(&from_eu).len() + refused(&from_us).len();
+
+    etl_runtime::init_logging();
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter");
+    let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
+    let sink = RefusingSink::default();
+    let chains = metas(&[&eu, &us]);
+    let pipeline = Pipeline::start(runtime, chains, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
+    let subscription = format!("{eu},{us}");
+    let mut source = KafkaSource::new(source_config(&brokers, &subscription, &group, &[])).expect("source");
+    source.start(pipeline.handle()).expect("start");
+    let written = from_eu.all.len() + from_us.all.len() - refused_count;
+    assert!(common::wait_for(Duration::from_secs(30), || sink.inner.rows.lock().unwrap().len() == written));
+    assert!(common::wait_for(Duration::from_secs(30), || {
+        pipeline
+            .metrics_text()
+            .contains(&format!("etl_records_dropped_total{{reason=\"dead_letter\"}} {refused_count}"))
+    }));
+    let report = pipeline.shutdown(Duration::from_secs(10));
+    assert!(report.complete);
+    assert_eq!(report.fatal, None);
+    source.shutdown().expect("source shutdown");
+    assert_eq!(committed(&brokers, &group, &eu, 2), from_eu.end_offsets());
+    assert_eq!(committed(&brokers, &group, &us, 2), from_us.end_offsets());
+    let rows = sink.inner.rows.lock().unwrap().clone();
+    assert!(rows.values().all(|&n| n == 1), "every other row written once");
+
+    let mut seen: BTreeMap<String, BTreeSet<(i32, i64)>> = BTreeMap::new();
+    for letter in read_dead_letters(&brokers, &dlq, refused_count) {
+        assert_eq!(letter.header("etl.error.kind"), "sink");
+        let topic = letter.header("etl.source.topic").to_owned();
+        let key: usize = letter.key.strip_prefix('k').and_then(|k| k.parse().ok()).expect("a fixture key");
+        assert_eq!(key >= 5_000, topic == us, "`{topic}`'s record was read again from it (key {key})");
+        assert_eq!(letter.payload.trim_end().strip_prefix('v'), letter.key.strip_prefix('k'), "the raw record");
+        assert!(seen.entry(topic).or_default().insert(letter.source()), "one dead letter per refused record");
+    }
+    assert_eq!(seen.get(&eu), Some(&refused(&from_eu)));
+    assert_eq!(seen.get(&us), Some(&refused(&from_us)));
 }
 
 /// A record read back from a dead-letter topic.

@@ -25,6 +25,11 @@ impl LaneKey {
     }
 }
 
+/// `orders[0], orders[1], refunds[0]`: lanes as log lines name them.
+pub(crate) fn named(lanes: &[LaneKey]) -> String {
+    lanes.iter().map(LaneKey::to_string).collect::<Vec<_>>().join(", ")
+}
+
 impl fmt::Display for LaneKey {
     /// `topic[partition]`, as log lines and error messages name a lane.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

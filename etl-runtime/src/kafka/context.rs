@@ -17,7 +17,7 @@ use super::batches::PartitionBatches;
 use super::partition_lane::{FetchStats, KafkaLane, LaneProgress, Start};
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
-use crate::engine::lane::LaneKey;
+use crate::engine::lane::{LaneKey, named};
 use crate::engine::ledger::Replay;
 
 /// The bound on reading the committed offsets of a new assignment (exactly-once).
@@ -612,9 +612,4 @@ fn read_plans_later(
             }
         }
     }
-}
-
-/// `orders[0], orders[1], refunds[0]`: the lanes of an assignment, as log lines name them.
-fn named(lanes: &[LaneKey]) -> String {
-    lanes.iter().map(LaneKey::to_string).collect::<Vec<_>>().join(", ")
 }

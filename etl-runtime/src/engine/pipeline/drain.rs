@@ -10,7 +10,7 @@ use crate::engine::ack::FinalOffsets;
 use crate::engine::chain::Chain;
 use crate::engine::chunk::Chunk;
 use crate::engine::delivery::{At, Delivery};
-use crate::engine::lane::LaneKey;
+use crate::engine::lane::{LaneKey, named};
 use crate::engine::pipeline::PipelineThread;
 use crate::engine::pipeline::lane_state::LaneState;
 
@@ -40,7 +40,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                 None => request.results.push((key.clone(), None)),
             }
         }
-        tracing::info!(thread = self.index, ?lanes, draining = request.remaining, "draining lanes");
+        tracing::info!(thread = self.index, lanes = %named(&lanes), draining = request.remaining, "draining lanes");
         self.drains.push(request);
         self.finish_drains();
     }
