@@ -98,6 +98,7 @@ pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
 pub use crate::engine::lane::{Backlog, Lane, LaneKey, Record};
 pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
+pub use crate::engine::outputs::Outputs;
 pub use crate::engine::shared::PipelineStats;
 pub use crate::engine::sink::{DeadLetter, DeadLetterAck, DeadRecord, ErasedSink, Sink};
 pub use crate::engine::source::Source;

@@ -958,3 +958,120 @@ fn migrate_adds_missing_columns_and_refuses_a_type_change() {
     assert!(stderr.contains("help: a type change rewrites the column's data"), "{stderr}");
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
+
+/// Each record's row goes to output 0 (slots `0..2`), and even ids' rows to output 1 too (slots
+/// `2..4`): two tables of two shards behind [`etl_runtime::Outputs`].
+struct TwoOutputs;
+
+impl etl_runtime::Chain for TwoOutputs {
+    fn process(
+        &mut self,
+        record: &etl_runtime::Record<'_>,
+        out: &mut etl_runtime::RowOut<'_>,
+    ) -> Result<(), etl_runtime::RecordError> {
+        let payload = record.payload.unwrap_or_default();
+        let id = i64::from_le_bytes(payload[..8].try_into().expect("an id"));
+        let shard = (id % 2) as usize;
+        out.push_row(shard, |buf| buf.extend_from_slice(payload));
+        if id % 2 == 0 {
+            out.push_row(2 + shard, |buf| buf.extend_from_slice(payload));
+        }
+        Ok(())
+    }
+}
+
+// ADR 0002 (several outputs, the runtime half): two tables behind `Outputs`, exactly once. A
+// first owner is aborted mid-stream, with spans recorded in both tables' ledgers; none of its
+// offsets is committed (as after a crash before the first commit), so the next owner replays
+// every batch the first one recorded. It claims one epoch in both ledgers, re-cuts each table's
+// recorded spans at their own slots, and each table ends with its rows exactly once.
+#[test]
+fn outputs_write_each_table_exactly_once_across_a_replay() {
+    use etl_runtime::{LaneKey, Outputs};
+    use support_clickhouse::{RowsLane, Stored};
+    const N: i64 = 4_000;
+    let (url, url2) = clickhouse_urls();
+    let tables = [unique_table("ch_out_all"), unique_table("ch_out_even")];
+    for u in [&url, &url2] {
+        for table in &tables {
+            create_table(u, table, ID_COLUMNS, "", DEDUP);
+            create_ledger(u, table);
+        }
+    }
+    let outputs = || {
+        let sinks = tables
+            .iter()
+            .map(|table| {
+                let mut config = sink_config(&[&url, &url2], table, ID_COLUMNS);
+                config.exactly_once = exactly_once("oooo");
+                ClickhouseSink::new(config).unwrap()
+            })
+            .collect();
+        Outputs::new(sinks, 2).unwrap()
+    };
+    let mut runtime = runtime_config(4);
+    runtime.exactly_once = true;
+    runtime.batch.max_rows = 300;
+    let lane = LaneKey::new("orders", 0);
+    let stored = Stored::default();
+
+    let first = etl_runtime::Pipeline::start(runtime.clone(), || TwoOutputs, outputs(), None).unwrap();
+    let plans = first.handle().recover(&[(lane.clone(), None)]).unwrap();
+    let rows = id_rows(0..N, 1).remove(0);
+    first
+        .handle()
+        .add_lane_replaying(Box::new(RowsLane::new(0, rows.clone(), Some(4_000.0), &stored)), plans.into_iter().next());
+    std::thread::sleep(Duration::from_millis(600));
+    let metrics = first.metrics_text();
+    first.abort();
+    assert!(metric_sum(&metrics, "etl_exactly_once_spans_recorded_total", &[]) > 0.0, "the first owner recorded spans");
+    let stopped = stored.lock().unwrap().get(&0).copied();
+    assert!(stopped.is_none_or(|next| next < N), "the first owner stopped mid-stream ({stopped:?})");
+
+    let second = etl_runtime::Pipeline::start(runtime, || TwoOutputs, outputs(), None).unwrap();
+    let plans = second.handle().recover(&[(lane, None)]).unwrap();
+    assert!(plans[0].epoch >= 2, "one epoch above the first owner's in both ledgers");
+    assert_eq!(plans[0].spans.len(), 4, "a replay plan over the four slots");
+    let replayed = plans[0].pending();
+    assert!(replayed > 1, "recorded batches of both tables to replay ({replayed})");
+    second.handle().add_lane_replaying(Box::new(RowsLane::new(0, rows, None, &stored)), plans.into_iter().next());
+    let done = |table: &str, n: i64| {
+        [&url, &url2].iter().map(|u| scalar(u, &format!("SELECT uniqExact(id) FROM default.`{table}`"))).sum::<i64>()
+            == n
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(done(&tables[0], N) && done(&tables[1], N / 2)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let report = second.shutdown(Duration::from_secs(10));
+    assert_eq!(report.fatal, None);
+    eprintln!("outputs: {replayed} recorded batches replayed by the second owner");
+    for (table, n) in [(&tables[0], N), (&tables[1], N / 2)] {
+        let [count, uniq] = [&url, &url2].iter().fold([0, 0], |[c, q], u| {
+            [
+                c + scalar(u, &format!("SELECT count() FROM default.`{table}`")),
+                q + scalar(u, &format!("SELECT uniqExact(id) FROM default.`{table}`")),
+            ]
+        });
+        assert_eq!((count, uniq), (n, n), "`{table}` holds its rows exactly once");
+        let spans: i64 = [&url, &url2]
+            .iter()
+            .map(|u| {
+                scalar(
+                    u,
+                    &format!(
+                        "SELECT count() FROM default.`{}` WHERE first_offset >= 0",
+                        etl_runtime::ledger_table(table)
+                    ),
+                )
+            })
+            .sum();
+        assert!(spans > 0, "`{table}`'s own ledger holds its spans");
+    }
+    for u in [&url, &url2] {
+        for table in &tables {
+            exec(u, &format!("DROP TABLE default.`{table}`"));
+            exec(u, &format!("DROP TABLE default.`{}`", etl_runtime::ledger_table(table)));
+        }
+    }
+}

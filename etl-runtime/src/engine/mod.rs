@@ -31,6 +31,7 @@ pub(crate) mod handle;
 pub(crate) mod lane;
 pub(crate) mod ledger;
 pub(crate) mod metrics;
+pub(crate) mod outputs;
 pub(crate) mod pipeline;
 pub(crate) mod retry;
 pub(crate) mod shared;
