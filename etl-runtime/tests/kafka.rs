@@ -912,14 +912,17 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
 fn refused_rows_of_several_topics_are_read_again_from_their_own_topic() {
     let brokers = kafka_brokers();
     let (eu, us, dlq, group) = (unique("refused-eu"), unique("refused-us"), unique("refused-dlq"), unique("refused-g"));
+    // One partition each: the records to read again alternate between the topics' partition 0,
+    // at offsets that keep growing, which is where a reader that knew only the partition went on
+    // reading the wrong topic.
     for topic in [&eu, &us] {
-        create_topic(&brokers, topic, 2);
+        create_topic(&brokers, topic, 1);
     }
     create_topic(&brokers, &dlq, 1);
     // Keys (and payloads) differ between the topics, so a record read again from the wrong
     // topic at the same partition and offset would show.
-    let from_eu = produce(&brokers, &eu, &fixtures(0, 1_000, 2, 0));
-    let from_us = produce(&brokers, &us, &fixtures(5_000, 1_000, 2, 0));
+    let from_eu = produce(&brokers, &eu, &fixtures(0, 400, 1, 0));
+    let from_us = produce(&brokers, &us, &fixtures(5_000, 400, 1, 0));
     let refused = |delivered: &Delivered| -> BTreeSet<(i32, i64)> {
         delivered.all.iter().copied().filter(|(_, o)| o % 7 == 3).collect()
     };
@@ -927,7 +930,11 @@ fn refused_rows_of_several_topics_are_read_again_from_their_own_topic() {
 
     etl_runtime::init_logging();
     let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter");
-    let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
+    let mut runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
+    // Small batches (a few per topic), so that the reads alternate between the topics. Each
+    // switch costs the reader a new assignment and a fetch round trip.
+    runtime.batch.max_rows = 50;
+    runtime.chunk_target_bytes = 4 << 10;
     let sink = RefusingSink::default();
     let chains = metas(&[&eu, &us]);
     let pipeline = Pipeline::start(runtime, chains, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
@@ -945,8 +952,8 @@ fn refused_rows_of_several_topics_are_read_again_from_their_own_topic() {
     assert!(report.complete);
     assert_eq!(report.fatal, None);
     source.shutdown().expect("source shutdown");
-    assert_eq!(committed(&brokers, &group, &eu, 2), from_eu.end_offsets());
-    assert_eq!(committed(&brokers, &group, &us, 2), from_us.end_offsets());
+    assert_eq!(committed(&brokers, &group, &eu, 1), from_eu.end_offsets());
+    assert_eq!(committed(&brokers, &group, &us, 1), from_us.end_offsets());
     let rows = sink.inner.rows.lock().unwrap().clone();
     assert!(rows.values().all(|&n| n == 1), "every other row written once");
 

@@ -256,10 +256,11 @@ fn produce(producer: &BaseProducer<DeliveryContext>, topic: &str, job: Job) {
 /// The consumer that reads refused rows' records again, and where it stands.
 struct Reader {
     consumer: BaseConsumer<DeliveryContext>,
-    /// The partition assigned and the offset the next message read from it will have at the
-    /// earliest: the records of one batch come sorted, so most reads continue forward without
-    /// a new assignment (each costs a fetch round trip).
-    position: Option<(i32, i64)>,
+    /// The topic and partition assigned, and the offset the next message read from it will have
+    /// at the earliest: the records of one batch come sorted, so most reads continue forward
+    /// without a new assignment (each costs a fetch round trip). The topic is part of it: two
+    /// topics of one pipeline have the same partition numbers.
+    position: Option<(String, i32, i64)>,
 }
 
 /// Fills `record`'s key, payload and timestamp from the source topic at its partition and offset.
@@ -276,19 +277,19 @@ fn refetch(
     }
     let reader = reader.as_mut().expect("created above");
     let (partition, offset) = (record.partition, record.offset);
-    let reuse = matches!(reader.position, Some((p, next)) if p == partition && next <= offset);
+    let reuse = matches!(&reader.position, Some((t, p, next)) if t == topic && *p == partition && *next <= offset);
     if !reuse {
         let mut assignment = TopicPartitionList::new();
         assignment.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(|e| e.to_string())?;
         reader.consumer.assign(&assignment).map_err(|e| format!("assigning the partition: {e}"))?;
-        reader.position = Some((partition, offset));
+        reader.position = Some((topic.to_owned(), partition, offset));
     }
     let deadline = Instant::now() + REFETCH_TIMEOUT;
     let mut last_error = None;
     while Instant::now() < deadline {
         match reader.consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) if message.partition() == partition => {
-                reader.position = Some((partition, message.offset() + 1));
+            Some(Ok(message)) if message.partition() == partition && message.topic() == topic => {
+                reader.position = Some((topic.to_owned(), partition, message.offset() + 1));
                 if message.offset() == offset {
                     record.key = message.key().map(<[u8]>::to_vec);
                     record.payload = message.payload().map(<[u8]>::to_vec);
