@@ -138,7 +138,7 @@ pub mod __private {
     pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
     #[cfg(feature = "kafka")]
-    pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig};
+    pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, topic_list, topic_pattern};
     #[cfg(feature = "registry")]
     pub use crate::registry::{Datum, Registry, RegistryError};
     pub use crate::run::{RunOutcome, init_logging, run};

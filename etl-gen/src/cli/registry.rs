@@ -39,7 +39,12 @@ pub(crate) fn run(v: &Validated, url: &str, subject: Option<&str>) -> ExitCode {
     let subject = match subject {
         Some(s) => s.to_owned(),
         None => match &v.model.source {
-            Source::Kafka(k) => match k.topic.as_ref().map(|topic| topic.resolve(env)) {
+            Source::Kafka(k) => match k
+                .topic
+                .as_ref()
+                .or(k.topics.first().filter(|_| k.topics.len() == 1))
+                .map(|topic| topic.resolve(env))
+            {
                 Some(Ok(topic)) => format!("{topic}-value"),
                 Some(Err(e)) => {
                     eprintln!(

@@ -188,7 +188,9 @@ fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
 }
 
 /// The expression of `KafkaSourceConfig::topic` (a `String`): the topic, the topics joined by
-/// commas (a topic name cannot hold one), or the pattern, which starts with `^`.
+/// commas (a topic name cannot hold one), or the pattern, which starts with `^`. The values of
+/// `topics` and `topic_pattern` are checked once resolved, so that a variable cannot turn a name
+/// into a list or a pattern into a name (`topic` is passed as it always was).
 fn subscription(k: &crate::model::KafkaSource, settings: &Settings) -> Result<TokenStream, Error> {
     use crate::model::Subscription;
     Ok(match k.subscription() {
@@ -200,11 +202,17 @@ fn subscription(k: &crate::model::KafkaSource, settings: &Settings) -> Result<To
             let topics = (0..topics.len())
                 .map(|i| settings.value(&format!("source.kafka.topics[{i}]")))
                 .collect::<Result<Vec<_>, _>>()?;
-            quote!([#(#topics),*].join(","))
+            quote!(match rt::topic_list(&[#(#topics),*]) {
+                Ok(topics) => topics,
+                Err(e) => return rt::startup_error(e),
+            })
         }
         Some(Subscription::Pattern(_)) => {
             let pattern = settings.value("source.kafka.topic_pattern")?;
-            quote!(#pattern.to_owned())
+            quote!(match rt::topic_pattern(#pattern) {
+                Ok(pattern) => pattern,
+                Err(e) => return rt::startup_error(e),
+            })
         }
         // topic-choice (E0204) refused it before emission.
         None => return Err(Error::Setting { key: "source.kafka.topic".into(), why: "no topic".into() }),

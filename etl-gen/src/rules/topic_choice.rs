@@ -17,8 +17,9 @@ whose name matches a regular expression (`topic_pattern: \"^orders-.*\"`): exact
 three. A topic name is 1 to 249 of `a-z`, `A-Z`, `0-9`, `.`, `_` and `-`; `topics` lists each \
 name once; a pattern starts with `^` (librdkafka's pattern subscription) and must compile. The \
 dead-letter topic (`errors.dlq_topic`) must not be one the source reads: every dead letter would \
-be read again, fail again and be written again. Values that use `${VAR}` are checked once \
-resolved, by the binary at start-up.",
+be read again, fail again and be written again. Names and patterns that use `${VAR}` are \
+checked once resolved, by the binary at start-up (an entry of `topics` must stay one name, a \
+pattern must start with `^`); the dead-letter check needs literal values.",
 };
 
 /// The longest topic name Kafka accepts.

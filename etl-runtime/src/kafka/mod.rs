@@ -131,6 +131,7 @@ use crate::engine::source::Source;
 
 pub use self::batches::{BATCH_MESSAGES, BatchMessage, PartitionBatches};
 pub use self::dead_letter::KafkaDeadLetter;
+pub use self::subscription::{topic_list, topic_pattern};
 
 /// The default drain bound of a revocation, `checkpoint.drain_timeout`'s default.
 const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(25);

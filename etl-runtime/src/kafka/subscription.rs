@@ -66,6 +66,33 @@ impl fmt::Display for Subscription {
     }
 }
 
+/// `source.kafka.topics`, resolved: the subscription text of these topics, each checked to be one
+/// name (a value that resolved to `a,b` or `^x` would otherwise change what is subscribed to).
+pub fn topic_list(topics: &[&str]) -> Result<String, SourceError> {
+    for (i, topic) in topics.iter().enumerate() {
+        let key = format!("source.kafka.topics[{i}]");
+        if topic.contains(',') || topic.trim_start().starts_with('^') {
+            return Err(SourceError::fatal(format!(
+                "{key} resolved to `{topic}`, which is not one topic name; a pattern goes under topic_pattern"
+            )));
+        }
+        check_name(topic.trim(), &key)?;
+    }
+    Ok(topics.iter().map(|t| t.trim()).collect::<Vec<_>>().join(","))
+}
+
+/// `source.kafka.topic_pattern`, resolved: it must start with `^`, or librdkafka would read it as
+/// a topic name.
+pub fn topic_pattern(pattern: &str) -> Result<String, SourceError> {
+    let pattern = pattern.trim();
+    if !pattern.starts_with('^') {
+        return Err(SourceError::fatal(format!(
+            "source.kafka.topic_pattern resolved to `{pattern}`, which does not start with `^`"
+        )));
+    }
+    Subscription::parse(pattern, "source.kafka.topic_pattern").map(|_| pattern.to_owned())
+}
+
 /// Kafka's rule for a topic name: 1 to 249 of `[a-zA-Z0-9._-]`, and neither `.` nor `..`.
 fn check_name(topic: &str, key: &str) -> Result<(), SourceError> {
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
@@ -100,6 +127,16 @@ mod tests {
         let pattern = Subscription::parse("^orders-[a-z]{2,3}$", "topic").unwrap();
         assert_eq!(pattern.entries(), ["^orders-[a-z]{2,3}$"]);
         assert!(pattern.matches("orders-eu") && !pattern.matches("orders-") && !pattern.matches("x-orders-eu"));
+    }
+
+    #[test]
+    fn resolved_topics_and_patterns_keep_their_kind() {
+        assert_eq!(topic_list(&["orders-eu", " orders-us "]).unwrap(), "orders-eu,orders-us");
+        assert!(topic_list(&["orders-eu", "a,b"]).unwrap_err().to_string().contains("topics[1]"));
+        assert!(topic_list(&["^orders"]).unwrap_err().to_string().contains("topic_pattern"));
+        assert_eq!(topic_pattern("^orders-.*").unwrap(), "^orders-.*");
+        assert!(topic_pattern("orders").unwrap_err().to_string().contains("does not start with `^`"));
+        assert!(topic_pattern("^orders-(").is_err());
     }
 
     #[test]
