@@ -188,7 +188,7 @@ fn consumes_every_offset_once_and_commits_the_end_offsets() {
     assert!(common::metric(&metrics, "etl_source_commits_total") > 0.0);
 }
 
-// Several topics in one pipeline (issue 41): a `^` pattern subscribes to every matching topic and
+// Several topics in one pipeline: a `^` pattern subscribes to every matching topic and
 // to one created while the pipeline runs (picked up within topic.metadata.refresh.interval.ms);
 // a topic that does not match is never read. Lanes are (topic, partition): both topics have
 // partitions 0 and 1, and every record of every topic arrives once, each naming its own topic,
@@ -903,7 +903,7 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
     assert_eq!(seen, refused);
 }
 
-// Several topics under `errors.policy: dlq` (issue 41): a source that reads a list of topics,
+// Several topics under `errors.policy: dlq`: a source that reads a list of topics,
 // whose dead-letter producer was given no source topic (the generated code of a several-topic
 // pipeline gives none). Rows the sink refuses, of both topics, are dead-lettered raw, each read
 // again from its own topic and headed with it; every other row is written once, and each topic's

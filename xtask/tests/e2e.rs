@@ -2442,7 +2442,7 @@ fn a_stalled_partition_is_recovered_or_stops_the_binary() {
     assert_exactly_once_in(Variant::Stall, N);
 }
 
-/// Scenario 39 (issue 41): several topics by pattern, exactly once, with `examples/regional_topics`.
+/// Scenario 39: several topics by pattern, exactly once, with `examples/regional_topics`.
 /// Two regional topics with the same partition numbers stream orders in while the binary is
 /// SIGKILLed three times (their lanes, spans and tokens must not be confused: a batch of one topic
 /// taken for a repeat of the other's would be dropped by ClickHouse, a lost order); then a second
