@@ -58,6 +58,15 @@ where
 {
     let drain_timeout = config.drain_timeout;
     let admin = config.admin_listen;
+    // `gen` refuses this for literal values (E0204); a variable can still resolve to it.
+    if let Some(dlq) = dead_letter.as_ref().and_then(|d| d.topic())
+        && source.reads_topic(dlq)
+    {
+        return RunOutcome::Startup(format!(
+            "errors.dlq_topic `{dlq}` is a topic the source reads: every dead letter would be read again, fail \
+             again and be written again; name a dead-letter topic the source does not subscribe to"
+        ));
+    }
     let pipeline = match Pipeline::start(config, chains, sink, dead_letter) {
         Ok(pipeline) => pipeline,
         Err(error) => return RunOutcome::Startup(error.to_string()),

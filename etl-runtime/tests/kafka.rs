@@ -648,6 +648,43 @@ fn startup_timeout_names_unreachable_brokers() {
     assert!(elapsed < Duration::from_secs(8), "took {elapsed:?}");
 }
 
+// A source that would read its own dead-letter topic (a pattern that a templated DLQ topic
+// matches, which `gen` cannot see) is a start-up error (exit code 2), before anything connects;
+// a DLQ topic outside the subscription is fine.
+#[test]
+fn run_refuses_a_source_that_reads_its_own_dead_letter_topic() {
+    etl_runtime::init_logging();
+    let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..runtime_config(1) };
+    let dead_letter = |topic: &str| -> Arc<dyn etl_runtime::DeadLetter> {
+        Arc::new(KafkaDeadLetter::new("127.0.0.1:1", topic, &[]).expect("dead letter"))
+    };
+    let source = KafkaSource::new(source_config("127.0.0.1:1", "^orders-.*", "g", &[])).expect("source");
+    let outcome = etl_runtime::run(
+        runtime.clone(),
+        source,
+        meta("nowhere"),
+        RecordingSink::default(),
+        Some(dead_letter("orders-dlq")),
+    );
+    match &outcome {
+        RunOutcome::Startup(message) => {
+            assert!(message.contains("`orders-dlq` is a topic the source reads"), "{message}")
+        }
+        other => panic!("expected a start-up error, got {other:?}"),
+    }
+    assert_eq!(outcome.exit_code(), 2);
+    // Outside the subscription it starts (and then fails on the unreachable brokers, as usual).
+    let mut config = source_config("127.0.0.1:1", "^orders-.*", "g", &[]);
+    config.startup_timeout = Duration::from_secs(1);
+    let source = KafkaSource::new(config).expect("source");
+    let outcome =
+        etl_runtime::run(runtime, source, meta("nowhere"), RecordingSink::default(), Some(dead_letter("dlq-orders")));
+    match &outcome {
+        RunOutcome::Startup(message) => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected the brokers' start-up error, got {other:?}"),
+    }
+}
+
 // A shutdown asked for while the source waits for its first assignment (SIGTERM with the brokers
 // away) ends the wait at once: the start returns, and the pipeline stops cleanly with nothing to
 // drain, long before startup_timeout.

@@ -19,7 +19,8 @@ name once; a pattern starts with `^` (librdkafka's pattern subscription) and mus
 dead-letter topic (`errors.dlq_topic`) must not be one the source reads: every dead letter would \
 be read again, fail again and be written again. Names and patterns that use `${VAR}` are \
 checked once resolved, by the binary at start-up (an entry of `topics` must stay one name, a \
-pattern must start with `^`); the dead-letter check needs literal values.",
+pattern must start with `^`), and so is the dead-letter topic (the binary exits 2 when the \
+source would read it).",
 };
 
 /// The longest topic name Kafka accepts.

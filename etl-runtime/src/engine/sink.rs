@@ -128,6 +128,11 @@ pub trait DeadLetter: Send + Sync + 'static {
     /// Hands off one record; `ack` must be completed exactly once.
     fn send(&self, record: DeadRecord, ack: DeadLetterAck);
 
+    /// The topic dead letters go to, for a sink that writes them to one the source could read.
+    fn topic(&self) -> Option<&str> {
+        None
+    }
+
     /// Hands off the record at `offset` of the source's `lane`, whose row the sink refused: the
     /// runtime no longer holds the raw record, so the dead-letter sink reads it again from the
     /// source (the offset is not committed yet, so it is still there). `ack` as for [`send`].

@@ -21,4 +21,11 @@ pub trait Source: Send + 'static {
     fn is_finite(&self) -> bool {
         false
     }
+
+    /// Whether the source reads `topic`: the runtime refuses to start when it is the dead-letter
+    /// topic, whose every record would be read again, fail again and be written again.
+    fn reads_topic(&self, topic: &str) -> bool {
+        let _ = topic;
+        false
+    }
 }

@@ -130,6 +130,10 @@ impl DeadLetter for KafkaDeadLetter {
         self.submit(Job { record, ack, source_topic, refetch: false });
     }
 
+    fn topic(&self) -> Option<&str> {
+        Some(&self.topic)
+    }
+
     fn send_refused(&self, lane: &LaneKey, offset: i64, error: String, ack: DeadLetterAck) {
         let record = DeadRecord {
             payload: None,

@@ -449,6 +449,10 @@ impl Source for KafkaSource {
         }
     }
 
+    fn reads_topic(&self, topic: &str) -> bool {
+        self.subscription.matches(topic)
+    }
+
     fn shutdown(&mut self) -> Result<(), SourceError> {
         let Some(mut running) = self.running.take() else { return Ok(()) };
         Self::stop_thread(&mut running);
