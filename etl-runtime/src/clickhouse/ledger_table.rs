@@ -37,8 +37,10 @@ pub(super) const LEDGER_COLUMNS: [(&str, &str); 8] = [
 pub struct ExactlyOnceConfig {
     /// `pipeline.name`: the ledger is shared by the pipelines that write one table.
     pub pipeline: String,
-    /// The source subscription, for the logs only: every ledger row and token names the topic of
-    /// its own lane (a pipeline may read several topics).
+    /// The source subscription. The ledger no longer reads it: every ledger row and token names
+    /// the topic of its own lane (a pipeline may read several topics). It stays so that the code
+    /// generated for existing pipelines, which sets it, is unchanged; it can go with the next
+    /// change that regenerates every pipeline anyway.
     pub topic: String,
     /// The config hash: tokens and spans of another configuration are never reused.
     pub config_hash: String,
