@@ -45,23 +45,41 @@ pub fn create_tables(v: &Validated, replication: &Replication) -> Result<String,
         return Err(Error::NotClickhouse);
     };
     let form = Form::new(replication)?;
-    let columns = &v.plan.output;
-    let width = columns.iter().map(|c| c.name.len() + 2).max().unwrap_or(0);
     let mut sql = form.header(&v.model.pipeline.name);
+    let tables = v.model.output_tables();
+    for (i, (output, table)) in v.plan.outputs.iter().zip(&tables).enumerate() {
+        if let Some(name) = table.name {
+            sql.push_str(&format!("{}-- outputs.{name}\n", if i == 0 { "" } else { "\n" }));
+        }
+        create_output(&mut sql, &form, output, table, c.exactly_once);
+    }
+    Ok(sql)
+}
+
+/// Appends the CREATE TABLE of one output's table (and, under exactly-once, its ledger's).
+fn create_output(
+    sql: &mut String,
+    form: &Form,
+    output: &crate::plan::OutputPlan,
+    table: &crate::model::OutputTable<'_>,
+    exactly_once: bool,
+) {
+    let (database, name) = (table.database, table.table);
+    let columns = &output.output;
+    let width = columns.iter().map(|c| c.name.len() + 2).max().unwrap_or(0);
     sql.push_str(&format!(
         "CREATE TABLE IF NOT EXISTS {}.{}{}\n(\n",
-        quote_ident(&c.database),
-        quote_ident(&c.table),
+        quote_ident(database),
+        quote_ident(name),
         form.on_cluster
     ));
     let lines: Vec<String> =
         columns.iter().map(|col| format!("    {:width$} {}", quote_ident(&col.name), col.ty.clickhouse())).collect();
     sql.push_str(&lines.join(",\n"));
-    sql.push_str(&format!("\n)\nENGINE = {}\n", form.engine(&c.database, &c.table)));
+    sql.push_str(&format!("\n)\nENGINE = {}\n", form.engine(database, name)));
     // Order by the shard key when there is one, else by the first column that can be a
     // sorting key (not nullable, not a container).
-    let order = v
-        .plan
+    let order = output
         .shard_key
         .clone()
         .or_else(|| {
@@ -76,8 +94,8 @@ pub fn create_tables(v: &Validated, replication: &Replication) -> Result<String,
     // while its answer was lost (a timeout at the client), in both modes; under exactly-once it
     // also drops replayed batches.
     sql.push_str(&format!("ORDER BY {order}\nSETTINGS {};\n", form.settings));
-    if c.exactly_once {
-        let ledger = format!("{}_etl_batches", c.table);
+    if exactly_once {
+        let ledger = format!("{name}_etl_batches");
         sql.push_str(&format!(
             "\n-- The exactly-once ledger: one row per batch span, written before the batch's insert.\n{}\
              CREATE TABLE IF NOT EXISTS {}.{}{}\n(\n    \
@@ -95,14 +113,13 @@ pub fn create_tables(v: &Validated, replication: &Replication) -> Result<String,
              TTL `recorded_at` + INTERVAL 7 DAY\n\
              SETTINGS {};\n",
             form.ledger_note,
-            quote_ident(&c.database),
+            quote_ident(database),
             quote_ident(&ledger),
             form.on_cluster,
-            form.engine(&c.database, &ledger),
+            form.engine(database, &ledger),
             form.settings
         ));
     }
-    Ok(sql)
 }
 
 /// The statements of `--ddl`'s output, one by one (ClickHouse's HTTP interface runs one per

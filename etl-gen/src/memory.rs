@@ -46,7 +46,12 @@ pub struct Term {
 pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
     let m = &v.model;
     let flow = m.sink.flow();
-    let shards = m.sink.shard_count();
+    // Each (output, shard) has its own buffers and inserts: a sink slot.
+    let shards = m.sink.shard_count() * m.output_count();
+    let slots = match m.output_count() {
+        1 => format!("{shards} shards"),
+        outputs => format!("{outputs} outputs × {} shards", m.sink.shard_count()),
+    };
     // Under exactly-once a lane's open buffer is a whole batch.
     let exactly_once = matches!(&m.sink, crate::model::Sink::Clickhouse(c) if c.exactly_once);
     let (chunk, unit) = if exactly_once {
@@ -69,12 +74,12 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
             bytes: partitions * chunk,
         },
         Term {
-            what: format!("open buffers: {partitions} lanes × {shards} shards × {unit} ({chunk})"),
+            what: format!("open buffers: {partitions} lanes × {slots} × {unit} ({chunk})"),
             bytes: partitions * shards * chunk,
         },
         Term {
             what: format!(
-                "insert frames: {shards} shards × inflight.max_per_shard ({}) × {per_insert} ({format})",
+                "insert frames: {slots} × inflight.max_per_shard ({}) × {per_insert} ({format})",
                 flow.inflight.max_per_shard
             ),
             bytes: shards * flow.inflight.max_per_shard * per_insert,
@@ -83,11 +88,18 @@ pub fn bound(v: &Validated, partitions: u64) -> Vec<Term> {
     if m.errors.policy == ErrorPolicy::Dlq {
         // Rows are at least this long: the fewest bytes of each column (an NDJSON line of the
         // file sink is longer than that, braces and names included).
-        let min_row = v.plan.output.iter().map(|c| c.ty.min_rowbinary_bytes()).sum::<u64>().max(1);
+        let min_row = v
+            .plan
+            .outputs
+            .iter()
+            .map(|o| o.output.iter().map(|c| c.ty.min_rowbinary_bytes()).sum::<u64>())
+            .min()
+            .unwrap_or(0)
+            .max(1);
         let rows_per_chunk = chunk / min_row + 1;
         terms.push(Term {
             what: format!(
-                "row offsets (errors.policy dlq): {partitions} lanes × ({shards} shards + 1) × (chunk.target_bytes / {min_row}-byte minimal row + 1) × 8"
+                "row offsets (errors.policy dlq): {partitions} lanes × ({slots} + 1) × (chunk.target_bytes / {min_row}-byte minimal row + 1) × 8"
             ),
             bytes: partitions * (shards + 1) * rows_per_chunk * 8,
         });

@@ -35,30 +35,44 @@ pub(crate) struct Refusal {
     pub(crate) help: String,
 }
 
-/// The pipeline's columns as `(name, ClickHouse type)`, as `--ddl` declares them.
-pub(crate) fn written_columns(v: &Validated) -> Vec<(String, String)> {
-    v.plan.output.iter().map(|c| (c.name.clone(), c.ty.clickhouse())).collect()
+/// The columns of output `output` as `(name, ClickHouse type)`, as `--ddl` declares them.
+pub(crate) fn written_columns(v: &Validated, output: usize) -> Vec<(String, String)> {
+    v.plan.outputs[output].output.iter().map(|c| (c.name.clone(), c.ty.clickhouse())).collect()
 }
 
-/// Plans the migration of one server's tables. `cluster` adds `ON CLUSTER` (and a missing table
-/// is created replicated, as `--ddl --replicated --cluster` prints it).
-pub(crate) fn plan(v: &Validated, live: &LiveTable, cluster: Option<&str>) -> Result<Migration, ddl::Error> {
+/// Plans the migration of one server's table of output `output` (an index into the plan's
+/// outputs) and its ledger. `cluster` adds `ON CLUSTER` (and a missing table is created
+/// replicated, as `--ddl --replicated --cluster` prints it).
+pub(crate) fn plan(
+    v: &Validated,
+    output: usize,
+    live: &LiveTable,
+    cluster: Option<&str>,
+) -> Result<Migration, ddl::Error> {
     let Sink::Clickhouse(c) = &v.model.sink else { return Err(ddl::Error::NotClickhouse) };
+    let tables = v.model.output_tables();
+    let Some(target) = tables.get(output) else { return Err(ddl::Error::NotClickhouse) };
+    let table = format!("{}.{}", quote_ident(target.database), quote_ident(target.table));
+    let ledger_name = format!("{}_etl_batches", target.table);
+    let ledger = format!("{}.{}", quote_ident(target.database), quote_ident(&ledger_name));
     let replication = match cluster {
         Some(name) => Replication::Replicated { cluster: Some(name.to_owned()) },
         None => Replication::PerShard,
     };
     let create = ddl::create_tables(v, &replication)?;
-    let created: Vec<String> = ddl::statements(&create).map(strip_comments).collect();
+    // `--ddl` creates every output's tables; this output's are those that name them.
+    let created: Vec<String> = ddl::statements(&create)
+        .map(strip_comments)
+        .filter(|s| s.contains(&format!("{table} ")) || s.contains(&format!("{table}\n")) || s.contains(&ledger))
+        .collect();
     let mut out = Migration::default();
     if live.columns.is_empty() {
         // No table: what `--ddl` prints creates it (and the ledger, which IF NOT EXISTS keeps).
         out.statements = created;
         return Ok(out);
     }
-    let expected = written_columns(v);
-    let table = format!("{}.{}", quote_ident(&c.database), quote_ident(&c.table));
-    let shown = format!("{}.{}", c.database, c.table);
+    let expected = written_columns(v, output);
+    let shown = format!("{}.{}", target.database, target.table);
     // Quoted as `--ddl --cluster` quotes it.
     let on_cluster = cluster
         .map(|name| format!(" ON CLUSTER '{}'", name.replace('\\', "\\\\").replace('\'', "\\'")))
@@ -106,8 +120,7 @@ pub(crate) fn plan(v: &Validated, live: &LiveTable, cluster: Option<&str>) -> Re
         out.statements.push(format!("ALTER TABLE {table}{on_cluster}\n{}", added.join(",\n")));
     }
     if c.exactly_once && !live.ledger {
-        let ledger = format!("{}_etl_batches", c.table);
-        out.statements.extend(created.into_iter().filter(|s| s.contains(&quote_ident(&ledger))));
+        out.statements.extend(created.into_iter().filter(|s| s.contains(&ledger)));
     }
     Ok(out)
 }
@@ -130,7 +143,7 @@ mod tests {
     }
 
     fn live(v: &Validated, drop: &[&str], extra: &[(&str, &str, &str)]) -> LiveTable {
-        let mut columns: Vec<LiveColumn> = written_columns(v)
+        let mut columns: Vec<LiveColumn> = written_columns(v, 0)
             .into_iter()
             .filter(|(name, _)| !drop.contains(&name.as_str()))
             .map(|(name, ty)| LiveColumn { name, ty, default_kind: String::new() })
@@ -145,7 +158,7 @@ mod tests {
     #[test]
     fn a_fitting_table_needs_no_statement() {
         let v = pipeline(false);
-        let m = plan(&v, &live(&v, &[], &[("inserted_at", "DateTime", "DEFAULT")]), None).unwrap();
+        let m = plan(&v, 0, &live(&v, &[], &[("inserted_at", "DateTime", "DEFAULT")]), None).unwrap();
         assert!(m.statements.is_empty() && m.refused.is_empty(), "{m:?}");
         assert_eq!(m.defaulted, [("inserted_at".into(), "DateTime".into(), "DEFAULT".into())]);
     }
@@ -154,9 +167,9 @@ mod tests {
     #[test]
     fn missing_columns_are_added() {
         let v = pipeline(false);
-        let written = written_columns(&v);
+        let written = written_columns(&v, 0);
         let (a, b) = (&written[1], &written[2]);
-        let m = plan(&v, &live(&v, &[&a.0, &b.0], &[]), Some("prod")).unwrap();
+        let m = plan(&v, 0, &live(&v, &[&a.0, &b.0], &[]), Some("prod")).unwrap();
         assert_eq!(
             m.statements,
             [format!(
@@ -168,7 +181,7 @@ mod tests {
         let eo = pipeline(true);
         let mut table = live(&eo, &[], &[]);
         table.ledger = false;
-        let m = plan(&eo, &table, None).unwrap();
+        let m = plan(&eo, 0, &table, None).unwrap();
         assert_eq!(m.statements.len(), 1, "{m:?}");
         assert!(m.statements[0].starts_with("CREATE TABLE IF NOT EXISTS `default`.`orders_etl_batches`"), "{m:?}");
     }
@@ -177,7 +190,7 @@ mod tests {
     #[test]
     fn a_missing_table_is_created() {
         let v = pipeline(false);
-        let m = plan(&v, &LiveTable { columns: Vec::new(), ledger: false }, None).unwrap();
+        let m = plan(&v, 0, &LiveTable { columns: Vec::new(), ledger: false }, None).unwrap();
         assert_eq!(m.statements.len(), 1);
         assert!(m.statements[0].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`orders`"), "{m:?}");
     }
@@ -187,7 +200,7 @@ mod tests {
     #[test]
     fn unsafe_changes_are_refused() {
         let v = pipeline(false);
-        let written = written_columns(&v);
+        let written = written_columns(&v, 0);
         // written[2] is missing too: it could be added, but not while anything is refused.
         let mut table = live(&v, &[&written[0].0, &written[1].0, &written[2].0], &[("legacy", "String", "")]);
         table.columns.push(LiveColumn { name: written[0].0.clone(), ty: "UInt8".into(), default_kind: String::new() });
@@ -196,7 +209,7 @@ mod tests {
             ty: written[1].1.clone(),
             default_kind: "MATERIALIZED".into(),
         });
-        let m = plan(&v, &table, None).unwrap();
+        let m = plan(&v, 0, &table, None).unwrap();
         assert!(m.statements.is_empty(), "{m:?}");
         let said: Vec<&str> = m.refused.iter().map(|r| r.difference.as_str()).collect();
         assert_eq!(

@@ -51,6 +51,12 @@ pub struct PipelineFile {
     #[serde(default, with = "one_key_maps")]
     #[schemars(with = "Vec<Operator>")]
     pub transform: Vec<Operator>,
+    /// Several output tables, by name (`[a-z][a-z0-9_]*`): each record runs the shared
+    /// `transform` once, then every output whose `when` holds runs its own operators and writes
+    /// its table. Without it, `sink.clickhouse.table` is the one output. Needs `sink.clickhouse`;
+    /// `sink.clickhouse.table` and `shard_key` then belong to each output.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub outputs: IndexMap<String, Output>,
     /// Where rows go: exactly one of `clickhouse` or `file`.
     #[serde(with = "serde_yaml::with::singleton_map")]
     #[schemars(with = "Sink")]
@@ -586,8 +592,9 @@ pub struct ClickhouseSink {
     /// The database of the table.
     #[serde(default = "defaults::database")]
     pub database: String,
-    /// The table rows are inserted into.
-    pub table: String,
+    /// The table rows are inserted into. Required unless `outputs` names the tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
     /// Rows are routed to shards by a hash of this output field; without it, round-robin.
     #[serde(default)]
     pub shard_key: Option<String>,
@@ -647,6 +654,71 @@ pub struct ClickhouseSink {
     /// The per-shard queue between pipeline threads and the sink.
     #[serde(default)]
     pub queue: Queue,
+}
+
+/// `outputs.<name>:` one output table and the operators that make its rows.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// The table this output's rows are inserted into; no two outputs may write one table.
+    pub table: String,
+    /// The table's database. Default: `sink.clickhouse.database`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// A condition on the row the shared `transform` leaves (the language of `filter`): the
+    /// output takes a record only when it holds. Without it, every record. A record that no
+    /// output takes counts as intentionally dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Operators for this output alone, after the shared `transform` (every operator but
+    /// `rust`, which belongs in the shared `transform`).
+    #[serde(default, with = "one_key_maps", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<Operator>")]
+    pub transform: Vec<Operator>,
+    /// Rows are routed to shards by a hash of this field of the output's row; without it,
+    /// round-robin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_key: Option<String>,
+}
+
+/// One table a pipeline writes: an entry of `outputs`, or `sink.clickhouse.table`.
+#[derive(Clone, Copy, Debug)]
+pub struct OutputTable<'a> {
+    /// The output's name; `None` for `sink.clickhouse.table`.
+    pub name: Option<&'a str>,
+    /// The table's database.
+    pub database: &'a str,
+    /// The table.
+    pub table: &'a str,
+}
+
+impl PipelineFile {
+    /// The tables the pipeline writes, in output order (empty for a file sink, or a ClickHouse
+    /// sink that names none, which `output-choice` refuses).
+    pub fn output_tables(&self) -> Vec<OutputTable<'_>> {
+        let Sink::Clickhouse(c) = &self.sink else { return Vec::new() };
+        if self.outputs.is_empty() {
+            return c
+                .table
+                .as_deref()
+                .map(|table| OutputTable { name: None, database: &c.database, table })
+                .into_iter()
+                .collect();
+        }
+        self.outputs
+            .iter()
+            .map(|(name, o)| OutputTable {
+                name: Some(name),
+                database: o.database.as_deref().unwrap_or(&c.database),
+                table: &o.table,
+            })
+            .collect()
+    }
+
+    /// The number of outputs (`outputs` in the sizing rule): the entries of `outputs`, or 1.
+    pub fn output_count(&self) -> u64 {
+        self.outputs.len().max(1) as u64
+    }
 }
 
 /// `sink.clickhouse.format`: the input format of insert bodies.

@@ -133,6 +133,7 @@ pub mod __private {
     pub use crate::engine::chain::{Chain, RowOut};
     pub use crate::engine::errors::{RecordError, RecordErrorKind};
     pub use crate::engine::lane::Record;
+    pub use crate::engine::outputs::Outputs;
     pub use crate::engine::sink::{DeadLetter, Sink};
     pub use crate::engine::source::Source;
     pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};

@@ -51,28 +51,36 @@ pub(crate) fn run(v: &Validated, against: Option<&str>, cluster: Option<&str>) -
         .build()
         .new_agent();
     let client = Client { agent, user, password };
-    // The plans, each with the servers it is for: shards whose tables agree share one.
+    // The plans, each with the servers it is for: shards whose tables agree share one. With
+    // several outputs each table is compared on its own, and named.
+    let tables = v.model.output_tables();
     let mut plans: Vec<(Migration, Vec<String>)> = Vec::new();
     let mut failed = false;
-    for target in &targets {
-        let live = match read_first(&client, &target.urls, c) {
-            Ok(live) => live,
-            Err(message) => {
-                eprintln!("error: {}: {message}", target.label);
-                failed = true;
-                continue;
+    for (output, table) in tables.iter().enumerate() {
+        for target in &targets {
+            let label = match table.name {
+                Some(_) => format!("{}.{} on {}", table.database, table.table, target.label),
+                None => target.label.clone(),
+            };
+            let live = match read_first(&client, &target.urls, table.database, table.table) {
+                Ok(live) => live,
+                Err(message) => {
+                    eprintln!("error: {label}: {message}");
+                    failed = true;
+                    continue;
+                }
+            };
+            let migration = match plan(v, output, &live, cluster) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match plans.iter_mut().find(|(m, _)| *m == migration) {
+                Some((_, labels)) => labels.push(label),
+                None => plans.push((migration, vec![label])),
             }
-        };
-        let migration = match plan(v, &live, cluster) {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        match plans.iter_mut().find(|(m, _)| *m == migration) {
-            Some((_, labels)) => labels.push(target.label.clone()),
-            None => plans.push((migration, vec![target.label.clone()])),
         }
     }
     let refused = plans.iter().any(|(m, _)| !m.refused.is_empty());
@@ -95,7 +103,7 @@ pub(crate) fn run(v: &Validated, against: Option<&str>, cluster: Option<&str>) -
     for (migration, labels) in &to_run {
         // With ON CLUSTER one run reaches every replica; otherwise each statement is run on the
         // servers it names.
-        if to_run.len() > 1 || targets.len() > 1 {
+        if to_run.len() > 1 || targets.len() > 1 || tables.len() > 1 {
             println!("-- on {}", labels.join(", "));
         }
         for statement in &migration.statements {
@@ -153,10 +161,10 @@ impl Client {
 }
 
 /// The live tables of the first replica of `urls` that answers.
-fn read_first(client: &Client, urls: &[String], c: &ClickhouseSink) -> Result<LiveTable, String> {
+fn read_first(client: &Client, urls: &[String], database: &str, table: &str) -> Result<LiveTable, String> {
     let mut last = String::from("no replica");
     for url in urls {
-        match read(client, url, c) {
+        match read(client, url, database, table) {
             Ok(live) => return Ok(live),
             Err(e) => last = format!("{}: {e}", redact(url)),
         }
@@ -164,13 +172,13 @@ fn read_first(client: &Client, urls: &[String], c: &ClickhouseSink) -> Result<Li
     Err(last)
 }
 
-fn read(client: &Client, url: &str, c: &ClickhouseSink) -> Result<LiveTable, String> {
+fn read(client: &Client, url: &str, database: &str, table: &str) -> Result<LiveTable, String> {
     let body = client.query(
         url,
         "SELECT name, type, default_kind FROM system.columns WHERE database = {db:String} AND table = {table:String} \
          ORDER BY position FORMAT JSONEachRow",
-        &c.database,
-        &c.table,
+        database,
+        table,
     )?;
     let mut columns = Vec::new();
     for line in body.lines().filter(|l| !l.trim().is_empty()) {
@@ -178,11 +186,11 @@ fn read(client: &Client, url: &str, c: &ClickhouseSink) -> Result<LiveTable, Str
         let text = |key: &str| row.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
         columns.push(LiveColumn { name: text("name"), ty: text("type"), default_kind: text("default_kind") });
     }
-    let ledger = format!("{}_etl_batches", c.table);
+    let ledger = format!("{table}_etl_batches");
     let count = client.query(
         url,
         "SELECT count() FROM system.tables WHERE database = {db:String} AND name = {table:String}",
-        &c.database,
+        database,
         &ledger,
     )?;
     Ok(LiveTable { columns, ledger: count.trim() != "0" })

@@ -58,13 +58,16 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     // they are made (decoder, metadata, operators, the benchmark's decoder): the order below.
     let format = v.model.format.get();
     let decode_stmts = super::format::decode(v, &plan.live_inputs(), &mut scope, &mut fresh, &mut enums);
-    let meta_stmts = metadata_locals(&plan.steps, &mut scope, &mut fresh);
+    let exprs = chain_exprs(plan);
+    let meta_stmts = metadata_locals(&exprs, &mut scope, &mut fresh);
     let record_defs = record_structs(plan);
 
     // The operators, innermost last: flat_map opens a loop that the rest runs inside.
     let mut row: Vec<Column> = plan.input.clone();
     let mut row_types = Vec::new();
+    let head = Part::head(v);
     let tail = steps(
+        &head,
         &plan.steps,
         0,
         &mut row,
@@ -77,7 +80,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
         v,
     )?;
 
-    let symbol_consts = symbol_consts(&plan.steps);
+    let symbol_consts = symbol_consts(&exprs);
     let (framing, bench_framing) = super::format::framing(v);
     let chain_struct = chain_struct(format.uses_registry());
     let max_message = Literal::usize_unsuffixed(v.model.format.max_message_bytes.bytes() as usize);
@@ -127,19 +130,36 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     Ok(ChainItems { items, tests: fuzz_test })
 }
 
+/// Every expression of the chain: the shared operators', then each output's `when` and
+/// operators'.
+fn chain_exprs(plan: &crate::plan::Plan) -> Vec<&TExpr> {
+    fn of_steps<'a>(steps: &'a [Step], exprs: &mut Vec<&'a TExpr>) {
+        for step in steps {
+            match step {
+                Step::Filter { cond } => exprs.push(cond),
+                Step::Map { assigns } => exprs.extend(assigns.iter().map(|(_, e)| e)),
+                _ => {}
+            }
+        }
+    }
+    let mut exprs = Vec::new();
+    of_steps(&plan.steps, &mut exprs);
+    for output in &plan.outputs {
+        exprs.extend(output.when.iter());
+        of_steps(&output.steps, &mut exprs);
+    }
+    exprs
+}
+
 /// The locals of the Kafka metadata fields, made only where an expression reads them.
 fn metadata_locals(
-    steps: &[Step],
+    exprs: &[&TExpr],
     scope: &mut Scope,
     fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
 ) -> Vec<TokenStream> {
     let mut read = BTreeSet::new();
-    for step in steps {
-        match step {
-            Step::Filter { cond } => cond.fields(&mut read),
-            Step::Map { assigns } => assigns.iter().for_each(|(_, e)| e.fields(&mut read)),
-            _ => {}
-        }
+    for e in exprs {
+        e.fields(&mut read);
     }
     let mut meta_stmts = Vec::new();
     for c in metadata_columns().into_iter().filter(|c| read.contains(&c.name)) {
@@ -160,7 +180,7 @@ fn metadata_locals(
 /// The structs of the records nested in containers, in the input and the output rows.
 fn record_structs(plan: &crate::plan::Plan) -> Vec<TokenStream> {
     let mut records = Vec::new();
-    for c in plan.input.iter().chain(plan.output.iter()) {
+    for c in plan.input.iter().chain(plan.output_columns()) {
         nested_records(&c.ty, &mut records);
     }
     records
@@ -343,8 +363,62 @@ fn rows_module(steps: &[Step]) -> TokenStream {
     )
 }
 
+/// The part of the chain `steps` emits: the shared operators, or one output's.
+struct Part<'a> {
+    /// All the part's steps.
+    steps: &'a [Step],
+    /// The part's operators as the YAML writes them, for the comments.
+    ops: &'a [Operator],
+    /// The output, by index into the plan's outputs; `None` for the shared operators.
+    output: Option<usize>,
+    /// The label of the output's block, which a dropped row breaks out of.
+    label: Option<syn::Lifetime>,
+    /// Whether the emitted code breaks out of the label (an unused label is a warning).
+    label_used: std::cell::Cell<bool>,
+}
+
+impl<'a> Part<'a> {
+    /// The shared operators.
+    fn head(v: &'a Validated) -> Self {
+        Part { steps: &v.plan.steps, ops: &v.model.transform, output: None, label: None, label_used: false.into() }
+    }
+
+    /// Output `k`'s operators.
+    fn output(v: &'a Validated, k: usize) -> Self {
+        let (name, model) = v.model.outputs.get_index(k).expect("one plan per output");
+        let label = syn::Lifetime::new(&format!("'{name}"), proc_macro2::Span::call_site());
+        Part {
+            steps: &v.plan.outputs[k].steps,
+            ops: &model.transform,
+            output: Some(k),
+            label: Some(label),
+            label_used: false.into(),
+        }
+    }
+
+    /// The fields read from step `at` on.
+    fn live_before(&self, v: &Validated, at: usize) -> BTreeSet<String> {
+        match self.output {
+            None => v.plan.live_before(at),
+            Some(k) => v.plan.outputs[k].live_before(at),
+        }
+    }
+
+    /// How a step drops the row outside a loop: the record is done, or this output is.
+    fn skip(&self) -> TokenStream {
+        match &self.label {
+            None => quote!(return Ok(())),
+            Some(label) => {
+                self.label_used.set(true);
+                quote!(break #label)
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn steps(
+    part: &Part<'_>,
     steps_left: &[Step],
     rust_index: usize,
     row: &mut Vec<Column>,
@@ -356,13 +430,17 @@ fn steps(
     enums: &mut Vec<Vec<String>>,
     v: &Validated,
 ) -> Result<TokenStream, Error> {
-    let skip = if in_loop { quote!(continue) } else { quote!(return Ok(())) };
     let Some((step, rest)) = steps_left.split_first() else {
-        return Ok(output(row, scope, enums, v));
+        return match part.output {
+            Some(k) => Ok(output(row, scope, enums, v, k)),
+            None if v.model.outputs.is_empty() => Ok(output(row, scope, enums, v, 0)),
+            None => outputs(row, scope, fresh, user_files, enums, v),
+        };
     };
+    let skip = if in_loop { quote!(continue) } else { part.skip() };
     // Each operator's code starts with its YAML step, as a comment (see `super::comments`).
-    let at = v.plan.steps.len() - steps_left.len();
-    let mut out = v.model.transform.get(at).map(|op| super::comments::marker(&yaml_step(op))).unwrap_or_default();
+    let at = part.steps.len() - steps_left.len();
+    let mut out = part.ops.get(at).map(|op| super::comments::marker(&yaml_step(op))).unwrap_or_default();
     let mut rust_index = rust_index;
     match step {
         Step::Filter { cond } => {
@@ -373,7 +451,7 @@ fn steps(
                 if !keep { #skip; }
             ));
         }
-        Step::Map { assigns } => out.extend(map_step(assigns, at, row, scope, fresh, v)),
+        Step::Map { assigns } => out.extend(map_step(part, assigns, at, row, scope, fresh, v)),
         Step::Reshape { fields } => reshape(fields, row, scope),
         Step::FlatMap { field, elem } => {
             let list = scope[field].clone();
@@ -401,7 +479,9 @@ fn steps(
                 }
             };
             row.splice(pos..=pos, replacement);
-            let inner = steps(rest, rust_index, row, scope, fresh, true, row_types, user_files, enums, v)?;
+            let inner = steps(part, rest, rust_index, row, scope, fresh, true, row_types, user_files, enums, v)?;
+            // An output's operators must leave the shared row whole for the outputs after it.
+            let list = if part.output.is_some() { quote!(#list.clone()) } else { quote!(#list) };
             out.extend(quote!(for #item in #list { #binds #inner }));
             return Ok(out);
         }
@@ -423,7 +503,7 @@ fn steps(
             ));
             // Only what a later step or the output reads is taken back out of the row; a field the
             // row leaves unread must not be read from its stale local either.
-            let live = v.plan.live_before(at + 1);
+            let live = part.live_before(v, at + 1);
             for c in row_ty {
                 if !live.contains(&c.name) {
                     scope.remove(&c.name);
@@ -437,13 +517,65 @@ fn steps(
             rust_index += 1;
         }
     }
-    out.extend(steps(rest, rust_index, row, scope, fresh, in_loop, row_types, user_files, enums, v)?);
+    out.extend(steps(part, rest, rust_index, row, scope, fresh, in_loop, row_types, user_files, enums, v)?);
+    Ok(out)
+}
+
+/// After the shared operators, each output in turn: a block that tests its `when`, runs its
+/// operators on its own copy of the row's bindings, and pushes its rows to its slots. A row an
+/// output drops breaks out of its block, so the outputs after it still see the record.
+fn outputs(
+    row: &[Column],
+    scope: &Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    user_files: &[(String, String)],
+    enums: &mut Vec<Vec<String>>,
+    v: &Validated,
+) -> Result<TokenStream, Error> {
+    let mut out = TokenStream::new();
+    for (k, (name, model)) in v.model.outputs.iter().enumerate() {
+        let part = Part::output(v, k);
+        let mut body = TokenStream::new();
+        if let Some(when) = &v.plan.outputs[k].when {
+            let c = unparen(condition(when, scope));
+            let skip = part.skip();
+            let text = model.when.as_deref().unwrap_or_default();
+            body.extend(super::comments::marker(&format!("when: {}", quoted_text(text))));
+            body.extend(quote!(
+                let take: bool = #c;
+                if !take { #skip; }
+            ));
+        }
+        let (mut row, mut scope) = (row.to_vec(), scope.clone());
+        let mut no_rows = Vec::new();
+        body.extend(steps(
+            &part,
+            part.steps,
+            0,
+            &mut row,
+            &mut scope,
+            fresh,
+            false,
+            &mut no_rows,
+            user_files,
+            enums,
+            v,
+        )?);
+        out.extend(super::comments::marker(&format!("outputs.{name}")));
+        let label = part.label.as_ref().expect("an output's part has a label");
+        if part.label_used.get() {
+            out.extend(quote!(#label: { #body }));
+        } else {
+            out.extend(quote!({ #body }));
+        }
+    }
     Ok(out)
 }
 
 /// `map`: each expression into a local (every one sees the row before the map), then the row
 /// and the scope updated.
 fn map_step(
+    part: &Part<'_>,
     assigns: &[(String, TExpr)],
     at: usize,
     row: &mut Vec<Column>,
@@ -454,8 +586,8 @@ fn map_step(
     let mut out = TokenStream::new();
     let mut temps = Vec::new();
     // A value nothing reads later is still computed (its record errors count), into `_`.
-    let live = v.plan.live_before(at + 1);
-    let texts = match v.model.transform.get(at) {
+    let live = part.live_before(v, at + 1);
+    let texts = match part.ops.get(at) {
         Some(Operator::Map(texts)) => Some(texts),
         _ => None,
     };
@@ -541,14 +673,10 @@ fn quoted_text(text: &str) -> String {
 
 /// The named constants of the enum symbols the operators compare with: `REGION_APAC` for the
 /// symbol `APAC` of the enum `Region`, so a comparison reads as the YAML does.
-fn symbol_consts(steps: &[Step]) -> TokenStream {
+fn symbol_consts(exprs: &[&TExpr]) -> TokenStream {
     let mut found = std::collections::BTreeMap::new();
-    for step in steps {
-        match step {
-            Step::Filter { cond } => symbols_of(cond, &mut found),
-            Step::Map { assigns } => assigns.iter().for_each(|(_, e)| symbols_of(e, &mut found)),
-            _ => {}
-        }
+    for e in exprs {
+        symbols_of(e, &mut found);
     }
     let consts = found.into_iter().map(|(name, (index, doc))| {
         let id = format_ident!("{}", name);
@@ -576,15 +704,21 @@ fn symbols_of(e: &TExpr, out: &mut std::collections::BTreeMap<String, (u32, Stri
     }
 }
 
-/// Chooses the shard and appends the encoded row.
-fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Validated) -> TokenStream {
+/// Chooses the shard (the sink slot, with several outputs) and appends the encoded row of
+/// output `k`.
+fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Validated, k: usize) -> TokenStream {
+    let plan = &v.plan.outputs[k];
+    let key_hash = |enums: &mut Vec<Vec<String>>, key: &String| {
+        let col = row.iter().find(|c| &c.name == key).expect("planned shard key");
+        let bytes = hash_bytes(&col.ty, quote!(x), enums);
+        (col.ty.is_nullable(), scope[key].clone(), bytes)
+    };
     let shard = match &v.model.sink {
-        Sink::Clickhouse(c) if c.shards.len() > 1 => match &v.plan.shard_key {
+        // Without `outputs`: as it always was.
+        Sink::Clickhouse(c) if c.shards.len() > 1 && v.model.outputs.is_empty() => match &plan.shard_key {
             Some(key) => {
-                let col = row.iter().find(|c| &c.name == key).expect("planned shard key");
-                let local = &scope[key];
-                let bytes = hash_bytes(&col.ty, quote!(x), enums);
-                if col.ty.is_nullable() {
+                let (nullable, local, bytes) = key_hash(enums, key);
+                if nullable {
                     // A null key goes to shard 0 (ClickHouse's xxHash64(NULL) is NULL).
                     quote!(match &#local { Some(x) => out.shard_for_key_hash(rt::shard_hash(#bytes)), None => 0 })
                 } else {
@@ -593,7 +727,28 @@ fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Valid
             }
             None => quote!(out.round_robin()),
         },
-        _ => quote!(0),
+        // Output k's shards are the slots k × shards .. (k + 1) × shards.
+        Sink::Clickhouse(c) if c.shards.len() > 1 => {
+            let (k, shards) = (Literal::usize_unsuffixed(k), Literal::usize_unsuffixed(c.shards.len()));
+            match &plan.shard_key {
+                Some(key) => {
+                    let (nullable, local, bytes) = key_hash(enums, key);
+                    if nullable {
+                        quote!(match &#local {
+                            Some(x) => out.output_slot_for_key_hash(#k, #shards, rt::shard_hash(#bytes)),
+                            None => #k * #shards,
+                        })
+                    } else {
+                        quote!({ let x = &#local; out.output_slot_for_key_hash(#k, #shards, rt::shard_hash(#bytes)) })
+                    }
+                }
+                None => quote!(out.output_round_robin(#k, #shards)),
+            }
+        }
+        _ => {
+            let k = Literal::usize_unsuffixed(k);
+            quote!(#k)
+        }
     };
     let encode: Vec<TokenStream> = match &v.model.sink {
         Sink::Clickhouse(_) => row

@@ -246,7 +246,7 @@ fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, us
                 }
                 shards.push(quote!(vec![#(#replicas),*]));
             }
-            let (database, table) = (&c.database, &c.table);
+            let database = &c.database;
             let timeout = c.timeout.as_millis();
             let format = match c.format {
                 crate::model::InsertFormat::Rowbinary => quote!(RowBinary),
@@ -276,34 +276,78 @@ fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, us
                 }
                 _ => quote!(None),
             };
-            let columns = inputs.pipeline.plan.output.iter().map(|col| {
-                let (name, ty) = (&col.name, col.ty.clickhouse());
-                quote!((#name.to_owned(), #ty.to_owned()))
-            });
             let (user, password) =
                 (settings.value("sink.clickhouse.user")?, settings.value("sink.clickhouse.password")?);
             let clickhouse_settings = settings.group("sink.clickhouse.settings.")?;
+            let columns_of = |k: usize| {
+                let columns = inputs.pipeline.plan.outputs[k].output.iter().map(|col| {
+                    let (name, ty) = (&col.name, col.ty.clickhouse());
+                    quote!((#name.to_owned(), #ty.to_owned()))
+                });
+                quote!(vec![#(#columns),*])
+            };
+            if m.outputs.is_empty() {
+                let table = c.table.as_deref().unwrap_or_default();
+                let columns = columns_of(0);
+                return Ok((
+                    quote!(
+                        let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
+                            shards: vec![#(#shards),*],
+                            database: #database.to_owned(),
+                            table: #table.to_owned(),
+                            user: #user.to_owned(),
+                            password: #password.to_owned(),
+                            settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+                            format: rt::InsertFormat::#format,
+                            compression: rt::InsertCompression::#compression,
+                            timeout: ::std::time::Duration::from_millis(#timeout),
+                            columns: #columns,
+                            ca_file: #ca_file,
+                            exactly_once: #exactly_once,
+                        }) {
+                            Ok(sink) => sink,
+                            Err(e) => return rt::startup_error(e),
+                        };
+                    ),
+                    c.shards.len(),
+                ));
+            }
+            // One ClickHouse sink per output, each its table's shards and ledger; the engine sees
+            // outputs × shards slots.
+            let outputs = m.output_tables().into_iter().enumerate().map(|(k, t)| {
+                let (database, table, columns) = (t.database, t.table, columns_of(k));
+                quote!((#database, #table, #columns))
+            });
+            let shard_count = c.shards.len();
             (
                 quote!(
-                    let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
-                        shards: vec![#(#shards),*],
-                        database: #database.to_owned(),
-                        table: #table.to_owned(),
-                        user: #user.to_owned(),
-                        password: #password.to_owned(),
-                        settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-                        format: rt::InsertFormat::#format,
-                        compression: rt::InsertCompression::#compression,
-                        timeout: ::std::time::Duration::from_millis(#timeout),
-                        columns: vec![#(#columns),*],
-                        ca_file: #ca_file,
-                        exactly_once: #exactly_once,
-                    }) {
+                    let exactly_once = #exactly_once;
+                    let mut outputs = ::std::vec::Vec::new();
+                    for (database, table, columns) in [#(#outputs),*] {
+                        match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
+                            shards: vec![#(#shards),*],
+                            database: database.to_owned(),
+                            table: table.to_owned(),
+                            user: #user.to_owned(),
+                            password: #password.to_owned(),
+                            settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+                            format: rt::InsertFormat::#format,
+                            compression: rt::InsertCompression::#compression,
+                            timeout: ::std::time::Duration::from_millis(#timeout),
+                            columns,
+                            ca_file: #ca_file,
+                            exactly_once: exactly_once.clone(),
+                        }) {
+                            Ok(sink) => outputs.push(sink),
+                            Err(e) => return rt::startup_error(format!("`{database}.{table}`: {e}")),
+                        }
+                    }
+                    let sink = match rt::Outputs::new(outputs, #shard_count) {
                         Ok(sink) => sink,
                         Err(e) => return rt::startup_error(e),
                     };
                 ),
-                c.shards.len(),
+                m.outputs.len() * shard_count,
             )
         }
     })

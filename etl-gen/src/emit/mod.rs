@@ -264,8 +264,24 @@ type ReadmeTables = (Vec<minijinja::Value>, Vec<minijinja::Value>, Vec<minijinja
 
 /// The tables of the README, see [`ReadmeTables`].
 fn readme_tables(v: &Validated) -> Result<ReadmeTables, Error> {
-    let columns: Vec<minijinja::Value> =
-        v.plan.output.iter().map(|c| context! { name => &c.name, ty => c.ty.clickhouse() }).collect();
+    // With several outputs, each column is named with its table.
+    let tables = v.model.output_tables();
+    let columns: Vec<minijinja::Value> = v
+        .plan
+        .outputs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, o)| {
+            let table = tables.get(i).filter(|t| t.name.is_some()).map(|t| t.table);
+            o.output.iter().map(move |c| {
+                let name = match table {
+                    Some(table) => format!("{table}.{}", c.name),
+                    None => c.name.clone(),
+                };
+                context! { name => name, ty => c.ty.clickhouse() }
+            })
+        })
+        .collect();
     let settings: Vec<minijinja::Value> = main_fn::settings(&v.model)?
         .into_iter()
         .map(|(key, template, secret)| {

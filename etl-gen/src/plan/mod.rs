@@ -25,12 +25,40 @@ use self::typeck::typed;
 pub(crate) struct Plan {
     /// The decoded row: the reader schema with nested records flattened.
     pub input: Vec<Column>,
-    /// The operators, typed.
+    /// The shared operators (`transform`), typed: they run once per record.
     pub steps: Vec<Step>,
-    /// The row after the last operator: the sink's columns, in order.
+    /// The outputs, in `outputs` order; one, unnamed, without `outputs`.
+    pub outputs: Vec<OutputPlan>,
+}
+
+/// One output's part of the chain: its condition, its operators and its table's columns.
+#[derive(Clone, Debug)]
+pub(crate) struct OutputPlan {
+    /// `when`, typed (bool).
+    pub when: Option<TExpr>,
+    /// The output's own operators, typed.
+    pub steps: Vec<Step>,
+    /// The row after the last operator: the table's columns, in order.
     pub output: Vec<Column>,
     /// The output column rows are sharded by, if any.
     pub shard_key: Option<String>,
+}
+
+impl OutputPlan {
+    /// The fields of the shared row this output reads: its condition's and what its operators
+    /// and columns need (by the rules of [`Plan::live_inputs`]).
+    pub(crate) fn live_in(&self) -> BTreeSet<String> {
+        let mut live = self.live_before(0);
+        if let Some(when) = &self.when {
+            when.fields(&mut live);
+        }
+        live
+    }
+
+    /// The fields the output's steps from `step` on (and its columns) read.
+    pub(crate) fn live_before(&self, step: usize) -> BTreeSet<String> {
+        live_through(&self.steps[step.min(self.steps.len())..], self.output.iter().map(|c| c.name.clone()).collect())
+    }
 }
 
 /// One typed operator. Each carries the row type it receives.
@@ -83,29 +111,39 @@ impl Plan {
     /// [`Plan::live_inputs`]: what must be bound before `step`. Emission binds nothing else, so
     /// that no local is left unread (a `rust` step's row fields that a later `select` drops).
     pub(crate) fn live_before(&self, step: usize) -> BTreeSet<String> {
-        let mut live: BTreeSet<String> = self.output.iter().map(|c| c.name.clone()).collect();
-        for step in self.steps[step.min(self.steps.len())..].iter().rev() {
-            match step {
-                Step::Filter { cond } => cond.fields(&mut live),
-                Step::Map { assigns } => {
-                    for (name, _) in assigns {
-                        live.remove(name);
-                    }
-                    for (_, expr) in assigns {
-                        expr.fields(&mut live);
-                    }
+        let after: BTreeSet<String> = self.outputs.iter().flat_map(OutputPlan::live_in).collect();
+        live_through(&self.steps[step.min(self.steps.len())..], after)
+    }
+
+    /// Every column of every output, in output order (for the record structs they need).
+    pub(crate) fn output_columns(&self) -> impl Iterator<Item = &Column> {
+        self.outputs.iter().flat_map(|o| o.output.iter())
+    }
+}
+
+/// The fields `steps` read, given that `live` is read after them: walked backwards.
+fn live_through(steps: &[Step], mut live: BTreeSet<String>) -> BTreeSet<String> {
+    for step in steps.iter().rev() {
+        match step {
+            Step::Filter { cond } => cond.fields(&mut live),
+            Step::Map { assigns } => {
+                for (name, _) in assigns {
+                    live.remove(name);
                 }
-                Step::FlatMap { field, .. } => {
-                    live.insert(field.clone());
-                }
-                Step::Rust { row, .. } => live.extend(row.iter().map(|c| c.name.clone())),
-                Step::Reshape { fields } => {
-                    live = fields.iter().filter(|(new, _)| live.contains(new)).map(|(_, old)| old.clone()).collect();
+                for (_, expr) in assigns {
+                    expr.fields(&mut live);
                 }
             }
+            Step::FlatMap { field, .. } => {
+                live.insert(field.clone());
+            }
+            Step::Rust { row, .. } => live.extend(row.iter().map(|c| c.name.clone())),
+            Step::Reshape { fields } => {
+                live = fields.iter().filter(|(new, _)| live.contains(new)).map(|(_, old)| old.clone()).collect();
+            }
         }
-        live
     }
+    live
 }
 
 /// A `rust` operator's file as the loader read it.
@@ -157,43 +195,120 @@ pub(crate) fn plan(
             }
         }
     }
-    let shard_key = match &model.sink {
-        Sink::Clickhouse(c) => c.shard_key.clone(),
-        Sink::File(_) => None,
-    };
-    if errors.is_empty() {
-        if row.is_empty() {
-            errors.push(
-                Diagnostic::error(&chain_rules::NO_COLUMNS, "transform", "the chain leaves no field to write")
-                    .help("keep at least one field (check `select` and `drop`)"),
-            );
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // The row the shared operators leave: every output starts from it.
+    let head = row;
+    let mut outputs = Vec::new();
+    if model.outputs.is_empty() {
+        let shard_key = match &model.sink {
+            Sink::Clickhouse(c) => c.shard_key.clone(),
+            Sink::File(_) => None,
+        };
+        let output = OutputPlan { when: None, steps: Vec::new(), output: head.clone(), shard_key };
+        check_output(&output, "transform", "sink.clickhouse.shard_key", &mut errors);
+        outputs.push(output);
+    }
+    for (name, o) in &model.outputs {
+        match plan_output(name, o, &head) {
+            Ok(output) => outputs.push(output),
+            Err(mut e) => errors.append(&mut e),
         }
-        if let Some(key) = &shard_key {
-            match row.iter().find(|c| &c.name == key) {
-                None => errors.push(
-                    Diagnostic::error(
-                        &chain_rules::SHARD_KEY,
-                        "sink.clickhouse.shard_key",
-                        format!("shard key `{key}` is not an output field"),
-                    )
-                    .on_value()
-                    .note(format!("output fields: {}", names(&row)))
-                    .help("name one of the output fields (the shard key is read after the transform)"),
-                ),
-                Some(c) if !hashable(&c.ty) => errors.push(
-                    Diagnostic::error(
-                        &chain_rules::SHARD_KEY,
-                        "sink.clickhouse.shard_key",
-                        format!("shard key `{key}` has type {}, which cannot be hashed", c.ty),
-                    )
-                    .on_value()
-                    .help("shard by an integer, string, enum, uuid, date or timestamp field"),
-                ),
-                Some(_) => {}
+    }
+    if errors.is_empty() { Ok(Plan { input, steps, outputs }) } else { Err(errors) }
+}
+
+/// Plans the output `name` over the shared row `head`: its `when`, its operators, its key.
+fn plan_output(name: &str, o: &crate::model::Output, head: &[Column]) -> Result<OutputPlan, Vec<Diagnostic>> {
+    let at = format!("outputs.{name}");
+    let mut row = head.to_vec();
+    let mut errors = Vec::new();
+    let when = match &o.when {
+        None => None,
+        Some(text) => {
+            let path = format!("{at}.when");
+            match typed(text, &path, &row) {
+                Ok(cond) if cond.ty.non_null() == &Ty::Bool => Some(cond),
+                Ok(cond) => {
+                    errors.push(
+                        Diagnostic::error(
+                            &chain_rules::TYPE_MISMATCH,
+                            &path,
+                            format!("`when` must be a condition, but `{text}` is {}", cond.ty),
+                        )
+                        .on_value()
+                        .help("compare it, e.g. `kind == 'order'`"),
+                    );
+                    None
+                }
+                Err(mut e) => {
+                    errors.append(&mut e);
+                    None
+                }
+            }
+        }
+    };
+    let mut steps = Vec::new();
+    for (i, op) in o.transform.iter().enumerate() {
+        let step_at = format!("{at}.transform[{i}]");
+        if let Operator::Rust(_) = op {
+            errors.push(
+                Diagnostic::error(
+                    &chain_rules::RUST_OPERATOR,
+                    format!("{step_at}.rust"),
+                    "a `rust` operator cannot run in one output's transform",
+                )
+                .help("put it in the shared `transform`, and keep the field it sets in this output with `select`"),
+            );
+            break;
+        }
+        match plan_step(op, &step_at, i, &mut row, None) {
+            Ok(step) => steps.push(step),
+            Err(mut e) => {
+                errors.append(&mut e);
+                break;
             }
         }
     }
-    if errors.is_empty() { Ok(Plan { input, steps, output: row, shard_key }) } else { Err(errors) }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let output = OutputPlan { when, steps, output: row, shard_key: o.shard_key.clone() };
+    check_output(&output, &format!("{at}.transform"), &format!("{at}.shard_key"), &mut errors);
+    if errors.is_empty() { Ok(output) } else { Err(errors) }
+}
+
+/// The checks of an output's final row: it has a column, and its shard key is one of them and
+/// can be hashed. `transform` and `key_path` are where to point.
+fn check_output(output: &OutputPlan, transform: &str, key_path: &str, errors: &mut Vec<Diagnostic>) {
+    let row = &output.output;
+    if row.is_empty() {
+        errors.push(
+            Diagnostic::error(&chain_rules::NO_COLUMNS, transform, "the chain leaves no field to write")
+                .help("keep at least one field (check `select` and `drop`)"),
+        );
+    }
+    if let Some(key) = &output.shard_key {
+        match row.iter().find(|c| &c.name == key) {
+            None => errors.push(
+                Diagnostic::error(&chain_rules::SHARD_KEY, key_path, format!("shard key `{key}` is not an output field"))
+                    .on_value()
+                    .note(format!("output fields: {}", names(row)))
+                    .help("name one of the output fields (the shard key is read after the transform)"),
+            ),
+            Some(c) if !hashable(&c.ty) => errors.push(
+                Diagnostic::error(
+                    &chain_rules::SHARD_KEY,
+                    key_path,
+                    format!("shard key `{key}` has type {}, which cannot be hashed", c.ty),
+                )
+                .on_value()
+                .help("shard by an integer, string, enum, uuid, date or timestamp field"),
+            ),
+            Some(_) => {}
+        }
+    }
 }
 
 /// Types the shard key may have.

@@ -23,6 +23,7 @@ pub(crate) mod json_schema;
 pub(crate) mod librdkafka_property;
 pub(crate) mod literal_required;
 pub(crate) mod missing_key;
+pub(crate) mod output_choice;
 pub(crate) mod owned_property;
 pub(crate) mod pipeline_name;
 pub(crate) mod proto_schema;
@@ -49,6 +50,7 @@ pub static RULES: &[&Rule] = &[
     &value_range::RULE,
     &replica_url::RULE,
     &topic_choice::RULE,
+    &output_choice::RULE,
     &owned_property::RULE,
     &cooperative_assignment::RULE,
     &librdkafka_property::RULE,
@@ -91,6 +93,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     pipeline_name::check(cx, out);
     value_range::check(cx, out);
     topic_choice::check(cx, out);
+    output_choice::check(cx, out);
     replica_url::check(cx, out);
     owned_property::check(cx, out);
     cooperative_assignment::check(cx, out);

@@ -28,7 +28,9 @@ throughput collapses although nothing is wrong (a 24× collapse was measured on 
 this rule comes from). The message prints both sides with their terms and the two exact \
 fixes: the smallest `backpressure.max_inflight_bytes` that passes (rounded up to a whole \
 byte) and the largest `batch.max_bytes` that passes with the current budget (rounded down). \
-`shards` is the number of entries in `sink.clickhouse.shards` (1 for `sink.file`). Under \
+`shards` is the number of entries in `sink.clickhouse.shards` (1 for `sink.file`); with \
+`outputs`, each (output, shard) has its own queue, batches and inserts, so `shards` counts \
+outputs × shards. Under \
 `sink.clickhouse.exactly_once` a lane seals whole batches, so `chunk.target_bytes` counts as \
 `batch.max_bytes`. The \
 defaults pass for 1 to 3 shards. Keep the rule as a comment next to the knobs in your \
@@ -86,7 +88,8 @@ impl Sizing {
         Sizing {
             max_inflight_bytes: m.backpressure.max_inflight_bytes.bytes(),
             low_ratio: m.backpressure.low_ratio,
-            shards: m.sink.shard_count(),
+            // Each (output, shard) is a sink slot of its own: its queue, batches and inserts.
+            shards: m.sink.shard_count() * m.output_count(),
             max_per_shard: flow.inflight.max_per_shard,
             batch_max_bytes: flow.batch.max_bytes.bytes(),
             queue_capacity: flow.queue.capacity,
@@ -217,6 +220,14 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
             "no {batch_path} fits this budget: the queued chunks alone (2 × shards × queue.capacity × chunk.target_bytes) need more than the low watermark"
         )),
     };
+    if m.output_count() > 1 {
+        d = d.note(format!(
+            "shards counts every (output, shard): {} outputs × {} shards = {}",
+            m.output_count(),
+            m.sink.shard_count(),
+            s.shards
+        ));
+    }
     if cx.options.allow_unsafe_sizing {
         d = d.note("--allow-unsafe-sizing is for measuring the collapse; never deploy such a build");
     }

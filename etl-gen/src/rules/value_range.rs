@@ -58,7 +58,15 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     }
     match &m.sink {
         Sink::Clickhouse(c) => {
-            not_empty(out, "sink.clickhouse.table", &c.table);
+            if let Some(table) = &c.table {
+                not_empty(out, "sink.clickhouse.table", table);
+            }
+            for (name, o) in &m.outputs {
+                not_empty(out, &format!("outputs.{name}.table"), &o.table);
+                if let Some(database) = &o.database {
+                    not_empty(out, &format!("outputs.{name}.database"), database);
+                }
+            }
             not_empty(out, "sink.clickhouse.database", &c.database);
             if c.shards.is_empty() {
                 out.push(

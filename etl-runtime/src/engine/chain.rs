@@ -45,6 +45,19 @@ impl RowOut<'_> {
         shard
     }
 
+    /// The sink slot of a row of output `output` (of `shards` shards, slots `output × shards`
+    /// onwards) whose shard-key hash is `hash`: the output's shard `hash % shards`.
+    pub fn output_slot_for_key_hash(&self, output: usize, shards: usize, hash: u64) -> usize {
+        output * shards + (hash % shards as u64) as usize
+    }
+
+    /// The next shard of output `output` (of `shards` shards) in this lane's round-robin order.
+    pub fn output_round_robin(&mut self, output: usize, shards: usize) -> usize {
+        let shard = *self.round_robin % shards;
+        *self.round_robin = self.round_robin.wrapping_add(1);
+        output * shards + shard
+    }
+
     /// Appends one row to `shard`'s buffer: `encode` writes the row's bytes (RowBinary for
     /// ClickHouse, one NDJSON line for the file sink) at the end of the buffer it is given.
     ///

@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(v.model.pipeline.name, "bench-x");
         assert_eq!(v.model.backpressure.max_inflight_bytes.bytes(), 32 << 20);
         let etl_gen::model::Sink::Clickhouse(sink) = &v.model.sink else { panic!("a ClickHouse sink") };
-        assert_eq!(sink.table, "bench_x");
+        assert_eq!(sink.table.as_deref(), Some("bench_x"));
         assert_eq!(v.model.sink.flow().batch.max_bytes.bytes(), 16 << 20, "the rest is the flagship's");
         assert!(variant_text("a: 1\n", "x", "y", None).is_err(), "a missing key is an error");
     }

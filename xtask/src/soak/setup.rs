@@ -134,7 +134,7 @@ pub(super) fn build_flagship(root: &Path, out: &Path) -> anyhow::Result<Pipeline
     let etl_gen::model::Sink::Clickhouse(sink) = &validated.model.sink else {
         bail!("{}: the flagship's sink is no longer ClickHouse", yaml.display());
     };
-    if !sink.exactly_once || sink.table != TABLE {
+    if !sink.exactly_once || sink.table.as_deref() != Some(TABLE) {
         bail!("{}: the variant is not exactly-once into {TABLE}", yaml.display());
     }
     eprintln!("soak: building {}", yaml.display());
