@@ -47,6 +47,7 @@ fn generated_code_snapshots() {
         "etl-gen/tests/pipelines/json/pipeline.yaml",
         "examples/protobuf_to_clickhouse/pipeline.yaml",
         "etl-gen/tests/pipelines/protobuf/pipeline.yaml",
+        "examples/route_to_tables/pipeline.yaml",
     ] {
         let v = load(rel);
         // Inside the workspace, so the relative paths in the code do not depend on where

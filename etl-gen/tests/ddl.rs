@@ -34,6 +34,22 @@ fn per_shard_tables_snapshots() {
     );
 }
 
+/// With `outputs`: one CREATE per output's table, each with its own ledger under exactly-once,
+/// per shard and replicated.
+#[test]
+fn outputs_tables_snapshots() {
+    let v = load("examples/route_to_tables/pipeline.yaml");
+    let per_shard = ddl::create_table(&v).unwrap();
+    for table in ["shop_orders", "shop_order_lines", "shop_refunds"] {
+        for name in [table.to_owned(), format!("{table}_etl_batches")] {
+            let create = format!("CREATE TABLE IF NOT EXISTS `default`.`{name}`\n");
+            assert_eq!(per_shard.matches(&create).count(), 1, "{name} is created once:\n{per_shard}");
+        }
+    }
+    insta::assert_snapshot!("per_shard_outputs", per_shard);
+    insta::assert_snapshot!("replicated_outputs", ddl::create_tables(&v, &replicated(None)).unwrap());
+}
+
 /// `--ddl --replicated [--cluster NAME]`: ON CLUSTER, ReplicatedMergeTree with the `{shard}` and
 /// `{replica}` macros, Keeper's deduplication settings, and a header that says where to run it.
 #[test]

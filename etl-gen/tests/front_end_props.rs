@@ -160,11 +160,15 @@ fn front_end(dir: &Path, text: &str) -> bool {
         // What runs after validation must work on a valid mutant too: the DDL, the memory bound
         // and the emission of every file of the crate (in memory; nothing is written).
         match (etl_gen::ddl::create_table(v), &v.model.sink) {
-            (Ok(ddl), etl_gen::model::Sink::Clickhouse(c)) => {
-                // Backquoted, with a backslash before each backslash and backquote (a mutant's
-                // table name can hold either).
-                let quoted = format!("`{}`", c.table.replace('\\', "\\\\").replace('`', "\\`"));
-                assert!(ddl.contains("CREATE TABLE") && ddl.contains(&quoted), "the DDL names the table:\n{ddl}")
+            (Ok(ddl), etl_gen::model::Sink::Clickhouse(_)) => {
+                // Every output's table, backquoted, with a backslash before each backslash and
+                // backquote (a mutant's table name can hold either).
+                let tables = v.model.output_tables();
+                assert!(!tables.is_empty(), "a valid ClickHouse pipeline writes a table");
+                for t in tables {
+                    let quoted = format!("`{}`", t.table.replace('\\', "\\\\").replace('`', "\\`"));
+                    assert!(ddl.contains("CREATE TABLE") && ddl.contains(&quoted), "the DDL names the table:\n{ddl}")
+                }
             }
             (Err(etl_gen::ddl::Error::NotClickhouse), etl_gen::model::Sink::File(_)) => {}
             (ddl, _) => panic!("--ddl of a valid pipeline: {ddl:?}\n{text}"),

@@ -90,14 +90,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     let bench_decode =
         if inputs.bench { bench_decode(v, bench_framing, &mut fresh, &mut enums) } else { TokenStream::new() };
     let fuzz_test = fuzz_test(v);
-    let enum_tables = enum_tables(&enums);
-    let items = quote! {
-        use etl_runtime::__private as rt;
-
-        const MAX_MESSAGE_BYTES: usize = #max_message;
-        #schema_ids_const
-
-        #(#enum_tables)*
+    let rest = quote! {
         #symbol_consts
         #(#record_defs)*
         #rows_mod
@@ -126,6 +119,18 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
         }
 
         #bench_decode
+    };
+    // A decoder registers its enums' tables for the encoders; a table no code reads (an enum
+    // only tested, never written) is left out.
+    let enum_tables = enum_tables(&enums, &rest.to_string());
+    let items = quote! {
+        use etl_runtime::__private as rt;
+
+        const MAX_MESSAGE_BYTES: usize = #max_message;
+        #schema_ids_const
+
+        #(#enum_tables)*
+        #rest
     };
     Ok(ChainItems { items, tests: fuzz_test })
 }
@@ -298,11 +303,12 @@ fn fuzz_test(v: &Validated) -> TokenStream {
     )
 }
 
-/// The static tables of the enums' symbols, `ENUM_0`...
-fn enum_tables(enums: &[Vec<String>]) -> Vec<TokenStream> {
+/// The static tables of the enums' symbols, `ENUM_0`..., those that `code` names.
+fn enum_tables(enums: &[Vec<String>], code: &str) -> Vec<TokenStream> {
     enums
         .iter()
         .enumerate()
+        .filter(|(i, _)| code.contains(&format!("ENUM_{i} ")))
         .map(|(i, symbols)| {
             let id = format_ident!("ENUM_{}", i);
             let n = Literal::usize_unsuffixed(symbols.len());

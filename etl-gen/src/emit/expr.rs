@@ -69,6 +69,12 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
                 // A local or a literal is converted in place.
                 convert(&from, &to, x)
             } else {
+                // A block's value needs no parentheses (rustc warns about them).
+                let conv = match (&from, &to) {
+                    (Ty::Float64, _) | (_, Ty::Int64) => conv,
+                    (_, Ty::Float64) if conv.to_string().starts_with('(') => quote!(x as f64),
+                    _ => conv,
+                };
                 quote!({ let x = #x; #conv })
             }
         }

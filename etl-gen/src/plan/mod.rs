@@ -292,10 +292,14 @@ fn check_output(output: &OutputPlan, transform: &str, key_path: &str, errors: &m
     if let Some(key) = &output.shard_key {
         match row.iter().find(|c| &c.name == key) {
             None => errors.push(
-                Diagnostic::error(&chain_rules::SHARD_KEY, key_path, format!("shard key `{key}` is not an output field"))
-                    .on_value()
-                    .note(format!("output fields: {}", names(row)))
-                    .help("name one of the output fields (the shard key is read after the transform)"),
+                Diagnostic::error(
+                    &chain_rules::SHARD_KEY,
+                    key_path,
+                    format!("shard key `{key}` is not an output field"),
+                )
+                .on_value()
+                .note(format!("output fields: {}", names(row)))
+                .help("name one of the output fields (the shard key is read after the transform)"),
             ),
             Some(c) if !hashable(&c.ty) => errors.push(
                 Diagnostic::error(
