@@ -513,7 +513,7 @@ fn a_dead_replica_is_rotated_out() {
     let health = |replica: &str| metric_sum(&end.metrics, "etl_sink_replica_healthy", &[("replica", replica)]);
     assert_eq!(health(&dead), 0.0);
     assert_eq!(health(&url), 1.0);
-    assert!(end.metrics.contains(&format!("etl_sink_replica_healthy{{replica=\"{dead}\",shard=\"0\"}} 0")));
+    assert!(end.metrics.contains(&format!("etl_sink_replica_healthy{{output=\"\",replica=\"{dead}\",shard=\"0\"}} 0")));
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
 
@@ -1004,7 +1004,7 @@ fn outputs_write_each_table_exactly_once_across_a_replay() {
             .map(|table| {
                 let mut config = sink_config(&[&url, &url2], table, ID_COLUMNS);
                 config.exactly_once = exactly_once("oooo");
-                ClickhouseSink::new(config).unwrap()
+                (table.clone(), ClickhouseSink::for_output(table, config).unwrap())
             })
             .collect();
         Outputs::new(sinks, 2).unwrap()

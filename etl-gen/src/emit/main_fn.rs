@@ -315,16 +315,16 @@ fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, us
             // One ClickHouse sink per output, each its table's shards and ledger; the engine sees
             // outputs × shards slots.
             let outputs = m.output_tables().into_iter().enumerate().map(|(k, t)| {
-                let (database, table, columns) = (t.database, t.table, columns_of(k));
-                quote!((#database, #table, #columns))
+                let (name, database, table, columns) = (t.name.unwrap_or_default(), t.database, t.table, columns_of(k));
+                quote!((#name, #database, #table, #columns))
             });
             let shard_count = c.shards.len();
             (
                 quote!(
                     let exactly_once = #exactly_once;
                     let mut outputs = ::std::vec::Vec::new();
-                    for (database, table, columns) in [#(#outputs),*] {
-                        match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
+                    for (name, database, table, columns) in [#(#outputs),*] {
+                        match rt::ClickhouseSink::for_output(name, rt::ClickhouseSinkConfig {
                             shards: vec![#(#shards),*],
                             database: database.to_owned(),
                             table: table.to_owned(),
@@ -338,8 +338,8 @@ fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, us
                             ca_file: #ca_file,
                             exactly_once: exactly_once.clone(),
                         }) {
-                            Ok(sink) => outputs.push(sink),
-                            Err(e) => return rt::startup_error(format!("`{database}.{table}`: {e}")),
+                            Ok(sink) => outputs.push((name.to_owned(), sink)),
+                            Err(e) => return rt::startup_error(format!("outputs.{name} (`{database}.{table}`): {e}")),
                         }
                     }
                     let sink = match rt::Outputs::new(outputs, #shard_count) {

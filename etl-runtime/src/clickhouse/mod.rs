@@ -168,6 +168,12 @@ impl ClickhouseSink {
     /// Checks the configuration and prepares one HTTP client per replica. Nothing is contacted yet:
     /// [`Sink::check`] does that. Errors are fatal configuration errors.
     pub fn new(config: ClickhouseSinkConfig) -> Result<Self, SinkError> {
+        Self::for_output("", config)
+    }
+
+    /// [`ClickhouseSink::new`] for the output `output` of a pipeline with several (its replica
+    /// health and error metrics carry its name in their `output` label).
+    pub fn for_output(output: &str, config: ClickhouseSinkConfig) -> Result<Self, SinkError> {
         if config.shards.is_empty() {
             return Err(SinkError::fatal("sink.clickhouse.shards is empty"));
         }
@@ -246,7 +252,7 @@ impl ClickhouseSink {
                 if !config.password.is_empty() {
                     client = client.with_password(config.password.as_str());
                 }
-                let healthy = metrics.replica_healthy.with_label_values(&[label.as_str(), shown.as_str()]);
+                let healthy = metrics.replica_healthy.with_label_values(&[output, label.as_str(), shown.as_str()]);
                 healthy.set(1);
                 replicas.push(Replica {
                     client,
@@ -257,7 +263,7 @@ impl ClickhouseSink {
                 });
             }
             let errors = [Class::Retryable, Class::Fatal, Class::Data]
-                .map(|class| metrics.errors_by_class.with_label_values(&[label.as_str(), class.label()]));
+                .map(|class| metrics.errors_by_class.with_label_values(&[output, label.as_str(), class.label()]));
             shards.push(Shard { replicas, current: AtomicUsize::new(0), errors });
         }
         let shards = std::sync::Arc::new(shards);

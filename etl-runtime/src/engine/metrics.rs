@@ -45,13 +45,13 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_queue_depth",
         kind: "gauge",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Chunks waiting in the shard queue between the pipeline threads and the shard worker.",
     },
     MetricDoc {
         name: "etl_queue_full_events_total",
         kind: "counter",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Chunks the shard queue rejected because it was full; each one pauses the lanes sending to that shard.",
     },
     MetricDoc {
@@ -111,13 +111,13 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_sink_errors_total",
         kind: "counter",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Failed sink write attempts, retried or not.",
     },
     MetricDoc {
         name: "etl_sink_retries_total",
         kind: "counter",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Sink write attempts made again after a retryable error.",
     },
     MetricDoc { name: "etl_records_in_total", kind: "counter", labels: &[], help: "Records taken from the source." },
@@ -139,35 +139,40 @@ const CATALOGUE: &[MetricDoc] = &[
         labels: &[],
         help: "Times a record was held, its lane paused, because something it needs was unavailable (a schema registry lookup failed); it is tried again with backoff until format.avro.registry_timeout.",
     },
-    MetricDoc { name: "etl_sink_batch_rows", kind: "histogram", labels: &["shard"], help: "Rows per written batch." },
+    MetricDoc {
+        name: "etl_sink_batch_rows",
+        kind: "histogram",
+        labels: &["output", "shard"],
+        help: "Rows per written batch.",
+    },
     MetricDoc {
         name: "etl_sink_batch_bytes",
         kind: "histogram",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Encoded bytes per written batch.",
     },
     MetricDoc {
         name: "etl_sink_insert_duration_seconds",
         kind: "histogram",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Duration of successful sink writes.",
     },
     MetricDoc {
         name: "etl_sink_shard_failing_seconds",
         kind: "gauge",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "How long the shard's writes have been failing: seconds since the first failed attempt that no success has followed, 0 while it accepts writes. While it is above 0 the batches are retried (without limit by default), the lanes pause and /readyz answers not ready.",
     },
     MetricDoc {
         name: "etl_sink_replica_healthy",
         kind: "gauge",
-        labels: &["shard", "replica"],
+        labels: &["output", "shard", "replica"],
         help: "ClickHouse sink: 1 while the replica answers (its last request succeeded or none failed yet), 0 after a connection error, timeout or server error; replica is its URL without credentials.",
     },
     MetricDoc {
         name: "etl_sink_errors_by_class_total",
         kind: "counter",
-        labels: &["shard", "class"],
+        labels: &["output", "shard", "class"],
         help: "ClickHouse sink: failed requests by class: retryable (retried, replica rotated), fatal (stops the pipeline) or data (ClickHouse refused rows; they are isolated by bisection).",
     },
     MetricDoc {
@@ -215,7 +220,7 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_end_to_end_latency_seconds",
         kind: "histogram",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Per written batch: from the Kafka timestamp of its oldest chunk's first record to the moment the batch is durable (the sink acknowledged it). Records without a timestamp are not observed; a producer clock ahead of this one counts as 0.",
     },
     MetricDoc {
@@ -233,7 +238,7 @@ const CATALOGUE: &[MetricDoc] = &[
     MetricDoc {
         name: "etl_exactly_once_spans_recorded_total",
         kind: "counter",
-        labels: &["shard"],
+        labels: &["output", "shard"],
         help: "Exactly-once: batch spans made durable in the ledger before their insert (one per batch, replays included).",
     },
     MetricDoc {
@@ -297,6 +302,10 @@ fn opts(name: &str) -> Opts {
     Opts::new(name, help(name))
 }
 
+/// The labels of a per-slot metric: the output (empty for a pipeline without `outputs`, which
+/// Prometheus stores as no label) and its shard.
+const SLOT: &[&str] = &["output", "shard"];
+
 /// Metrics a sink owns. A sink is built before the pipeline whose registry serves `/metrics`, so
 /// these are process-wide families that every pipeline's registry registers as well.
 #[derive(Debug)]
@@ -309,9 +318,9 @@ pub(crate) struct SinkMetrics {
 pub(crate) fn sink_metrics() -> &'static SinkMetrics {
     static METRICS: std::sync::OnceLock<SinkMetrics> = std::sync::OnceLock::new();
     METRICS.get_or_init(|| SinkMetrics {
-        replica_healthy: IntGaugeVec::new(opts("etl_sink_replica_healthy"), &["shard", "replica"])
+        replica_healthy: IntGaugeVec::new(opts("etl_sink_replica_healthy"), &["output", "shard", "replica"])
             .expect("static metric options are valid"),
-        errors_by_class: IntCounterVec::new(opts("etl_sink_errors_by_class_total"), &["shard", "class"])
+        errors_by_class: IntCounterVec::new(opts("etl_sink_errors_by_class_total"), &["output", "shard", "class"])
             .expect("static metric options are valid"),
     })
 }
@@ -361,12 +370,14 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(config: &RuntimeConfig) -> Result<Self, prometheus::Error> {
+    /// The handles of a pipeline; `slots` names each sink slot's output and shard, as the sink's
+    /// [`Sink::slot_output`](crate::Sink::slot_output) does (one entry per `config.shards`).
+    pub(crate) fn new(config: &RuntimeConfig, slots: &[(String, usize)]) -> Result<Self, prometheus::Error> {
         let RuntimeConfig { shards, pipeline, config_hash, version, backpressure, .. } = config;
         let registry = Registry::new();
         let reg = |c: Box<dyn prometheus::core::Collector>| registry.register(c);
-        let per_shard_gauge = IntGaugeVec::new(opts("etl_queue_depth"), &["shard"])?;
-        let queue_full = IntCounterVec::new(opts("etl_queue_full_events_total"), &["shard"])?;
+        let per_shard_gauge = IntGaugeVec::new(opts("etl_queue_depth"), SLOT)?;
+        let queue_full = IntCounterVec::new(opts("etl_queue_full_events_total"), SLOT)?;
         let paused = IntGauge::with_opts(opts("etl_backpressure_paused"))?;
         let pause_events = IntCounter::with_opts(opts("etl_backpressure_pause_events_total"))?;
         let inflight_bytes = IntGauge::with_opts(opts("etl_backpressure_inflight_bytes"))?;
@@ -374,15 +385,15 @@ impl Metrics {
         let lag_seconds = prometheus::GaugeVec::new(opts("etl_source_lag_seconds"), &["topic", "partition"])?;
         let stalled_partitions = IntGauge::with_opts(opts("etl_source_stalled_partitions"))?;
         let stall_recoveries = IntCounter::with_opts(opts("etl_source_stall_recoveries_total"))?;
-        let sink_errors = IntCounterVec::new(opts("etl_sink_errors_total"), &["shard"])?;
-        let sink_retries = IntCounterVec::new(opts("etl_sink_retries_total"), &["shard"])?;
-        let shard_failing = prometheus::GaugeVec::new(opts("etl_sink_shard_failing_seconds"), &["shard"])?;
+        let sink_errors = IntCounterVec::new(opts("etl_sink_errors_total"), SLOT)?;
+        let sink_retries = IntCounterVec::new(opts("etl_sink_retries_total"), SLOT)?;
+        let shard_failing = prometheus::GaugeVec::new(opts("etl_sink_shard_failing_seconds"), SLOT)?;
         let records_in = IntCounter::with_opts(opts("etl_records_in_total"))?;
         let records_out = IntCounter::with_opts(opts("etl_records_out_total"))?;
         let dropped = IntCounterVec::new(opts("etl_records_dropped_total"), &["reason"])?;
         let unavailable_retries = IntCounter::with_opts(opts("etl_records_unavailable_retries_total"))?;
         let hist = |name: &str, buckets: Vec<f64>| {
-            HistogramVec::new(HistogramOpts::new(name, help(name)).buckets(buckets), &["shard"])
+            HistogramVec::new(HistogramOpts::new(name, help(name)).buckets(buckets), SLOT)
         };
         let batch_rows = hist("etl_sink_batch_rows", prometheus::exponential_buckets(1.0, 4.0, 11)?)?;
         let batch_bytes = hist("etl_sink_batch_bytes", prometheus::exponential_buckets(1024.0, 4.0, 10)?)?;
@@ -408,7 +419,7 @@ impl Metrics {
         let revocations = IntCounter::with_opts(opts("etl_source_revocations_total"))?;
         let assignments_lost = IntCounter::with_opts(opts("etl_source_assignments_lost_total"))?;
         let committed_offset = IntGaugeVec::new(opts("etl_source_committed_offset"), &["topic", "partition"])?;
-        let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), &["shard"])?;
+        let spans_recorded = IntCounterVec::new(opts("etl_exactly_once_spans_recorded_total"), SLOT)?;
         let replayed_batches = IntCounter::with_opts(opts("etl_exactly_once_replayed_batches_total"))?;
         let superseded_batches = IntCounter::with_opts(opts("etl_exactly_once_superseded_batches_total"))?;
         let batches_left = IntCounter::with_opts(opts("etl_exactly_once_batches_left_total"))?;
@@ -456,11 +467,15 @@ impl Metrics {
         // RSS and start time for the memory-bound and restart alerts (examples/monitoring).
         reg(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
 
-        let labels: Vec<String> = (0..*shards).map(|s| s.to_string()).collect();
-        let each = |f: &dyn Fn(&str) -> IntCounter| labels.iter().map(|l| f(l)).collect::<Vec<_>>();
+        debug_assert_eq!(slots.len(), *shards, "one label per sink slot");
+        let labels: Vec<[String; 2]> =
+            slots.iter().map(|(output, shard)| [output.clone(), shard.to_string()]).collect();
+        let each = |f: &dyn Fn(&[&str]) -> IntCounter| {
+            labels.iter().map(|[o, s]| f(&[o.as_str(), s.as_str()])).collect::<Vec<_>>()
+        };
         Ok(Metrics {
-            queue_depth: labels.iter().map(|l| per_shard_gauge.with_label_values(&[l.as_str()])).collect(),
-            queue_full: each(&|l| queue_full.with_label_values(&[l])),
+            queue_depth: labels.iter().map(|[o, s]| per_shard_gauge.with_label_values(&[o, s])).collect(),
+            queue_full: each(&|l| queue_full.with_label_values(l)),
             paused,
             pause_events,
             inflight_bytes,
@@ -468,9 +483,9 @@ impl Metrics {
             lag_seconds,
             stalled_partitions,
             stall_recoveries,
-            sink_errors: each(&|l| sink_errors.with_label_values(&[l])),
-            sink_retries: each(&|l| sink_retries.with_label_values(&[l])),
-            shard_failing: labels.iter().map(|l| shard_failing.with_label_values(&[l.as_str()])).collect(),
+            sink_errors: each(&|l| sink_errors.with_label_values(l)),
+            sink_retries: each(&|l| sink_retries.with_label_values(l)),
+            shard_failing: labels.iter().map(|[o, s]| shard_failing.with_label_values(&[o, s])).collect(),
             records_in,
             records_out,
             dropped_filtered: dropped.with_label_values(&["filtered"]),
@@ -479,10 +494,10 @@ impl Metrics {
             dropped_sink_refused: dropped.with_label_values(&["sink_refused"]),
             dropped_dead_letter: dropped.with_label_values(&["dead_letter"]),
             unavailable_retries,
-            batch_rows: labels.iter().map(|l| batch_rows.with_label_values(&[l.as_str()])).collect(),
-            batch_bytes: labels.iter().map(|l| batch_bytes.with_label_values(&[l.as_str()])).collect(),
-            insert_duration: labels.iter().map(|l| insert_duration.with_label_values(&[l.as_str()])).collect(),
-            end_to_end_latency: labels.iter().map(|l| end_to_end_latency.with_label_values(&[l.as_str()])).collect(),
+            batch_rows: labels.iter().map(|[o, s]| batch_rows.with_label_values(&[o, s])).collect(),
+            batch_bytes: labels.iter().map(|[o, s]| batch_bytes.with_label_values(&[o, s])).collect(),
+            insert_duration: labels.iter().map(|[o, s]| insert_duration.with_label_values(&[o, s])).collect(),
+            end_to_end_latency: labels.iter().map(|[o, s]| end_to_end_latency.with_label_values(&[o, s])).collect(),
             watermark_age,
             memory_bound,
             commits,
@@ -492,7 +507,7 @@ impl Metrics {
             revocations,
             assignments_lost,
             committed_offset,
-            spans_recorded: each(&|l| spans_recorded.with_label_values(&[l])),
+            spans_recorded: each(&|l| spans_recorded.with_label_values(l)),
             replayed_batches,
             superseded_batches,
             batches_left,
@@ -522,17 +537,19 @@ mod tests {
             version: "0.1.0".into(),
             ..crate::testing::config(1, 2)
         };
-        let metrics = Metrics::new(&config).unwrap();
+        let metrics = Metrics::new(&config, &[("orders".into(), 0), ("orders".into(), 1)]).unwrap();
         metrics.watermark_age.with_label_values(&["orders", "0"]).set(0.0);
         metrics.lag_records.with_label_values(&["orders", "0"]).set(3);
         metrics.lag_seconds.with_label_values(&["orders", "0"]).set(1.5);
         metrics.committed_offset.with_label_values(&["orders", "0"]).set(7);
-        sink_metrics().replica_healthy.with_label_values(&["0", "http://replica"]).set(1);
-        sink_metrics().errors_by_class.with_label_values(&["0", "retryable"]).inc_by(0);
+        sink_metrics().replica_healthy.with_label_values(&["orders", "0", "http://replica"]).set(1);
+        sink_metrics().errors_by_class.with_label_values(&["orders", "0", "retryable"]).inc_by(0);
         let text = metrics.render();
         for doc in metric_catalogue() {
             assert!(text.contains(&format!("# TYPE {} {}", doc.name, doc.kind)), "{} missing:\n{text}", doc.name);
         }
         assert!(text.contains(r#"etl_build_info{config_hash="abc",pipeline="orders",version="0.1.0"} 1"#));
+        // Per-slot metrics name the output and its shard.
+        assert!(text.contains(r#"etl_queue_depth{output="orders",shard="1"} 0"#), "{text}");
     }
 }

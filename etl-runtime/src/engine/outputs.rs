@@ -19,14 +19,17 @@ use crate::engine::sink::Sink;
 #[derive(Debug)]
 pub struct Outputs<K> {
     outputs: Vec<K>,
+    /// The outputs' names, for the `output` label of per-slot metrics.
+    names: Vec<String>,
     shards: usize,
     ledger: Option<Arc<SlotLedger>>,
 }
 
 impl<K: Sink> Outputs<K> {
-    /// `outputs`, each with `shards` shards. Under exactly-once every output has a ledger, or the
-    /// pipeline could not replay its batches; a mix is refused.
-    pub fn new(outputs: Vec<K>, shards: usize) -> Result<Self, SinkError> {
+    /// `outputs` (name, sink), each with `shards` shards. Under exactly-once every output has a
+    /// ledger, or the pipeline could not replay its batches; a mix is refused.
+    pub fn new(outputs: Vec<(String, K)>, shards: usize) -> Result<Self, SinkError> {
+        let (names, outputs): (Vec<String>, Vec<K>) = outputs.into_iter().unzip();
         if outputs.is_empty() || shards == 0 {
             return Err(SinkError::fatal("outputs: at least one output of at least one shard"));
         }
@@ -41,7 +44,7 @@ impl<K: Sink> Outputs<K> {
                 )));
             }
         };
-        Ok(Outputs { outputs, shards, ledger })
+        Ok(Outputs { outputs, names, shards, ledger })
     }
 
     /// The number of sink slots: what `RuntimeConfig::shards` must be.
@@ -67,6 +70,10 @@ impl<K: Sink> Sink for Outputs<K> {
 
     fn ledger(&self) -> Option<Arc<dyn Ledger>> {
         self.ledger.clone().map(|l| l as Arc<dyn Ledger>)
+    }
+
+    fn slot_output(&self, slot: usize) -> (String, usize) {
+        (self.names.get(slot / self.shards).cloned().unwrap_or_default(), slot % self.shards)
     }
 }
 
@@ -283,9 +290,12 @@ mod tests {
 
     #[test]
     fn a_slot_is_written_to_its_outputs_shard_and_ledgers_are_all_or_none() {
-        let outputs = Outputs::new(vec![Shards::default(), Shards::default(), Shards::default()], 2).unwrap();
+        let outputs =
+            Outputs::new(["a", "b", "c"].into_iter().map(|name| (name.to_owned(), Shards::default())).collect(), 2)
+                .unwrap();
         assert_eq!(outputs.slots(), 6);
         assert!(outputs.ledger().is_none());
+        assert_eq!(outputs.slot_output(3), ("b".to_owned(), 1), "slot 3 is output 1's shard 1");
         block_on(async {
             for slot in [0, 3, 5, 4] {
                 outputs.write(slot, &batch()).await.unwrap();
@@ -296,8 +306,10 @@ mod tests {
         assert_eq!(written, vec![vec![0], vec![1], vec![1, 0]]);
 
         let with = || Shards(Mutex::default(), Some(MemLedger::named("t")));
-        assert!(Outputs::new(vec![with(), with()], 1).unwrap().ledger().is_some());
-        let Err(mixed) = Outputs::new(vec![with(), Shards::default()], 1) else { panic!("a mix of ledgers") };
+        assert!(Outputs::new(vec![("a".into(), with()), ("b".into(), with())], 1).unwrap().ledger().is_some());
+        let Err(mixed) = Outputs::new(vec![("a".into(), with()), ("b".into(), Shards::default())], 1) else {
+            panic!("a mix of ledgers")
+        };
         assert!(mixed.message.contains("all or none"), "{mixed}");
     }
 }

@@ -29,6 +29,13 @@ pub trait Sink: Send + Sync + 'static {
         None
     }
 
+    /// The output sink slot `slot` belongs to and its shard within that output, for the `output`
+    /// and `shard` labels of per-slot metrics. The default, for a sink of one output, is
+    /// `("", slot)`: an empty label, which Prometheus stores as none.
+    fn slot_output(&self, slot: usize) -> (String, usize) {
+        (String::new(), slot)
+    }
+
     /// The sink behind a vtable, as the shard workers hold it.
     ///
     /// The default is right for every sink. The runtime's own sinks override it with a
@@ -52,6 +59,7 @@ pub(crate) trait DynSink: Send + Sync + 'static {
     fn write<'a>(&'a self, shard: usize, batch: &'a Batch) -> BoxFuture<'a, Result<(), SinkError>>;
     fn check(&self) -> BoxFuture<'_, Result<(), SinkError>>;
     fn ledger(&self) -> Option<Arc<dyn Ledger>>;
+    fn slot_output(&self, slot: usize) -> (String, usize);
 }
 
 impl<K: Sink> DynSink for K {
@@ -66,6 +74,10 @@ impl<K: Sink> DynSink for K {
 
     fn ledger(&self) -> Option<Arc<dyn Ledger>> {
         Sink::ledger(self)
+    }
+
+    fn slot_output(&self, slot: usize) -> (String, usize) {
+        Sink::slot_output(self, slot)
     }
 }
 

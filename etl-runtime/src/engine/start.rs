@@ -128,7 +128,8 @@ impl SinkSide {
             (Chosen::AtLeastOnce(Arc::new(AtLeastOnce::new(config.batch, &config.pipeline))), None)
         };
 
-        let metrics = Metrics::new(&config).map_err(|e| StartError::Metrics(e.to_string()))?;
+        let slots: Vec<(String, usize)> = (0..config.shards).map(|slot| sink.slot_output(slot)).collect();
+        let metrics = Metrics::new(&config, &slots).map_err(|e| StartError::Metrics(e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("etl-sink")
