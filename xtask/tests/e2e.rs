@@ -47,10 +47,12 @@ fn assert_one_assignment(m: &Metrics, p: &Process) {
 /// Builds (once) and empties the table of `variant`, outside the scenario's timer.
 fn prepare(variant: Variant) {
     variant.binary();
-    truncate(variant.table());
-    // An exactly-once variant's ledger too, so that its spans are this scenario's.
-    for url in &shards_of(variant.table()) {
-        ch_exec(url, &format!("TRUNCATE TABLE IF EXISTS default.{}_etl_batches", variant.table()));
+    for table in variant.tables() {
+        truncate(table);
+        // An exactly-once variant's ledger too, so that its spans are this scenario's.
+        for url in &shards_of(table) {
+            ch_exec(url, &format!("TRUNCATE TABLE IF EXISTS default.{table}_etl_batches"));
+        }
     }
 }
 
@@ -2532,4 +2534,168 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
         "regional topics: {stats:?} after 3 kills and 2 rebalances; {plans} replay plans, {replayed} batches replayed"
     );
     assert!(plans >= 2 * PARTITIONS as usize, "every lane of both topics read a replay plan ({plans})");
+}
+
+/// Scenario 40: two topics into three outputs, exactly once per table, with
+/// `examples/route_to_tables`. Shop events of the web shop's topic and the app's (the same
+/// partition numbers) stream in while the binary is SIGKILLed three times; then a second instance
+/// joins (a rebalance), and one output's table (`shop_refunds`) refuses every insert for a minute
+/// (ClickHouse answers TOO_MANY_PARTS, which is retried) while events keep coming: nothing may be
+/// lost in any table, and neither member may lose its partitions. Then the second instance leaves
+/// (another rebalance). Each table holds exactly the rows its `when` and operators make, once:
+/// `count() = uniqExact(key) = expected`, with the channel (`_topic`) of each row right, and every
+/// topic's offsets are committed to its end.
+#[test]
+fn routed_outputs_exactly_once_through_kills_rebalances_and_a_table_down() {
+    let _scope = scope(Load::Light, &[Variant::Routes]);
+    prepare(Variant::Routes);
+    let _t = Timer::start("routed outputs");
+    const PER_TOPIC: i64 = 40_000;
+    const LATE: i64 = 20_000;
+    let (prefix, group) = (unique("e2e-shop"), unique("e2e-shop-g"));
+    let (web, app) = (format!("{prefix}-web"), format!("{prefix}-app"));
+    for topic in [&web, &app] {
+        create_topic(topic, PARTITIONS);
+    }
+    // The web shop's events have ids 0..PER_TOPIC, the app's the next PER_TOPIC; LATE more of each
+    // come while the refunds table is down.
+    let (_, web_early) = produce_with(Producer::shop_events(&web), 0..PER_TOPIC, 0, 1_000);
+    let (_, app_early) = produce_with(Producer::shop_events(&app), PER_TOPIC..2 * PER_TOPIC, 0, 1_000);
+    let env = [("WEB_EVENTS_TOPIC", web.as_str()), ("APP_EVENTS_TOPIC", app.as_str()), ("EVENTS_GROUP", &group)];
+    let mut processes = Vec::new();
+    let mut rng = Rng::from_time();
+    for round in 0..3 {
+        let label = format!("routes-kill-{round}");
+        let mut p = spawn(Variant::Routes, &label, "unused", &group, &env);
+        p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+        std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
+        p.kill();
+        assert_killed(p.exit.unwrap(), &label);
+        processes.push(p);
+    }
+    let mut last = spawn(Variant::Routes, "routes-final", "unused", &group, &env);
+    last.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+    let mut second = spawn(Variant::Routes, "routes-second", "unused", &group, &env);
+    second.await_metrics("an assignment", Duration::from_secs(60), |m| m.get("etl_source_assignments_total") >= 1.0);
+    let (web_early, app_early) = (web_early.join().unwrap(), app_early.join().unwrap());
+    let (orders, lines, refunds) = shop_event_rows(0..2 * PER_TOPIC);
+    await_table_rows("shop_refunds", refunds, Duration::from_secs(180));
+
+    // The refunds table down for a minute: every insert into it fails and is retried.
+    let lost_before: f64 =
+        [&last, &second].iter().map(|p| p.final_metrics().get("etl_source_assignments_lost_total")).sum();
+    let revoked_before: Vec<f64> = [&mut last, &mut second]
+        .iter()
+        .map(|p| p.metrics().expect("serves /metrics").get("etl_source_revocations_total"))
+        .collect();
+    for url in &shards_of("shop_refunds") {
+        ch_exec(
+            url,
+            "ALTER TABLE default.shop_refunds MODIFY SETTING parts_to_delay_insert = 1, parts_to_throw_insert = 1",
+        );
+    }
+    let down = Instant::now();
+    let late_web = Producer::shop_events(&web);
+    late_web.send_orders(2 * PER_TOPIC..2 * PER_TOPIC + LATE, 0, None);
+    let late_app = Producer::shop_events(&app);
+    late_app.send_orders(2 * PER_TOPIC + LATE..2 * PER_TOPIC + 2 * LATE, 0, None);
+    let (late_web, late_app) = (late_web.finish(), late_app.finish());
+    let mut failing_seen = 0.0f64;
+    while down.elapsed() < Duration::from_secs(60) {
+        for p in [&mut last, &mut second] {
+            assert!(p.try_exit().is_none(), "[{}] survives the table outage:\n{}", p.label, p.log_tail());
+            if let Some(m) = p.metrics() {
+                failing_seen = failing_seen.max(m.sum_with("etl_sink_shard_failing_seconds", r#"output="refunds""#));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for url in &shards_of("shop_refunds") {
+        ch_exec(url, "ALTER TABLE default.shop_refunds RESET SETTING parts_to_delay_insert, parts_to_throw_insert");
+    }
+    assert!(failing_seen > 10.0, "the refunds output's shards were seen failing ({failing_seen} s)");
+    let revoked_after: Vec<f64> = [&last, &second]
+        .iter()
+        .map(|p| p.metrics().expect("serves /metrics").get("etl_source_revocations_total"))
+        .collect();
+    assert_eq!(revoked_after, revoked_before, "no member gave its partitions up during the outage");
+    let lost_after: f64 =
+        [&last, &second].iter().map(|p| p.final_metrics().get("etl_source_assignments_lost_total")).sum();
+    assert_eq!(lost_after, lost_before, "no member lost its assignment during the outage");
+
+    second.stop_cleanly();
+    let (orders, lines, refunds) = {
+        let late = shop_event_rows(2 * PER_TOPIC..2 * PER_TOPIC + 2 * LATE);
+        (orders + late.0, lines + late.1, refunds + late.2)
+    };
+    for (table, n) in [("shop_orders", orders), ("shop_order_lines", lines), ("shop_refunds", refunds)] {
+        await_table_rows(table, n, Duration::from_secs(180));
+    }
+    let mut web_end = web_early.end_offsets.clone();
+    merge_end_offsets(&mut web_end, &late_web);
+    let mut app_end = app_early.end_offsets.clone();
+    merge_end_offsets(&mut app_end, &late_app);
+    await_committed(&group, &web, &web_end, Duration::from_secs(60));
+    await_committed(&group, &app, &app_end, Duration::from_secs(60));
+    last.stop_cleanly();
+    processes.push(second);
+    processes.push(last);
+
+    // Exactly once per table: every row once, none missing, none extra.
+    let per_table = |sql: &str| -> Vec<i64> {
+        shards_of("shop_orders").iter().map(|url| ch_numbers(url, sql)).fold(Vec::new(), |acc, got| {
+            if acc.is_empty() { got } else { acc.iter().zip(got).map(|(a, b)| a + b).collect() }
+        })
+    };
+    let stats = |table: &str, key: &str| {
+        // A key is on one shard only (each output shards by a key of the row, or by offset).
+        per_table(&format!("SELECT count(), uniqExact({key}) FROM default.{table}"))
+    };
+    assert_eq!(stats("shop_orders", "event_id"), vec![orders, orders], "shop_orders: count = uniqExact = expected");
+    assert_eq!(stats("shop_order_lines", "(event_id, sku)"), vec![lines, lines], "shop_order_lines");
+    assert_eq!(stats("shop_refunds", "event_id"), vec![refunds, refunds], "shop_refunds");
+    // Rows are what the outputs make of the events: kinds routed, lines flattened, channels named.
+    let wrong = per_table(&format!(
+        "SELECT countIf(event_id % 4 NOT IN (0, 1)), countIf(round(amount * 100) != 100 + event_id % 9000 \
+         OR customer_id != (event_id * 7919) % 10007), \
+         countIf(channel != if(event_id < {PER_TOPIC} OR (event_id >= {} AND event_id < {}), '{web}', '{app}')) FROM default.shop_orders",
+        2 * PER_TOPIC,
+        2 * PER_TOPIC + LATE
+    ));
+    assert_eq!(wrong, vec![0, 0, 0], "shop_orders holds orders only, their amounts, from the channel they came by");
+    let wrong = per_table(
+        "SELECT countIf(event_id % 4 NOT IN (0, 1)), countIf(sku != concat('sku-', toString(event_id), '-', toString(qty - 1))), \
+         countIf(qty > event_id % 3 + 1) FROM default.shop_order_lines",
+    );
+    assert_eq!(wrong, vec![0, 0, 0], "one line per element of `items`, as produced");
+    let wrong = per_table(
+        "SELECT countIf(event_id % 4 != 2), countIf(order_id != event_id - 2), countIf(reason != 'damaged') FROM default.shop_refunds",
+    );
+    assert_eq!(wrong, vec![0, 0, 0], "shop_refunds holds refunds only, with their columns");
+    for p in &processes {
+        p.assert_no_panic();
+    }
+    let plans: usize = processes.iter().map(|p| p.log_lines("exactly-once replay plan").len()).sum();
+    let replayed: i64 = processes.iter().map(Process::replayed_batches).sum();
+    eprintln!(
+        "routed outputs: {orders} orders, {lines} lines, {refunds} refunds after 3 kills, 2 rebalances and a \
+         one-minute table outage ({failing_seen:.0} s failing seen); {plans} replay plans, {replayed} batches replayed"
+    );
+    assert!(plans >= 2 * PARTITIONS as usize, "every lane of both topics read a replay plan ({plans})");
+}
+
+/// Waits until `table` (on its shards) holds `n` rows; panics with what it holds after `timeout`.
+fn await_table_rows(table: &str, n: i64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let count: i64 = shards_of(table)
+            .iter()
+            .map(|url| ch_numbers(url, &format!("SELECT count() FROM default.{table}"))[0])
+            .sum();
+        if count >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{table} holds {count} rows of {n} after {timeout:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::PARTITIONS;
 use super::infra::kafka_config;
-use super::records::{order, order_framed, order_json, order_json_framed, order_proto, order_proto_framed};
+use super::records::{order, order_framed, order_json, order_json_framed, order_proto, order_proto_framed, shop_event};
 
 /// Delivery reports: (tag, partition, offset) of every delivered message, and the failures.
 #[derive(Default)]
@@ -75,6 +75,11 @@ impl Producer {
     /// A producer whose orders are JSON documents ([`order_json`]).
     pub fn json(topic: &str) -> Self {
         Producer { encode: order_json, frame: order_json_framed, ..Producer::new(topic) }
+    }
+
+    /// A producer of shop events ([`shop_event`], JSON) instead of orders.
+    pub fn shop_events(topic: &str) -> Self {
+        Producer { encode: shop_event, ..Producer::json(topic) }
     }
 
     /// A producer whose orders are Protobuf messages ([`order_proto`]).

@@ -201,3 +201,47 @@ mod tests {
         assert!(doc.contains(r#""created_at":"2023-11-14T22:13:20.007Z""#), "{doc}");
     }
 }
+
+/// Shop event `id` (examples/route_to_tables/schemas/event.schema.json) as a JSON document: an
+/// order when `id % 4` is 0 or 1, with [`order_lines`] lines; a refund (of order `id - 2`) when it
+/// is 2; a page view, which no output takes, when it is 3. The coupon length is not used.
+pub fn shop_event(id: i64, _coupon_len: usize) -> Vec<u8> {
+    let mut at = Vec::new();
+    etl_runtime::__private::json::timestamp(&mut at, 1_700_000_000_000 + id, 3);
+    let at = String::from_utf8(at).expect("ASCII");
+    let customer = customer_id(id);
+    let text = match id % 4 {
+        0 | 1 => {
+            let lines: Vec<String> =
+                (0..order_lines(id)).map(|l| format!(r#"{{"sku":"sku-{id}-{l}","qty":{}}}"#, l + 1)).collect();
+            format!(
+                r#"{{"event_id":{id},"kind":"order","customer_id":{customer},"at":{at},"amount_cents":{},"items":[{}]}}"#,
+                total_cents(id),
+                lines.join(",")
+            )
+        }
+        2 => format!(
+            r#"{{"kind":"refund","event_id":{id},"order_id":{},"customer_id":{customer},"at":{at},"amount_cents":{},"reason":"damaged","items":[]}}"#,
+            id - 2,
+            total_cents(id - 2)
+        ),
+        _ => format!(
+            r#"{{"event_id":{id},"kind":"view","customer_id":{customer},"at":{at},"url":"/p/{id}","items":[]}}"#
+        ),
+    };
+    text.into_bytes()
+}
+
+/// The lines of order `id` in [`shop_event`]: 1 to 3.
+pub fn order_lines(id: i64) -> i64 {
+    id % 3 + 1
+}
+
+/// What [`shop_event`]s `ids` put in each table: (orders, order lines, refunds).
+pub fn shop_event_rows(ids: std::ops::Range<i64>) -> (i64, i64, i64) {
+    ids.fold((0, 0, 0), |(orders, lines, refunds), id| match id % 4 {
+        0 | 1 => (orders + 1, lines + order_lines(id), refunds),
+        2 => (orders, lines, refunds + 1),
+        _ => (orders, lines, refunds),
+    })
+}

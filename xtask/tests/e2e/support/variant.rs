@@ -9,7 +9,7 @@ use super::clickhouse::ch_exec;
 use super::{root, xtask};
 
 /// How many [`Variant`]s there are.
-pub const VARIANTS: usize = 19;
+pub const VARIANTS: usize = 20;
 
 /// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
 /// sizing knobs are compiled in).
@@ -57,6 +57,9 @@ pub enum Variant {
     /// `examples/regional_topics/pipeline.yaml`: every topic matching `$ORDERS_PATTERN` into one
     /// table, exactly once, with `_topic` as the column `source_topic` (scenario 19).
     Regional,
+    /// `examples/route_to_tables/pipeline.yaml`: shop events of two topics split into three
+    /// tables by `outputs`, exactly once per table (scenario 40).
+    Routes,
 }
 
 impl Variant {
@@ -81,6 +84,7 @@ impl Variant {
             Variant::Outage => "pipeline-outage.yaml",
             Variant::OutageEo => "pipeline-outage-eo.yaml",
             Variant::Regional => return root().join("examples/regional_topics/pipeline.yaml"),
+            Variant::Routes => return root().join("examples/route_to_tables/pipeline.yaml"),
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -106,6 +110,15 @@ impl Variant {
             Variant::Outage => "e2e_orders_outage",
             Variant::OutageEo => "e2e_orders_outage_eo",
             Variant::Regional => "regional_orders",
+            Variant::Routes => "shop_orders",
+        }
+    }
+
+    /// Every table the variant writes: its [`Variant::table`], and with `outputs` the others.
+    pub fn tables(self) -> Vec<&'static str> {
+        match self {
+            Variant::Routes => vec!["shop_orders", "shop_order_lines", "shop_refunds"],
+            _ => vec![self.table()],
         }
     }
 
@@ -160,9 +173,11 @@ impl Variant {
         let ddl = xtask().args(["gen", "--ddl"]).arg(self.yaml()).output().expect("running gen --ddl");
         assert!(ddl.status.success(), "gen --ddl: {}", String::from_utf8_lossy(&ddl.stderr));
         let ddl = String::from_utf8(ddl.stdout).unwrap();
-        ch_exec(url, &format!("DROP TABLE IF EXISTS default.{} SYNC", self.table()));
-        // The exactly-once variant's DDL also creates its ledger table.
-        ch_exec(url, &format!("DROP TABLE IF EXISTS default.{}_etl_batches SYNC", self.table()));
+        for table in self.tables() {
+            ch_exec(url, &format!("DROP TABLE IF EXISTS default.{table} SYNC"));
+            // The exactly-once variant's DDL also creates its ledger table.
+            ch_exec(url, &format!("DROP TABLE IF EXISTS default.{table}_etl_batches SYNC"));
+        }
         for statement in etl_gen::ddl::statements(&ddl) {
             ch_exec(url, statement);
         }
