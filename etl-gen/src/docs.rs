@@ -201,6 +201,17 @@ fn collect(schema: &Value, path: &str, defs: &Map<String, Value>, rows: &mut Vec
                 doc,
             });
             collect(&target["items"], &format!("{sub_path}[]"), defs, rows, depth + 1);
+        } else if let Some(values) =
+            target.get("additionalProperties").filter(|v| resolve(v, defs).get("properties").is_some())
+        {
+            // A map of sections (`outputs`): each entry's keys, under `<name>`.
+            rows.push(Row {
+                path: sub_path.clone(),
+                ty: "map of sections".into(),
+                default: default_text(sub, required.contains(&name.as_str())),
+                doc,
+            });
+            collect(values, &format!("{sub_path}.<name>"), defs, rows, depth + 1);
         } else {
             rows.push(Row {
                 path: sub_path,
@@ -239,6 +250,18 @@ defaults the right side is 68 MiB per shard against a 256 MiB low watermark, so 
 1 to 3 shards; with more, `gen` prints the smallest passing `max_inflight_bytes` and the
 largest passing `batch.max_bytes` (rule E0401). Also checked: `0 < low_ratio < high_ratio <= 1`
 and `chunk.target_bytes <= batch.max_bytes`.
+
+With `outputs`, each (output, shard) has its own queue, batches and in-flight inserts, so both
+terms count them all; with O outputs the rule reads
+
+```text
+max_inflight_bytes × low_ratio ≥ 2 × ( O × shards × inflight.max_per_shard × batch.max_bytes
+                                     + O × shards × queue.capacity × chunk.target_bytes )
+```
+
+and its two fixes (the smallest budget, the largest `batch.max_bytes`) are computed with
+O × shards. `gen --memory` counts open buffers and insert frames per (output, shard) the same
+way. The in-flight budget is one, shared by every output.
 ";
 
 const EXPRESSIONS: &str = "

@@ -2679,7 +2679,7 @@ fn routed_outputs_exactly_once_through_kills_rebalances_and_a_table_down() {
     let replayed: i64 = processes.iter().map(Process::replayed_batches).sum();
     eprintln!(
         "routed outputs: {orders} orders, {lines} lines, {refunds} refunds after 3 kills, 2 rebalances and a \
-         one-minute table outage ({failing_seen:.0} s failing seen); {plans} replay plans, {replayed} batches replayed"
+         one-minute table outage ({failing_seen:.0} s failing seconds summed over its shards and both instances); {plans} replay plans, {replayed} batches replayed"
     );
     assert!(plans >= 2 * PARTITIONS as usize, "every lane of both topics read a replay plan ({plans})");
 }
