@@ -70,8 +70,8 @@ fn simulate(bound: Bound) {
     std::thread::sleep(Duration::from_secs(2));
     let stats = pipeline.stats();
     let elapsed = started.elapsed();
-    let rejections = metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{shard="0"}"#)
-        + metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{shard="1"}"#);
+    let rejections = metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{output="",shard="0"}"#)
+        + metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{output="",shard="1"}"#);
     let report = pipeline.shutdown(Duration::from_secs(5));
 
     assert!(report.complete, "the drain finished within its timeout");
@@ -157,8 +157,8 @@ fn no_record_reruns_after_rejection() {
         pipeline.handle().add_lane(Box::new(MemLane::new(partition, Some(records), &stored)));
     }
     assert!(wait_for(Duration::from_secs(60), || pipeline.handle().live_lanes() == 0), "lanes finished");
-    let rejections = metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{shard="0"}"#)
-        + metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{shard="1"}"#);
+    let rejections = metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{output="",shard="0"}"#)
+        + metric(&pipeline.metrics_text(), r#"etl_queue_full_events_total{output="",shard="1"}"#);
     pipeline.shutdown(Duration::from_secs(5));
 
     assert!(rejections > 0.0, "the test must force queue rejections");

@@ -144,7 +144,7 @@ fn retry_exhaustion_stops_without_storing_failed_offsets() {
     let (wake, stored, lowest, metrics) = fatal_sink_case(SinkError::retryable, 3);
     assert!(matches!(wake, Wake::Fatal(ref m) if m.contains("after 3 attempt(s)")), "{wake:?}");
     assert!(stored.is_some_and(|s| s <= lowest), "stored {stored:?} passes failed batch at {lowest}");
-    assert!(metric(&metrics, r#"etl_sink_retries_total{shard="0"}"#) >= 2.0);
+    assert!(metric(&metrics, r#"etl_sink_retries_total{output="",shard="0"}"#) >= 2.0);
 }
 
 /// A sink that is down (every write a retryable error, counted) while `down` is set, and writes
@@ -190,7 +190,7 @@ fn an_outage_of_any_length_is_retried_by_default() {
     assert!(wait_for(Duration::from_secs(30), || sink.failed.load(Ordering::SeqCst) >= 300), "the writes are retried");
     assert!(matches!(pipeline.wait(Duration::from_millis(100)), Wake::Timeout), "the outage is not fatal");
     assert!(!pipeline.handle().is_ready(), "/readyz is not ready while the shard fails");
-    let failing = metric(&pipeline.metrics_text(), r#"etl_sink_shard_failing_seconds{shard="0"}"#);
+    let failing = metric(&pipeline.metrics_text(), r#"etl_sink_shard_failing_seconds{output="",shard="0"}"#);
     assert!(failing > 0.0, "the failing gauge counts: {failing}");
     let before = stored.lock().unwrap().get(&0).copied();
     assert!(matches!(before, None | Some(0)), "no offset passes a row while nothing is durable: {before:?}");
@@ -198,7 +198,7 @@ fn an_outage_of_any_length_is_retried_by_default() {
     sink.down.store(false, Ordering::SeqCst);
     assert!(wait_for(Duration::from_secs(30), || stored.lock().unwrap().get(&0) == Some(&2_000)), "writing resumes");
     assert!(pipeline.handle().is_ready(), "ready again once the shard accepts writes");
-    assert_eq!(metric(&pipeline.metrics_text(), r#"etl_sink_shard_failing_seconds{shard="0"}"#), 0.0);
+    assert_eq!(metric(&pipeline.metrics_text(), r#"etl_sink_shard_failing_seconds{output="",shard="0"}"#), 0.0);
     assert_eq!(sink.up.assert_exactly_once(&[(0, 2_000)].into()), 2_000);
     pipeline.shutdown(Duration::from_secs(5));
 }

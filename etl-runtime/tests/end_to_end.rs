@@ -159,3 +159,58 @@ fn shutdown_request_drains_and_exits_0() {
     assert_eq!(stored.len(), 2);
     assert!(sink.assert_exactly_once(&stored) > 0);
 }
+
+/// Routes each record to two outputs of two shards, as a generated chain with `outputs:` does:
+/// output 0 takes every record; output 1 takes every record and fails on every third, after
+/// output 0 has already pushed that record's row.
+struct TwoOutputs;
+
+impl Chain for TwoOutputs {
+    fn process(&mut self, record: &Record<'_>, out: &mut RowOut<'_>) -> Result<(), RecordError> {
+        let payload = record.payload.unwrap_or_default();
+        let slot = out.output_round_robin(0, 2);
+        out.push_row(slot, |buf| buf.extend_from_slice(payload));
+        let slot = out.output_slot_for_key_hash(1, 2, record.offset as u64);
+        out.push_row(slot, |buf| buf.extend_from_slice(payload));
+        if record.offset % 3 == 2 {
+            return Err(RecordError::new(RecordErrorKind::Operator, "output 1 cannot make this row"));
+        }
+        Ok(())
+    }
+}
+
+// ADR 0002, all or nothing per record: when one output's chain fails on a record, none of its rows
+// is written by any output (output 0 had pushed one already), the record counts as an error under
+// `skip`, and every other record lands once in each output; the offsets reach the end. Each
+// output's rows land on its own shards, and its metrics carry its name.
+#[test]
+fn a_record_that_fails_in_one_output_is_written_by_none() {
+    const N: i64 = 3_000;
+    let (orders, refunds) = (common::RecordingSink::default(), common::RecordingSink::default());
+    let sink =
+        etl_runtime::Outputs::new(vec![("orders".into(), orders.clone()), ("refunds".into(), refunds.clone())], 2)
+            .unwrap();
+    assert_eq!(sink.slots(), 4);
+    let mut config = common::config(1, 4);
+    config.error_policy = etl_runtime::ErrorPolicy::Skip;
+    let pipeline = etl_runtime::Pipeline::start(config, || TwoOutputs, sink, None).unwrap();
+    let stored = common::Stored::default();
+    pipeline.handle().add_lane(Box::new(common::MemLane::new(0, Some(N), &stored)));
+    assert!(common::wait_for(Duration::from_secs(20), || stored.lock().unwrap().get(&0) == Some(&N)));
+    let metrics = pipeline.metrics_text();
+    let report = pipeline.shutdown(Duration::from_secs(5));
+    assert!(report.fatal.is_none(), "{:?}", report.fatal);
+    for (name, sink) in [("orders", &orders), ("refunds", &refunds)] {
+        let rows = sink.rows.lock().unwrap();
+        for offset in 0..N {
+            let expected = if offset % 3 == 2 { None } else { Some(1) };
+            assert_eq!(rows.get(&(0, offset)).copied(), expected, "{name}: offset {offset}");
+        }
+        assert_eq!(rows.len() as i64, N - N / 3, "{name}: no row of a failed record");
+    }
+    assert_eq!(common::metric(&metrics, r#"etl_records_dropped_total{reason="error"}"#), (N / 3) as f64);
+    for (output, shard) in [("orders", 0), ("orders", 1), ("refunds", 0), ("refunds", 1)] {
+        let series = format!(r#"etl_sink_batch_rows_count{{output="{output}",shard="{shard}"}}"#);
+        assert!(common::metric(&metrics, &series) >= 1.0, "{series}: each output writes both its shards");
+    }
+}

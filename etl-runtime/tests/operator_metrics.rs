@@ -21,7 +21,8 @@ fn stamped_10_s_ago(partition: i32, end: i64, stored: &Stored) -> MemLane {
 
 /// A metric summed over the shards 0 and 1.
 fn both_shards(text: &str, name: &str) -> f64 {
-    metric(text, &format!(r#"{name}{{shard="0"}}"#)) + metric(text, &format!(r#"{name}{{shard="1"}}"#))
+    metric(text, &format!(r#"{name}{{output="",shard="0"}}"#))
+        + metric(text, &format!(r#"{name}{{output="",shard="1"}}"#))
 }
 
 // Records stamped 10 s ago reach a sink that answers at once: every durable batch is observed once

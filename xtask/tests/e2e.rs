@@ -1010,10 +1010,12 @@ fn watch_outage(pipelines: &mut [&mut Process], length: Duration) -> Vec<OutageS
         for (p, seen) in pipelines.iter_mut().zip(&mut seen) {
             assert!(p.try_exit().is_none(), "[{}] survives the outage:\n{}", p.label, p.log_tail());
             if let Some(m) = p.metrics() {
-                seen.failing = seen.failing.max(m.get(r#"etl_sink_shard_failing_seconds{shard="1"}"#));
+                seen.failing = seen.failing.max(m.get(r#"etl_sink_shard_failing_seconds{output="",shard="1"}"#));
                 seen.paused |= m.sum("etl_backpressure_paused") > 0.0;
                 seen.unhealthy |= m.0.iter().any(|(k, v)| {
-                    k.starts_with(r#"etl_sink_replica_healthy{replica="#) && k.contains(r#"shard="1""#) && *v == 0.0
+                    k.starts_with(r#"etl_sink_replica_healthy{output="",replica="#)
+                        && k.contains(r#"shard="1""#)
+                        && *v == 0.0
                 });
             }
             seen.not_ready |= p.ready() == Some(false);
@@ -1027,7 +1029,7 @@ fn watch_outage(pipelines: &mut [&mut Process], length: Duration) -> Vec<OutageS
 fn await_recovered(pipelines: &mut [&mut Process], timeout: Duration) {
     for p in pipelines.iter_mut() {
         p.await_metrics("shard 1 writable again", timeout, |m| {
-            m.get(r#"etl_sink_shard_failing_seconds{shard="1"}"#) == 0.0
+            m.get(r#"etl_sink_shard_failing_seconds{output="",shard="1"}"#) == 0.0
         });
         let deadline = Instant::now() + timeout;
         while p.ready() != Some(true) {
@@ -1152,7 +1154,7 @@ fn one_shard_down_then_frozen_for_minutes() {
 
 /// `etl_sink_replica_healthy` of `replica` on `shard`, or `None` if it is not exported.
 fn replica_health(m: &Metrics, shard: usize, replica: &str) -> Option<f64> {
-    m.0.get(&format!(r#"etl_sink_replica_healthy{{replica="{replica}",shard="{shard}"}}"#)).copied()
+    m.0.get(&format!(r#"etl_sink_replica_healthy{{output="",replica="{replica}",shard="{shard}"}}"#)).copied()
 }
 
 /// Scenario 14: replicas failing the ways production replicas do, under a steady stream. Shard 0

@@ -222,7 +222,7 @@ pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     condition()
 }
 
-/// The value of one series (its name and labels exactly, e.g. `etl_queue_depth{shard="0"}`) in the
+/// The value of one series (its name and labels exactly, e.g. `etl_queue_depth{output="",shard="0"}`) in the
 /// Prometheus text. A series that is not exported panics: it never passes for a zero.
 pub fn metric(text: &str, series: &str) -> f64 {
     metric_opt(text, series).unwrap_or_else(|| panic!("no series {series} in /metrics:\n{text}"))
