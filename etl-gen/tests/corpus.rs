@@ -131,3 +131,40 @@ fn startup_timeout_not_above_the_session_timeout_is_a_warning() {
     assert!(!warns(Some("30s"), Some("6000")));
     assert!(!warns(Some("30s"), Some("\"${SESSION_MS:-45000}\"")), "only known at run time");
 }
+
+/// With `outputs`, the sizing rule counts every (output, shard): the smallest budget of three
+/// outputs is three times that of one, and both fixes stay exact to the byte.
+#[test]
+fn sizing_counts_every_output_and_its_fixes_stay_exact() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/valid/outputs.yaml");
+    let text =
+        std::fs::read_to_string(&path).unwrap().replace("max_inflight_bytes: 4GiB", "max_inflight_bytes: 100000007");
+    let validate = |text: &str| validate_str("x.yaml", text, path.parent().unwrap(), &Options::default());
+    let fixes = |text: &str| -> (u64, u64) {
+        let rendered = validate(text).report.render();
+        let number_after = |marker: &str| -> u64 {
+            let at = rendered.find(marker).unwrap_or_else(|| panic!("`{marker}` in:\n{rendered}")) + marker.len();
+            rendered[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        (number_after("max_inflight_bytes to at least "), number_after("batch.max_bytes to at most "))
+    };
+    let (budget, batch) = fixes(&text);
+    let passes = |budget: u64, batch: u64| {
+        let edited = text.replace("max_inflight_bytes: 100000007", &format!("max_inflight_bytes: {budget}")).replace(
+            "    exactly_once: true\n",
+            &format!("    exactly_once: true\n    batch: {{ max_bytes: {batch} }}\n"),
+        );
+        !validate(&edited).report.errors().any(|d| d.rule.code == "E0401")
+    };
+    const DEFAULT_BATCH: u64 = 16 << 20;
+    assert!(passes(budget, DEFAULT_BATCH), "the smallest budget passes");
+    assert!(!passes(budget - 1, DEFAULT_BATCH), "one byte less fails");
+    assert!(passes(100_000_007, batch), "the largest batch passes");
+    assert!(!passes(100_000_007, batch + 1), "one byte more fails");
+    // The same file with one output: a third of the right side.
+    let start = text.find("  lines:\n").unwrap();
+    let end = text.find("sink:\n").unwrap();
+    let one_output = format!("{}{}", &text[..start], &text[end..]);
+    let (one_budget, _) = fixes(&one_output);
+    assert_eq!(budget, 3 * one_budget, "three outputs need three times one output's budget");
+}
