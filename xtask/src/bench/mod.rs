@@ -18,7 +18,10 @@
 //!    rule then needs), the same records, compared with (3);
 //! 7. every other insert format and compression: the flagship with `format: native|rowbinary`
 //!    and `compression: lz4|zstd|none` (the flagship has the defaults, native and lz4), for the
-//!    whole box's CPU of each.
+//!    whole box's CPU of each;
+//! 8. several outputs: the flagship's table split into three `outputs` by `customer_id % 3` (the
+//!    same rows, routed to three tables, with the budget the sizing rule then needs), compared
+//!    with (3).
 //!
 //! Each child's CPU time is its whole process's (every thread), so the three figures compare.
 //! The servers' CPU and the machine's other load are reported per phase, since on two cores
@@ -52,7 +55,9 @@ use etl_gen::rules::sizing::Sizing;
 use self::limits::Raw;
 use self::pipeline::{Run, run_pipeline};
 use self::servers::{Servers, start_servers};
-use self::variants::{COMPRESSIONS, EXACTLY_ONCE, FORMATS, Variant, sink_label, sink_of, sink_text};
+use self::variants::{
+    COMPRESSIONS, EXACTLY_ONCE, FORMATS, OUTPUTS, Variant, outputs_text, sink_label, sink_of, sink_text,
+};
 use crate::lab::flagship::{build, copy_dir, exactly_once_text, min_budget_mib, validate, variant_text};
 use crate::lab::services::{XTASK, delete_topic, release_xtask, xtask};
 use crate::lab::{http, nanos};
@@ -78,6 +83,9 @@ pub(crate) struct BenchArgs {
     /// Skip the runs with the other insert formats and compressions (five more pipeline runs).
     #[arg(long)]
     no_compressions: bool,
+    /// Skip the run with three outputs.
+    #[arg(long)]
+    no_outputs: bool,
     /// Where the SVG plots go (default: docs/bench/).
     #[arg(long)]
     plots: Option<PathBuf>,
@@ -125,6 +133,14 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         let budget = min_budget_mib(&validate(&probe, true)?).max(flagship_budget);
         variants.push((EXACTLY_ONCE.to_owned(), Some(format!("{budget}MiB")), false));
     }
+    if !args.no_outputs {
+        // Three outputs of two shards: the budget the sizing rule then needs, if larger.
+        let split = outputs_text(&variant_text(&text, "bench-orders-outputs-3", "bench_orders_outputs_3", None)?)?;
+        let probe = work.join("bench-orders-outputs-probe.yaml");
+        fs::write(&probe, &split)?;
+        let budget = min_budget_mib(&validate(&probe, true)?).max(flagship_budget);
+        variants.push((OUTPUTS.to_owned(), Some(format!("{budget}MiB")), false));
+    }
     if !args.no_compressions {
         let flagship_sink = match &flagship_validated.model.sink {
             etl_gen::model::Sink::Clickhouse(c) => sink_label(c.format.key(), c.compression.key()),
@@ -152,6 +168,9 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         if label == EXACTLY_ONCE {
             yaml_text = exactly_once_text(&yaml_text)?;
         }
+        if label == OUTPUTS {
+            yaml_text = outputs_text(&yaml_text)?;
+        }
         if let Some((format, codec)) = sink_of(&label) {
             yaml_text = sink_text(&yaml_text, format, codec)?;
         }
@@ -166,6 +185,7 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         built.push(Variant { label, yaml, validated, table, binary });
     }
     let exactly_once = built.iter().position(|v| v.label == EXACTLY_ONCE).map(|i| built.remove(i));
+    let outputs = built.iter().position(|v| v.label == OUTPUTS).map(|i| built.remove(i));
     let compressions: Vec<Variant> = {
         let (codecs, rest) = built.into_iter().partition(|v| sink_of(&v.label).is_some());
         built = rest;
@@ -191,12 +211,13 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     }
     let produce_seconds = started.elapsed().as_secs_f64();
     let places = Places { work: work.to_owned(), logs, plots: plots.clone() };
-    let result = measure(args, &infra, &built, exactly_once.as_ref(), &compressions, &topic, &places);
+    let cases = Cases { exactly_once: exactly_once.as_ref(), outputs: outputs.as_ref(), compressions: &compressions };
+    let result = measure(args, &infra, &built, &cases, &topic, &places);
     // Free the broker's memory (Tansu keeps topics in memory) and ClickHouse's disk either way.
     if let Err(e) = delete_topic(&infra.brokers, &topic) {
         eprintln!("bench: could not delete topic {topic}: {e:#}");
     }
-    let tables = built.iter().chain(&exactly_once).chain(&compressions).map(|v| v.table.clone());
+    let tables = built.iter().chain(&exactly_once).chain(&outputs).chain(&compressions).flat_map(Variant::tables);
     for table in tables.chain([RAW_TABLE.to_owned()]) {
         for url in &infra.clickhouse {
             let _ = http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"));
@@ -222,6 +243,13 @@ struct Places {
     plots: PathBuf,
 }
 
+/// The runs besides the flagship and the sizing comparison.
+struct Cases<'a> {
+    exactly_once: Option<&'a Variant>,
+    outputs: Option<&'a Variant>,
+    compressions: &'a [Variant],
+}
+
 /// Everything one run measured.
 struct Measured {
     consume: Raw,
@@ -233,17 +261,19 @@ struct Measured {
     exactly_once: Option<(Run, u64)>,
     /// The runs with the other insert formats and compressions: (`format+codec`, run).
     compressions: Vec<(String, Run)>,
+    /// The run with three outputs, with its variant's budget.
+    outputs: Option<(Run, u64)>,
 }
 
 fn measure(
     args: &BenchArgs,
     infra: &Servers,
     variants: &[Variant],
-    exactly_once: Option<&Variant>,
-    compressions: &[Variant],
+    cases: &Cases<'_>,
     topic: &str,
     places: &Places,
 ) -> anyhow::Result<Measured> {
+    let Cases { exactly_once, outputs, compressions } = *cases;
     let Places { work, logs, plots } = places;
     let main = &variants[0];
     // 2. The raw source limit.
@@ -285,7 +315,12 @@ fn measure(
     for v in compressions {
         compressed.push((v.label.clone(), run_pipeline(v, infra, topic, args.records, logs)?));
     }
-    Ok(Measured { consume, insert, pipeline, sizing, exactly_once, compressions: compressed })
+    // 8. Three outputs.
+    let outputs = match outputs {
+        Some(v) => Some((run_pipeline(v, infra, topic, args.records, logs)?, v.budget())),
+        None => None,
+    };
+    Ok(Measured { consume, insert, pipeline, sizing, exactly_once, compressions: compressed, outputs })
 }
 
 fn cores() -> u64 {

@@ -16,7 +16,7 @@ use super::servers::Servers;
 use super::variants::Variant;
 use crate::lab::flagship::flagship_command;
 use crate::lab::nanos;
-use crate::lab::services::recreate_table;
+use crate::lab::services::recreate_tables;
 use crate::lab::{http, procfs, prom};
 
 /// One scrape of the pipeline's /metrics, at `t` seconds after it was started.
@@ -109,8 +109,9 @@ pub(crate) fn run_pipeline(
     logs: &Path,
 ) -> anyhow::Result<Run> {
     let ddl = etl_gen::ddl::create_table(&v.validated).map_err(anyhow::Error::msg)?;
+    let tables = v.tables();
     for url in &infra.clickhouse {
-        recreate_table(url, &v.table, &ddl)?;
+        recreate_tables(url, &tables, &ddl)?;
     }
     let admin = TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
     let log = logs.join(format!("{}.log", v.label));
@@ -183,8 +184,10 @@ pub(crate) fn run_pipeline(
     };
     let mut stored = 0.0;
     for url in &infra.clickhouse {
-        let count = http::clickhouse_text(url, &format!("SELECT count() FROM default.`{}`", v.table))?;
-        stored += count.trim().parse::<f64>()?;
+        for table in &tables {
+            let count = http::clickhouse_text(url, &format!("SELECT count() FROM default.`{table}`"))?;
+            stored += count.trim().parse::<f64>()?;
+        }
     }
     if stored != end.rows_out {
         bail!("{}: {stored} rows in ClickHouse, the pipeline counted {}", v.label, end.rows_out);

@@ -154,6 +154,33 @@ pub(crate) fn report(
             eo.cpu_per_million() / p.cpu_per_million()
         );
     }
+    if let Some((split, budget)) = &m.outputs {
+        let _ = writeln!(
+            out,
+            "\nThree outputs (the same rows split into three tables by `customer_id % 3`, budget {} MiB):\n",
+            budget >> 20
+        );
+        let _ =
+            writeln!(out, "| tables | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for (name, run) in [("one (the flagship)", p), ("three outputs", split)] {
+            let _ = writeln!(
+                out,
+                "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} MiB |",
+                run.records_per_second(),
+                run.steady_records_per_second(),
+                run.cpu_per_million(),
+                run.batch_rows_mean,
+                mib(run.peak_rss as f64)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n- three outputs / one table: **{:.2}×** records/s, {:.2}× CPU per record",
+            split.records_per_second() / p.records_per_second(),
+            split.cpu_per_million() / p.cpu_per_million()
+        );
+    }
     whole_box(&mut out, args.records, m);
     if let Some(fit) = m.sizing.first() {
         let _ = writeln!(out, "\nSizing rule (the same saturated run, {} records):\n", args.records);

@@ -64,8 +64,16 @@ pub(crate) fn run_infra_up(extra: &[&str]) -> anyhow::Result<InfraOutput> {
 
 /// Drops `table` (and an exactly-once ledger next to it) and runs each statement of `ddl`.
 pub(crate) fn recreate_table(url: &str, table: &str, ddl: &str) -> anyhow::Result<()> {
-    http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"))?;
-    http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}_etl_batches` SYNC"))?;
+    recreate_tables(url, &[table.to_owned()], ddl)
+}
+
+/// [`recreate_table`] for a pipeline of several outputs: every table (and ledger) dropped, then
+/// `ddl`, which creates them all.
+pub(crate) fn recreate_tables(url: &str, tables: &[String], ddl: &str) -> anyhow::Result<()> {
+    for table in tables {
+        http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}` SYNC"))?;
+        http::clickhouse(url, &format!("DROP TABLE IF EXISTS default.`{table}_etl_batches` SYNC"))?;
+    }
     for statement in etl_gen::ddl::statements(ddl) {
         http::clickhouse(url, statement)?;
     }
