@@ -735,6 +735,7 @@ fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Valid
         },
         // Output k's shards are the slots k × shards .. (k + 1) × shards.
         Sink::Clickhouse(c) if c.shards.len() > 1 => {
+            let first = Literal::usize_unsuffixed(k * c.shards.len());
             let (k, shards) = (Literal::usize_unsuffixed(k), Literal::usize_unsuffixed(c.shards.len()));
             match &plan.shard_key {
                 Some(key) => {
@@ -742,7 +743,7 @@ fn output(row: &[Column], scope: &Scope, enums: &mut Vec<Vec<String>>, v: &Valid
                     if nullable {
                         quote!(match &#local {
                             Some(x) => out.output_slot_for_key_hash(#k, #shards, rt::shard_hash(#bytes)),
-                            None => #k * #shards,
+                            None => #first,
                         })
                     } else {
                         quote!({ let x = &#local; out.output_slot_for_key_hash(#k, #shards, rt::shard_hash(#bytes)) })
