@@ -188,20 +188,6 @@ pub fn checksum(ids: impl IntoIterator<Item = i64>) -> i64 {
     ids.into_iter().map(|id| id * 3 + customer_id(id) * 7 + total_cents(id)).sum()
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn json_orders_carry_the_avro_orders_values() {
-        let doc = String::from_utf8(super::order_json(7, 12)).unwrap();
-        assert!(doc.contains(r#""order_id":7}"#), "{doc}");
-        assert!(doc.contains(&format!(r#""customer_id":{},"#, super::customer_id(7))), "{doc}");
-        assert!(doc.contains(r#""region":"AMER""#), "{doc}");
-        let coupon = doc.split(r#""coupon":""#).nth(1).and_then(|rest| rest.split('"').next()).unwrap();
-        assert_eq!(coupon.len(), 12, "{doc}");
-        assert!(doc.contains(r#""created_at":"2023-11-14T22:13:20.007Z""#), "{doc}");
-    }
-}
-
 /// Shop event `id` (examples/route_to_tables/schemas/event.schema.json) as a JSON document: an
 /// order when `id % 4` is 0 or 1, with [`order_lines`] lines; a refund (of order `id - 2`) when it
 /// is 2; a page view, which no output takes, when it is 3. The coupon length is not used.
@@ -244,4 +230,18 @@ pub fn shop_event_rows(ids: std::ops::Range<i64>) -> (i64, i64, i64) {
         2 => (orders, lines, refunds + 1),
         _ => (orders, lines, refunds),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_orders_carry_the_avro_orders_values() {
+        let doc = String::from_utf8(super::order_json(7, 12)).unwrap();
+        assert!(doc.contains(r#""order_id":7}"#), "{doc}");
+        assert!(doc.contains(&format!(r#""customer_id":{},"#, super::customer_id(7))), "{doc}");
+        assert!(doc.contains(r#""region":"AMER""#), "{doc}");
+        let coupon = doc.split(r#""coupon":""#).nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+        assert_eq!(coupon.len(), 12, "{doc}");
+        assert!(doc.contains(r#""created_at":"2023-11-14T22:13:20.007Z""#), "{doc}");
+    }
 }
