@@ -222,4 +222,30 @@ mod tests {
         );
         assert!(m.refused.iter().all(|r| !r.help.is_empty()));
     }
+
+    // With `outputs`, each output's table is compared with its own columns, a missing one is
+    // created with its own ledger and nothing of the other outputs', and its missing columns are
+    // added to it alone.
+    #[test]
+    fn each_output_is_migrated_on_its_own() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/route_to_tables/pipeline.yaml");
+        let v = crate::validate_file(&path, &crate::Options::default()).unwrap().pipeline.unwrap();
+        let m = plan(&v, 1, &LiveTable { columns: Vec::new(), ledger: false }, None).unwrap();
+        assert_eq!(m.statements.len(), 2, "{m:?}");
+        assert!(m.statements[0].starts_with("CREATE TABLE IF NOT EXISTS `default`.`shop_order_lines`\n"), "{m:?}");
+        assert!(m.statements[1].starts_with("CREATE TABLE IF NOT EXISTS `default`.`shop_order_lines_etl_batches`"));
+        let refunds = written_columns(&v, 2);
+        assert_ne!(refunds, written_columns(&v, 0), "each output has its own columns");
+        let mut columns: Vec<LiveColumn> = refunds
+            .iter()
+            .map(|(name, ty)| LiveColumn { name: name.clone(), ty: ty.clone(), default_kind: String::new() })
+            .collect();
+        let (name, ty) = refunds.last().unwrap().clone();
+        columns.pop();
+        let m = plan(&v, 2, &LiveTable { columns, ledger: true }, None).unwrap();
+        assert_eq!(
+            m.statements,
+            [format!("ALTER TABLE `default`.`shop_refunds`\n    ADD COLUMN IF NOT EXISTS `{name}` {ty}")]
+        );
+    }
 }

@@ -219,7 +219,8 @@ fn subscription(k: &crate::model::KafkaSource, settings: &Settings) -> Result<To
     })
 }
 
-/// The statements that make `sink` (a file, or the ClickHouse shards), and the shard count.
+/// The statements that make `sink` (a file, or the ClickHouse shards), and the shard count (the
+/// number of sink slots: outputs × shards).
 fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, usize), Error> {
     let m = &inputs.pipeline.model;
     Ok(match &m.sink {
@@ -236,121 +237,159 @@ fn sink(inputs: &MainInputs<'_>, settings: &Settings) -> Result<(TokenStream, us
             )
         }
         Sink::Clickhouse(c) => {
-            let mut shards = Vec::new();
-            for (s, shard) in c.shards.iter().enumerate() {
-                let mut replicas = Vec::new();
-                for r in 0..shard.replicas.len() {
-                    let key = format!("sink.clickhouse.shards[{s}].replicas[{r}]");
-                    let replica = settings.value(&key)?;
-                    replicas.push(quote!(#replica.to_owned()));
-                }
-                shards.push(quote!(vec![#(#replicas),*]));
-            }
-            let database = &c.database;
-            let timeout = c.timeout.as_millis();
-            let format = match c.format {
-                crate::model::InsertFormat::Rowbinary => quote!(RowBinary),
-                crate::model::InsertFormat::Native => quote!(Native),
-            };
-            let compression = match c.compression {
-                crate::model::Compression::Lz4 => quote!(Lz4),
-                crate::model::Compression::Zstd => quote!(Zstd),
-                crate::model::Compression::None => quote!(None),
-            };
-            let ca_file = match c.ca_file {
-                Some(_) => {
-                    let ca_file = settings.value("sink.clickhouse.ca_file")?;
-                    quote!(Some(#ca_file.into()))
-                }
-                None => quote!(None),
-            };
-            // The ledger's identity; E0901 made sure the source is Kafka.
-            let exactly_once = match (&m.source, c.exactly_once) {
-                (Source::Kafka(k), true) => {
-                    let topic = subscription(k, settings)?;
-                    quote!(Some(rt::ExactlyOnceConfig {
-                        pipeline: BUILD.pipeline.to_owned(),
-                        topic: #topic,
-                        config_hash: BUILD.config_hash.to_owned(),
-                    }))
-                }
-                _ => quote!(None),
-            };
-            let (user, password) =
-                (settings.value("sink.clickhouse.user")?, settings.value("sink.clickhouse.password")?);
-            let clickhouse_settings = settings.group("sink.clickhouse.settings.")?;
-            let columns_of = |k: usize| {
-                let columns = inputs.pipeline.plan.outputs[k].output.iter().map(|col| {
-                    let (name, ty) = (&col.name, col.ty.clickhouse());
-                    quote!((#name.to_owned(), #ty.to_owned()))
-                });
-                quote!(vec![#(#columns),*])
-            };
+            let config = ClickhouseTokens::new(inputs, settings, c)?;
             if m.outputs.is_empty() {
-                let table = c.table.as_deref().unwrap_or_default();
-                let columns = columns_of(0);
-                return Ok((
-                    quote!(
-                        let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
-                            shards: vec![#(#shards),*],
-                            database: #database.to_owned(),
-                            table: #table.to_owned(),
-                            user: #user.to_owned(),
-                            password: #password.to_owned(),
-                            settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-                            format: rt::InsertFormat::#format,
-                            compression: rt::InsertCompression::#compression,
-                            timeout: ::std::time::Duration::from_millis(#timeout),
-                            columns: #columns,
-                            ca_file: #ca_file,
-                            exactly_once: #exactly_once,
-                        }) {
-                            Ok(sink) => sink,
-                            Err(e) => return rt::startup_error(e),
-                        };
-                    ),
-                    c.shards.len(),
-                ));
+                (one_table(inputs, c, &config), c.shards.len())
+            } else {
+                (several_outputs(inputs, c, &config), m.outputs.len() * c.shards.len())
             }
-            // One ClickHouse sink per output, each its table's shards and ledger; the engine sees
-            // outputs × shards slots.
-            let outputs = m.output_tables().into_iter().enumerate().map(|(k, t)| {
-                let (name, database, table, columns) = (t.name.unwrap_or_default(), t.database, t.table, columns_of(k));
-                quote!((#name, #database, #table, #columns))
-            });
-            let shard_count = c.shards.len();
-            (
-                quote!(
-                    let exactly_once = #exactly_once;
-                    let mut outputs = ::std::vec::Vec::new();
-                    for (name, database, table, columns) in [#(#outputs),*] {
-                        match rt::ClickhouseSink::for_output(name, rt::ClickhouseSinkConfig {
-                            shards: vec![#(#shards),*],
-                            database: database.to_owned(),
-                            table: table.to_owned(),
-                            user: #user.to_owned(),
-                            password: #password.to_owned(),
-                            settings: #clickhouse_settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-                            format: rt::InsertFormat::#format,
-                            compression: rt::InsertCompression::#compression,
-                            timeout: ::std::time::Duration::from_millis(#timeout),
-                            columns,
-                            ca_file: #ca_file,
-                            exactly_once: exactly_once.clone(),
-                        }) {
-                            Ok(sink) => outputs.push((name.to_owned(), sink)),
-                            Err(e) => return rt::startup_error(format!("outputs.{name} (`{database}.{table}`): {e}")),
-                        }
-                    }
-                    let sink = match rt::Outputs::new(outputs, #shard_count) {
-                        Ok(sink) => sink,
-                        Err(e) => return rt::startup_error(e),
-                    };
-                ),
-                m.outputs.len() * shard_count,
-            )
         }
     })
+}
+
+/// The parts of a `ClickhouseSinkConfig` that every output of a pipeline shares, as tokens.
+struct ClickhouseTokens {
+    shards: Vec<TokenStream>,
+    user: TokenStream,
+    password: TokenStream,
+    settings: TokenStream,
+    format: TokenStream,
+    compression: TokenStream,
+    timeout: u64,
+    ca_file: TokenStream,
+    exactly_once: TokenStream,
+}
+
+impl ClickhouseTokens {
+    fn new(
+        inputs: &MainInputs<'_>,
+        settings: &Settings,
+        c: &crate::model::ClickhouseSink,
+    ) -> Result<ClickhouseTokens, Error> {
+        let m = &inputs.pipeline.model;
+        let mut shards = Vec::new();
+        for (s, shard) in c.shards.iter().enumerate() {
+            let mut replicas = Vec::new();
+            for r in 0..shard.replicas.len() {
+                let key = format!("sink.clickhouse.shards[{s}].replicas[{r}]");
+                let replica = settings.value(&key)?;
+                replicas.push(quote!(#replica.to_owned()));
+            }
+            shards.push(quote!(vec![#(#replicas),*]));
+        }
+        let format = match c.format {
+            crate::model::InsertFormat::Rowbinary => quote!(RowBinary),
+            crate::model::InsertFormat::Native => quote!(Native),
+        };
+        let compression = match c.compression {
+            crate::model::Compression::Lz4 => quote!(Lz4),
+            crate::model::Compression::Zstd => quote!(Zstd),
+            crate::model::Compression::None => quote!(None),
+        };
+        let ca_file = match c.ca_file {
+            Some(_) => {
+                let ca_file = settings.value("sink.clickhouse.ca_file")?;
+                quote!(Some(#ca_file.into()))
+            }
+            None => quote!(None),
+        };
+        // The ledger's identity; E0901 made sure the source is Kafka.
+        let exactly_once = match (&m.source, c.exactly_once) {
+            (Source::Kafka(k), true) => {
+                let topic = subscription(k, settings)?;
+                quote!(Some(rt::ExactlyOnceConfig {
+                    pipeline: BUILD.pipeline.to_owned(),
+                    topic: #topic,
+                    config_hash: BUILD.config_hash.to_owned(),
+                }))
+            }
+            _ => quote!(None),
+        };
+        Ok(ClickhouseTokens {
+            shards,
+            user: settings.value("sink.clickhouse.user")?,
+            password: settings.value("sink.clickhouse.password")?,
+            settings: settings.group("sink.clickhouse.settings.")?,
+            format,
+            compression,
+            timeout: c.timeout.as_millis(),
+            ca_file,
+            exactly_once,
+        })
+    }
+}
+
+/// The columns of output `k`, as `ClickhouseSinkConfig::columns` takes them.
+fn columns_of(inputs: &MainInputs<'_>, k: usize) -> TokenStream {
+    let columns = inputs.pipeline.plan.outputs[k].output.iter().map(|col| {
+        let (name, ty) = (&col.name, col.ty.clickhouse());
+        quote!((#name.to_owned(), #ty.to_owned()))
+    });
+    quote!(vec![#(#columns),*])
+}
+
+/// `sink` for a pipeline without `outputs`: one ClickHouse sink of `sink.clickhouse.table`.
+fn one_table(inputs: &MainInputs<'_>, c: &crate::model::ClickhouseSink, t: &ClickhouseTokens) -> TokenStream {
+    let (database, table, columns) = (&c.database, c.table.as_deref().unwrap_or_default(), columns_of(inputs, 0));
+    let ClickhouseTokens { shards, user, password, settings, format, compression, timeout, ca_file, exactly_once } = t;
+    quote!(
+        let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
+            shards: vec![#(#shards),*],
+            database: #database.to_owned(),
+            table: #table.to_owned(),
+            user: #user.to_owned(),
+            password: #password.to_owned(),
+            settings: #settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+            format: rt::InsertFormat::#format,
+            compression: rt::InsertCompression::#compression,
+            timeout: ::std::time::Duration::from_millis(#timeout),
+            columns: #columns,
+            ca_file: #ca_file,
+            exactly_once: #exactly_once,
+        }) {
+            Ok(sink) => sink,
+            Err(e) => return rt::startup_error(e),
+        };
+    )
+}
+
+/// `sink` for a pipeline with `outputs`: one ClickHouse sink per output, each its table's
+/// shards and ledger, behind `rt::Outputs`; the engine sees outputs × shards slots.
+fn several_outputs(inputs: &MainInputs<'_>, c: &crate::model::ClickhouseSink, t: &ClickhouseTokens) -> TokenStream {
+    let m = &inputs.pipeline.model;
+    let outputs = m.output_tables().into_iter().enumerate().map(|(k, o)| {
+        let (name, database, table, columns) = (o.name.unwrap_or_default(), o.database, o.table, columns_of(inputs, k));
+        quote!((#name, #database, #table, #columns))
+    });
+    let shard_count = c.shards.len();
+    let ClickhouseTokens { shards, user, password, settings, format, compression, timeout, ca_file, exactly_once } = t;
+    quote!(
+        let exactly_once = #exactly_once;
+        let mut outputs = ::std::vec::Vec::new();
+        for (name, database, table, columns) in [#(#outputs),*] {
+            match rt::ClickhouseSink::for_output(name, rt::ClickhouseSinkConfig {
+                shards: vec![#(#shards),*],
+                database: database.to_owned(),
+                table: table.to_owned(),
+                user: #user.to_owned(),
+                password: #password.to_owned(),
+                settings: #settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+                format: rt::InsertFormat::#format,
+                compression: rt::InsertCompression::#compression,
+                timeout: ::std::time::Duration::from_millis(#timeout),
+                columns,
+                ca_file: #ca_file,
+                exactly_once: exactly_once.clone(),
+            }) {
+                Ok(sink) => outputs.push((name.to_owned(), sink)),
+                Err(e) => return rt::startup_error(format!("outputs.{name} (`{database}.{table}`): {e}")),
+            }
+        }
+        let sink = match rt::Outputs::new(outputs, #shard_count) {
+            Ok(sink) => sink,
+            Err(e) => return rt::startup_error(e),
+        };
+    )
 }
 
 /// The statements that make `chains`, the factory of each pipeline thread's `Chain`: with a

@@ -128,6 +128,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "Rows durably written by the sink.",
     },
     MetricDoc {
+        name: "etl_sink_rows_total",
+        kind: "counter",
+        labels: &["output", "shard"],
+        help: "Rows durably written to the shard of the output (its table): etl_records_out_total per output and shard.",
+    },
+    MetricDoc {
         name: "etl_records_dropped_total",
         kind: "counter",
         labels: &["reason"],
@@ -344,6 +350,7 @@ pub(crate) struct Metrics {
     pub(crate) shard_failing: Vec<prometheus::Gauge>,
     pub(crate) records_in: IntCounter,
     pub(crate) records_out: IntCounter,
+    pub(crate) rows_written: Vec<IntCounter>,
     pub(crate) dropped_filtered: IntCounter,
     pub(crate) dropped_error: IntCounter,
     pub(crate) dropped_tombstone: IntCounter,
@@ -390,6 +397,7 @@ impl Metrics {
         let shard_failing = prometheus::GaugeVec::new(opts("etl_sink_shard_failing_seconds"), SLOT)?;
         let records_in = IntCounter::with_opts(opts("etl_records_in_total"))?;
         let records_out = IntCounter::with_opts(opts("etl_records_out_total"))?;
+        let rows_written = IntCounterVec::new(opts("etl_sink_rows_total"), SLOT)?;
         let dropped = IntCounterVec::new(opts("etl_records_dropped_total"), &["reason"])?;
         let unavailable_retries = IntCounter::with_opts(opts("etl_records_unavailable_retries_total"))?;
         let hist = |name: &str, buckets: Vec<f64>| {
@@ -440,6 +448,7 @@ impl Metrics {
         reg(Box::new(shard_failing.clone()))?;
         reg(Box::new(records_in.clone()))?;
         reg(Box::new(records_out.clone()))?;
+        reg(Box::new(rows_written.clone()))?;
         reg(Box::new(dropped.clone()))?;
         reg(Box::new(unavailable_retries.clone()))?;
         reg(Box::new(batch_rows.clone()))?;
@@ -488,6 +497,7 @@ impl Metrics {
             shard_failing: labels.iter().map(|[o, s]| shard_failing.with_label_values(&[o, s])).collect(),
             records_in,
             records_out,
+            rows_written: each(&|l| rows_written.with_label_values(l)),
             dropped_filtered: dropped.with_label_values(&["filtered"]),
             dropped_error: dropped.with_label_values(&["error"]),
             dropped_tombstone: dropped.with_label_values(&["tombstone"]),

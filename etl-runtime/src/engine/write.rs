@@ -136,6 +136,7 @@ pub(crate) async fn write_batch<D: Delivery>(
         metrics.batch_rows[shard].observe(batch.rows as f64);
         metrics.batch_bytes[shard].observe(batch.bytes as f64);
         metrics.records_out.inc_by(batch.rows.saturating_sub(refused));
+        metrics.rows_written[shard].inc_by(batch.rows.saturating_sub(refused));
         fault(FaultPoint::InsertAcked);
         shared.budget.release(batch.held);
         drop(permit);
