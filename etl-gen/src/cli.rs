@@ -261,8 +261,17 @@ fn gen_command(args: &GenArgs) -> Result<(Validated, Layout), ExitCode> {
     let pipeline = validate(args)?;
     let m = &pipeline.model;
     if args.check {
+        // With `outputs`, the tables too: `3 outputs (orders, lines, refunds) of 2 shards`.
+        let outputs = match m.outputs.len() {
+            0 => String::new(),
+            n => format!(
+                ", {n} output{} ({})",
+                if n == 1 { "" } else { "s" },
+                m.outputs.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        };
         println!(
-            "ok: {} is valid (pipeline `{}`, {} source, {} sink with {} shard{})",
+            "ok: {} is valid (pipeline `{}`, {} source, {} sink with {} shard{}{outputs})",
             args.path.display(),
             m.pipeline.name,
             match m.source {
