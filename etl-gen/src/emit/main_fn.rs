@@ -319,6 +319,35 @@ impl ClickhouseTokens {
     }
 }
 
+impl ClickhouseTokens {
+    /// The `ClickhouseSinkConfig` literal with these shared parts and the output's own.
+    fn config(
+        &self,
+        database: TokenStream,
+        table: TokenStream,
+        columns: TokenStream,
+        exactly_once: &TokenStream,
+    ) -> TokenStream {
+        let ClickhouseTokens { shards, user, password, settings, format, compression, timeout, ca_file, .. } = self;
+        // `columns: columns` would be clippy's redundant field name.
+        let columns = if columns.to_string() == "columns" { quote!(columns) } else { quote!(columns: #columns) };
+        quote!(rt::ClickhouseSinkConfig {
+            shards: vec![#(#shards),*],
+            database: #database,
+            table: #table,
+            user: #user.to_owned(),
+            password: #password.to_owned(),
+            settings: #settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+            format: rt::InsertFormat::#format,
+            compression: rt::InsertCompression::#compression,
+            timeout: ::std::time::Duration::from_millis(#timeout),
+            #columns,
+            ca_file: #ca_file,
+            exactly_once: #exactly_once,
+        })
+    }
+}
+
 /// The columns of output `k`, as `ClickhouseSinkConfig::columns` takes them.
 fn columns_of(inputs: &MainInputs<'_>, k: usize) -> TokenStream {
     let columns = inputs.pipeline.plan.outputs[k].output.iter().map(|col| {
@@ -330,23 +359,11 @@ fn columns_of(inputs: &MainInputs<'_>, k: usize) -> TokenStream {
 
 /// `sink` for a pipeline without `outputs`: one ClickHouse sink of `sink.clickhouse.table`.
 fn one_table(inputs: &MainInputs<'_>, c: &crate::model::ClickhouseSink, t: &ClickhouseTokens) -> TokenStream {
-    let (database, table, columns) = (&c.database, c.table.as_deref().unwrap_or_default(), columns_of(inputs, 0));
-    let ClickhouseTokens { shards, user, password, settings, format, compression, timeout, ca_file, exactly_once } = t;
+    let (database, table) = (&c.database, c.table.as_deref().unwrap_or_default());
+    let exactly_once = &t.exactly_once;
+    let config = t.config(quote!(#database.to_owned()), quote!(#table.to_owned()), columns_of(inputs, 0), exactly_once);
     quote!(
-        let sink = match rt::ClickhouseSink::new(rt::ClickhouseSinkConfig {
-            shards: vec![#(#shards),*],
-            database: #database.to_owned(),
-            table: #table.to_owned(),
-            user: #user.to_owned(),
-            password: #password.to_owned(),
-            settings: #settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-            format: rt::InsertFormat::#format,
-            compression: rt::InsertCompression::#compression,
-            timeout: ::std::time::Duration::from_millis(#timeout),
-            columns: #columns,
-            ca_file: #ca_file,
-            exactly_once: #exactly_once,
-        }) {
+        let sink = match rt::ClickhouseSink::new(#config) {
             Ok(sink) => sink,
             Err(e) => return rt::startup_error(e),
         };
@@ -362,25 +379,14 @@ fn several_outputs(inputs: &MainInputs<'_>, c: &crate::model::ClickhouseSink, t:
         quote!((#name, #database, #table, #columns))
     });
     let shard_count = c.shards.len();
-    let ClickhouseTokens { shards, user, password, settings, format, compression, timeout, ca_file, exactly_once } = t;
+    let exactly_once = &t.exactly_once;
+    let config =
+        t.config(quote!(database.to_owned()), quote!(table.to_owned()), quote!(columns), &quote!(exactly_once.clone()));
     quote!(
         let exactly_once = #exactly_once;
         let mut outputs = ::std::vec::Vec::new();
         for (name, database, table, columns) in [#(#outputs),*] {
-            match rt::ClickhouseSink::for_output(name, rt::ClickhouseSinkConfig {
-                shards: vec![#(#shards),*],
-                database: database.to_owned(),
-                table: table.to_owned(),
-                user: #user.to_owned(),
-                password: #password.to_owned(),
-                settings: #settings.map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
-                format: rt::InsertFormat::#format,
-                compression: rt::InsertCompression::#compression,
-                timeout: ::std::time::Duration::from_millis(#timeout),
-                columns,
-                ca_file: #ca_file,
-                exactly_once: exactly_once.clone(),
-            }) {
+            match rt::ClickhouseSink::for_output(name, #config) {
                 Ok(sink) => outputs.push((name.to_owned(), sink)),
                 Err(e) => return rt::startup_error(format!("outputs.{name} (`{database}.{table}`): {e}")),
             }

@@ -164,7 +164,6 @@ pub(crate) fn plan(
 ) -> Result<Plan, Vec<Diagnostic>> {
     let input = input_row(schema);
     let mut row = input.clone();
-    let mut steps = Vec::new();
     let mut errors = Vec::new();
     // Nested fields are flattened as `parent_child`, which a field of the parent may already be
     // called: two columns with one name, one of them silently lost.
@@ -183,21 +182,7 @@ pub(crate) fn plan(
     if !errors.is_empty() {
         return Err(errors);
     }
-    for (i, op) in model.transform.iter().enumerate() {
-        let at = format!("transform[{i}]");
-        match plan_step(op, &at, i, &mut row, sources.get(&i)) {
-            Ok(step) => steps.push(step),
-            Err(mut e) => {
-                errors.append(&mut e);
-                // Later steps are checked against what the row would be; when a step is
-                // broken, stop rather than report consequences.
-                break;
-            }
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
+    let steps = plan_steps(&model.transform, "transform", &mut row, Some(sources))?;
     // The row the shared operators leave: every output starts from it.
     let head = row;
     let mut outputs = Vec::new();
@@ -217,6 +202,39 @@ pub(crate) fn plan(
         }
     }
     if errors.is_empty() { Ok(Plan { input, steps, outputs }) } else { Err(errors) }
+}
+
+/// Plans the operators `ops` (at `at[i]`) over `row`, leaving `row` as the last leaves it.
+/// `sources` holds the files of the shared `transform`'s `rust` operators; an output's operators
+/// have none, and a `rust` operator among them is refused (its row type is named by its place in
+/// the shared `transform`). Later steps are checked against what the row would be, so planning
+/// stops at the first broken step rather than report its consequences.
+fn plan_steps(
+    ops: &[Operator],
+    at: &str,
+    row: &mut Vec<Column>,
+    sources: Option<&BTreeMap<usize, std::io::Result<RustSource>>>,
+) -> Result<Vec<Step>, Vec<Diagnostic>> {
+    let mut steps = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let step_at = format!("{at}[{i}]");
+        let source = match (op, sources) {
+            (_, Some(sources)) => sources.get(&i),
+            (Operator::Rust(_), None) => {
+                return Err(vec![
+                    Diagnostic::error(
+                        &chain_rules::RUST_OPERATOR,
+                        format!("{step_at}.rust"),
+                        "a `rust` operator cannot run in one output's transform",
+                    )
+                    .help("put it in the shared `transform`, and keep the field it sets in this output with `select`"),
+                ]);
+            }
+            (_, None) => None,
+        };
+        steps.push(plan_step(op, &step_at, i, row, source)?);
+    }
+    Ok(steps)
 }
 
 /// Plans the output `name` over the shared row `head`: its `when`, its operators, its key.
@@ -249,28 +267,10 @@ fn plan_output(name: &str, o: &crate::model::Output, head: &[Column]) -> Result<
             }
         }
     };
-    let mut steps = Vec::new();
-    for (i, op) in o.transform.iter().enumerate() {
-        let step_at = format!("{at}.transform[{i}]");
-        if let Operator::Rust(_) = op {
-            errors.push(
-                Diagnostic::error(
-                    &chain_rules::RUST_OPERATOR,
-                    format!("{step_at}.rust"),
-                    "a `rust` operator cannot run in one output's transform",
-                )
-                .help("put it in the shared `transform`, and keep the field it sets in this output with `select`"),
-            );
-            break;
-        }
-        match plan_step(op, &step_at, i, &mut row, None) {
-            Ok(step) => steps.push(step),
-            Err(mut e) => {
-                errors.append(&mut e);
-                break;
-            }
-        }
-    }
+    let steps = plan_steps(&o.transform, &format!("{at}.transform"), &mut row, None).unwrap_or_else(|mut e| {
+        errors.append(&mut e);
+        Vec::new()
+    });
     if !errors.is_empty() {
         return Err(errors);
     }

@@ -133,20 +133,7 @@ pub(crate) fn report(
     if let Some((eo, budget)) = &m.exactly_once {
         let _ =
             writeln!(out, "\nExactly-once (the same records, `exactly_once: true`, budget {} MiB):\n", budget >> 20);
-        let _ =
-            writeln!(out, "| mode | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
-        let _ = writeln!(out, "|---|---|---|---|---|---|");
-        for (name, run) in [("at-least-once", p), ("exactly-once", eo)] {
-            let _ = writeln!(
-                out,
-                "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} MiB |",
-                run.records_per_second(),
-                run.steady_records_per_second(),
-                run.cpu_per_million(),
-                run.batch_rows_mean,
-                mib(run.peak_rss as f64)
-            );
-        }
+        pair_table(&mut out, "mode", [("at-least-once", p), ("exactly-once", eo)]);
         let _ = writeln!(
             out,
             "\n- exactly-once / at-least-once: **{:.2}×** records/s, {:.2}× CPU per record",
@@ -160,20 +147,7 @@ pub(crate) fn report(
             "\nThree outputs (the same rows split into three tables by `customer_id % 3`, budget {} MiB):\n",
             budget >> 20
         );
-        let _ =
-            writeln!(out, "| tables | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
-        let _ = writeln!(out, "|---|---|---|---|---|---|");
-        for (name, run) in [("one (the flagship)", p), ("three outputs", split)] {
-            let _ = writeln!(
-                out,
-                "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} MiB |",
-                run.records_per_second(),
-                run.steady_records_per_second(),
-                run.cpu_per_million(),
-                run.batch_rows_mean,
-                mib(run.peak_rss as f64)
-            );
-        }
+        pair_table(&mut out, "tables", [("one (the flagship)", p), ("three outputs", split)]);
         let _ = writeln!(
             out,
             "\n- three outputs / one table: **{:.2}×** records/s, {:.2}× CPU per record",
@@ -214,6 +188,23 @@ pub(crate) fn report(
         args.partitions
     );
     out
+}
+
+/// Two runs side by side: rates, CPU per record, batches and memory; `what` heads the first column.
+fn pair_table(out: &mut String, what: &str, runs: [(&str, &super::pipeline::Run); 2]) {
+    let _ = writeln!(out, "| {what} | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for (name, run) in runs {
+        let _ = writeln!(
+            out,
+            "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} MiB |",
+            run.records_per_second(),
+            run.steady_records_per_second(),
+            run.cpu_per_million(),
+            run.batch_rows_mean,
+            run.peak_rss as f64 / MIB
+        );
+    }
 }
 
 /// The whole box's CPU per million records of the topic: the measured process's, the broker's
