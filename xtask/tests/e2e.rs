@@ -2474,17 +2474,7 @@ fn regional_topics_by_pattern_exactly_once_through_kills() {
     produce_now(&other, 3 * PER_TOPIC..3 * PER_TOPIC + 1_000, 0);
     let pattern = format!("^{prefix}-.*");
     let env = [("ORDERS_PATTERN", pattern.as_str())];
-    let mut processes = Vec::new();
-    let mut rng = Rng::from_time();
-    for round in 0..3 {
-        let label = format!("region-kill-{round}");
-        let mut p = spawn(Variant::Regional, &label, "unused", &group, &env);
-        p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
-        std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
-        p.kill();
-        assert_killed(p.exit.unwrap(), &label);
-        processes.push(p);
-    }
+    let mut processes = killed_three_times(Variant::Regional, "region", &group, &env);
     let mut last = spawn(Variant::Regional, "region-final", "unused", &group, &env);
     last.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let mut second = spawn(Variant::Regional, "region-second", "unused", &group, &env);
@@ -2564,17 +2554,7 @@ fn routed_outputs_exactly_once_through_kills_rebalances_and_a_table_down() {
     let (_, web_early) = produce_with(Producer::shop_events(&web), 0..PER_TOPIC, 0, 1_000);
     let (_, app_early) = produce_with(Producer::shop_events(&app), PER_TOPIC..2 * PER_TOPIC, 0, 1_000);
     let env = [("WEB_EVENTS_TOPIC", web.as_str()), ("APP_EVENTS_TOPIC", app.as_str()), ("EVENTS_GROUP", &group)];
-    let mut processes = Vec::new();
-    let mut rng = Rng::from_time();
-    for round in 0..3 {
-        let label = format!("routes-kill-{round}");
-        let mut p = spawn(Variant::Routes, &label, "unused", &group, &env);
-        p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
-        std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
-        p.kill();
-        assert_killed(p.exit.unwrap(), &label);
-        processes.push(p);
-    }
+    let mut processes = killed_three_times(Variant::Routes, "routes", &group, &env);
     let mut last = spawn(Variant::Routes, "routes-final", "unused", &group, &env);
     last.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
     let mut second = spawn(Variant::Routes, "routes-second", "unused", &group, &env);
@@ -2684,6 +2664,23 @@ fn routed_outputs_exactly_once_through_kills_rebalances_and_a_table_down() {
          one-minute table outage ({failing_seen:.0} s failing seconds summed over its shards and both instances); {plans} replay plans, {replayed} batches replayed"
     );
     assert!(plans >= 2 * PARTITIONS as usize, "every lane of both topics read a replay plan ({plans})");
+}
+
+/// Starts `variant` three times in `group` (labels `<prefix>-kill-N`), each SIGKILLed at a random
+/// moment 0.5 to 4 s after it wrote its first rows; returns the dead processes for their logs.
+fn killed_three_times(variant: Variant, prefix: &str, group: &str, env: &[(&str, &str)]) -> Vec<Process> {
+    let mut rng = Rng::from_time();
+    (0..3)
+        .map(|round| {
+            let label = format!("{prefix}-kill-{round}");
+            let mut p = spawn(variant, &label, "unused", group, env);
+            p.await_metrics("rows", Duration::from_secs(60), |m| m.sum("etl_records_out_total") > 0.0);
+            std::thread::sleep(Duration::from_secs_f64(rng.between(0.5, 4.0)));
+            p.kill();
+            assert_killed(p.exit.unwrap(), &label);
+            p
+        })
+        .collect()
 }
 
 /// Waits until `table` (on its shards) holds `n` rows; panics with what it holds after `timeout`.
