@@ -2,8 +2,8 @@
 //! engine sees `outputs × shards` sink slots, slot `output × shards + shard`, each with its own
 //! queue, batches and in-flight inserts; [`Outputs`] writes a slot's batch to its output's
 //! shard, and its ledger keeps each output's spans in that output's own ledger.
-//!
-//! Only the runtime half is built: the generator does not emit `outputs:` yet (README, Missing).
+//! The generated `main` of a pipeline with `outputs:` builds one `ClickhouseSink` per output and
+//! hands them over here; its chain pushes each output's rows to that output's slots.
 
 use std::sync::Arc;
 
