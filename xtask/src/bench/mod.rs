@@ -125,21 +125,21 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
             variants.push((format!("unsafe-{}", i + 1), Some(budget.clone()), true));
         }
     }
-    if !args.no_exactly_once {
-        // Exactly-once queues whole batches: the budget the sizing rule then needs, if larger.
-        let eo = exactly_once_text(&variant_text(&text, "bench-orders-eo", "bench_orders_eo", None)?)?;
-        let probe = work.join("bench-orders-eo-probe.yaml");
-        fs::write(&probe, &eo)?;
+    // A variant whose sizing needs more than the flagship's budget (exactly-once queues whole
+    // batches; outputs multiply the slots) runs with the smallest budget the rule then allows.
+    let budget_for = |yaml: &str, probe: &str| -> anyhow::Result<Option<String>> {
+        let probe = work.join(probe);
+        fs::write(&probe, yaml)?;
         let budget = min_budget_mib(&validate(&probe, true)?).max(flagship_budget);
-        variants.push((EXACTLY_ONCE.to_owned(), Some(format!("{budget}MiB")), false));
+        Ok(Some(format!("{budget}MiB")))
+    };
+    if !args.no_exactly_once {
+        let eo = exactly_once_text(&variant_text(&text, "bench-orders-eo", "bench_orders_eo", None)?)?;
+        variants.push((EXACTLY_ONCE.to_owned(), budget_for(&eo, "bench-orders-eo-probe.yaml")?, false));
     }
     if !args.no_outputs {
-        // Three outputs of two shards: the budget the sizing rule then needs, if larger.
         let split = outputs_text(&variant_text(&text, "bench-orders-outputs-3", "bench_orders_outputs_3", None)?)?;
-        let probe = work.join("bench-orders-outputs-probe.yaml");
-        fs::write(&probe, &split)?;
-        let budget = min_budget_mib(&validate(&probe, true)?).max(flagship_budget);
-        variants.push((OUTPUTS.to_owned(), Some(format!("{budget}MiB")), false));
+        variants.push((OUTPUTS.to_owned(), budget_for(&split, "bench-orders-outputs-probe.yaml")?, false));
     }
     if !args.no_compressions {
         let flagship_sink = match &flagship_validated.model.sink {

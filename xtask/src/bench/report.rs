@@ -133,13 +133,7 @@ pub(crate) fn report(
     if let Some((eo, budget)) = &m.exactly_once {
         let _ =
             writeln!(out, "\nExactly-once (the same records, `exactly_once: true`, budget {} MiB):\n", budget >> 20);
-        pair_table(&mut out, "mode", [("at-least-once", p), ("exactly-once", eo)]);
-        let _ = writeln!(
-            out,
-            "\n- exactly-once / at-least-once: **{:.2}×** records/s, {:.2}× CPU per record",
-            eo.records_per_second() / p.records_per_second(),
-            eo.cpu_per_million() / p.cpu_per_million()
-        );
+        pair_table(&mut out, "mode", [("at-least-once", p), ("exactly-once", eo)], "exactly-once / at-least-once");
     }
     if let Some((split, budget)) = &m.outputs {
         let _ = writeln!(
@@ -147,12 +141,11 @@ pub(crate) fn report(
             "\nThree outputs (the same rows split into three tables by `customer_id % 3`, budget {} MiB):\n",
             budget >> 20
         );
-        pair_table(&mut out, "tables", [("one (the flagship)", p), ("three outputs", split)]);
-        let _ = writeln!(
-            out,
-            "\n- three outputs / one table: **{:.2}×** records/s, {:.2}× CPU per record",
-            split.records_per_second() / p.records_per_second(),
-            split.cpu_per_million() / p.cpu_per_million()
+        pair_table(
+            &mut out,
+            "tables",
+            [("one (the flagship)", p), ("three outputs", split)],
+            "three outputs / one table",
         );
     }
     whole_box(&mut out, args.records, m);
@@ -190,8 +183,9 @@ pub(crate) fn report(
     out
 }
 
-/// Two runs side by side: rates, CPU per record, batches and memory; `what` heads the first column.
-fn pair_table(out: &mut String, what: &str, runs: [(&str, &super::pipeline::Run); 2]) {
+/// Two runs side by side (rates, CPU per record, batches and memory; `what` heads the first
+/// column), then the second's ratios to the first under the caption `ratio`.
+fn pair_table(out: &mut String, what: &str, runs: [(&str, &super::pipeline::Run); 2], ratio: &str) {
     let _ = writeln!(out, "| {what} | records/s | steady records/s | CPU s / M records | mean batch rows | peak RSS |");
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     for (name, run) in runs {
@@ -205,6 +199,13 @@ fn pair_table(out: &mut String, what: &str, runs: [(&str, &super::pipeline::Run)
             run.peak_rss as f64 / MIB
         );
     }
+    let [(_, base), (_, other)] = runs;
+    let _ = writeln!(
+        out,
+        "\n- {ratio}: **{:.2}×** records/s, {:.2}× CPU per record",
+        other.records_per_second() / base.records_per_second(),
+        other.cpu_per_million() / base.cpu_per_million()
+    );
 }
 
 /// The whole box's CPU per million records of the topic: the measured process's, the broker's
