@@ -271,8 +271,15 @@ const EXPRESSIONS: &str = "
   flattened as `parent_child`; after `flat_map` over an array of records, the element's
   fields are `array_field`), and the Kafka metadata `_key` (nullable bytes), `_topic`
   (string: the record's topic; `datagen` under `source.datagen`), `_partition`, `_offset`,
-  `_timestamp` (nullable timestamp-millis). Metadata fields are read in expressions; `map`
-  copies one into the row (`map: { part: \"_partition\", src: \"_topic\" }`).
+  `_timestamp` (nullable timestamp-millis) and `_headers` (the record's Kafka headers as a
+  map of bytes: each name once, with its last value; a null value is empty; a name that is
+  not UTF-8 has U+FFFD for its invalid bytes). Metadata fields are read in expressions; `map`
+  copies one into the row (`map: { part: \"_partition\", headers: \"_headers\" }`: a
+  `Map(String, String)` column).
+- **Headers**: `header('name')` is the value of the record's last header called `name`, as
+  nullable bytes (null when there is none or its value is null); `header_str('name')` is the
+  same as a nullable string, and a value that is not UTF-8 is a record error. The name is a
+  literal. The last one wins because a producer that adds a header again means to replace it.
 - **Literals**: integers, decimals (doubles), `'strings'` (`''` for a quote), `true`,
   `false`, `null`.
 - **Operators**: `+ - * / %`, `== != < <= > >=`, `&& || !`, parentheses. Comparisons do not

@@ -295,6 +295,8 @@ pub(crate) fn metadata_columns() -> Vec<Column> {
         Column { name: "_offset".into(), ty: Ty::Int64 },
         Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::Timestamp(TimeUnit::Millis))) },
         Column { name: "_topic".into(), ty: Ty::String },
+        // Each header name once, with its last value; `header()` reads one without the map.
+        Column { name: "_headers".into(), ty: Ty::Map(Box::new(Ty::Bytes)) },
     ]
 }
 
@@ -343,6 +345,10 @@ pub(crate) enum Func {
     Concat,
     /// `abs(number)`
     Abs,
+    /// `header('name')`: the last header of that name, as bytes (null when absent).
+    Header,
+    /// `header_str('name')`: the same as text; not UTF-8 is a record error.
+    HeaderStr,
 }
 
 /// The documented function set: name, signature and meaning.
@@ -354,6 +360,12 @@ pub(crate) const FUNCTIONS: &[(&str, &str, &str)] = &[
     ("is_null", "is_null(x) -> bool", "whether a nullable value is null"),
     ("concat", "concat(text, ...) -> string", "the texts one after another (null counts as empty)"),
     ("abs", "abs(number) -> number", "the absolute value"),
+    ("header", "header('name') -> nullable bytes", "the value of the record's last Kafka header called `name`"),
+    (
+        "header_str",
+        "header_str('name') -> nullable string",
+        "the same as text; a value that is not UTF-8 is a record error",
+    ),
 ];
 
 impl TExpr {

@@ -29,6 +29,7 @@ fn decode(payload: &[u8]) -> Result<Value, String> {
         partition: 0,
         offset: 0,
         timestamp_ms: Some(0),
+        headers: rt::Headers::NONE,
     };
     let rows = harness.process(&mut chain, &record).map_err(|e| e.to_string())?;
     assert_eq!(rows, 1);
@@ -87,6 +88,7 @@ fn a_repeated_map_key_keeps_its_last_value() {
         partition: 0,
         offset: 0,
         timestamp_ms: Some(0),
+        headers: rt::Headers::NONE,
     };
     harness.process(&mut sink::Chain::default(), &record).unwrap();
     let text = String::from_utf8(harness.take_output()).unwrap();

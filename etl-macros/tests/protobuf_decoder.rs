@@ -60,6 +60,7 @@ fn decode_text(chain: &mut impl rt::Chain, payload: &[u8]) -> Result<Vec<u8>, St
         partition: 0,
         offset: 0,
         timestamp_ms: Some(0),
+        headers: rt::Headers::NONE,
     };
     let rows = harness.process(chain, &record).map_err(|e| e.to_string())?;
     assert_eq!(rows, 1);

@@ -42,6 +42,7 @@ impl Lane for BenchLane {
             partition: self.partition,
             offset,
             timestamp_ms: None,
+            headers: etl_runtime::Headers::NONE,
         }))
     }
 

@@ -152,6 +152,7 @@ pub fn fuzz_chain<C: Chain>(
             partition: 0,
             offset: i as i64,
             timestamp_ms: Some(1),
+            headers: crate::engine::headers::Headers::NONE,
         };
         let rows = match harness.process(&mut chain, &record) {
             Ok(rows) => rows,
@@ -194,6 +195,7 @@ pub fn fuzz_chain<C: Chain>(
             partition: 0,
             offset: case as i64,
             timestamp_ms: Some(rng.random_range(0..2_000_000_000_000)),
+            headers: crate::engine::headers::Headers::NONE,
         };
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| harness.process(&mut chain, &record)));
         match outcome {

@@ -95,6 +95,7 @@ pub use crate::engine::chain::{Chain, RowOut};
 pub use crate::engine::chunk::{Batch, Chunk};
 pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErrorKind, SourceError, SourceErrorKind};
 pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
+pub use crate::engine::headers::{HeaderSource, Headers, OwnedHeader};
 pub use crate::engine::lane::{Backlog, Lane, LaneKey, Record};
 pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
 pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
@@ -132,6 +133,7 @@ pub mod __private {
     pub use crate::datagen::{DatagenConfig, DatagenSource, Encoding, Wire};
     pub use crate::engine::chain::{Chain, RowOut};
     pub use crate::engine::errors::{RecordError, RecordErrorKind};
+    pub use crate::engine::headers::{Headers, OwnedHeader};
     pub use crate::engine::lane::Record;
     pub use crate::engine::outputs::Outputs;
     pub use crate::engine::sink::{DeadLetter, Sink};

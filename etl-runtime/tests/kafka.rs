@@ -801,6 +801,103 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     assert_eq!(seen, bad);
 }
 
+/// What a [`HeaderProbe`] saw of each record: its headers in order and `header('trace')`.
+type SeenHeaders = Arc<std::sync::Mutex<BTreeMap<(i32, i64), (Vec<etl_runtime::OwnedHeader>, Option<Vec<u8>>)>>>;
+
+/// Records every record's headers as the chain reads them, and fails the ones whose payload
+/// starts with `bad` (so that their headers go to the dead-letter topic).
+struct HeaderProbe {
+    seen: SeenHeaders,
+}
+
+impl Chain for HeaderProbe {
+    fn process(&mut self, record: &Record<'_>, out: &mut RowOut<'_>) -> Result<(), RecordError> {
+        let headers = record.headers.to_owned_headers();
+        let trace = record.headers.last("trace").map(<[u8]>::to_vec);
+        self.seen.lock().unwrap().insert((record.partition, record.offset), (headers, trace));
+        if record.payload.is_some_and(|p| p.starts_with(b"bad")) {
+            return Err(RecordError::new(RecordErrorKind::Decode, "not a datum"));
+        }
+        let shard = out.round_robin();
+        out.push_row(shard, |buf| {
+            let start = buf.len();
+            buf.extend_from_slice(&record.partition.to_le_bytes());
+            buf.extend_from_slice(&record.offset.to_le_bytes());
+            buf.resize(start + ROW, 0);
+        });
+        Ok(())
+    }
+}
+
+// Issue 42: a record's Kafka headers reach the chain as the producer wrote them (order, repeated
+// names, binary and null values; none at all), `last` reads the last of a name, and a record
+// that fails keeps its own headers in the dead-letter topic beside the `etl.*` ones.
+#[test]
+fn headers_reach_the_chain_as_produced_and_dead_letters_keep_them() {
+    let brokers = kafka_brokers();
+    let (topic, dlq, group) = (unique("headers"), unique("headers-dlq"), unique("headers-g"));
+    create_topic(&brokers, &topic, 2);
+    create_topic(&brokers, &dlq, 1);
+    let mut messages = fixtures(0, 200, 2, 0);
+    for (i, m) in messages.iter_mut().enumerate() {
+        if i % 4 == 3 {
+            continue; // no headers at all
+        }
+        m.headers = vec![
+            ("trace".into(), Some(format!("first-{i}").into_bytes())),
+            ("bin".into(), Some(vec![0x00, 0xff, i as u8])),
+            ("nothing".into(), None),
+            ("trace".into(), Some(format!("last-{i}").into_bytes())),
+        ];
+        if i % 10 == 0 {
+            m.payload = Some(format!("bad{i}").into_bytes());
+        }
+    }
+    let delivered = produce(&brokers, &topic, &messages);
+
+    etl_runtime::init_logging();
+    let seen = SeenHeaders::default();
+    let probe = {
+        let seen = seen.clone();
+        move || HeaderProbe { seen: seen.clone() }
+    };
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
+    let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
+    let sink = RecordingSink::default();
+    let pipeline = Pipeline::start(runtime, probe, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
+    let mut source = KafkaSource::new(source_config(&brokers, &topic, &group, &[])).expect("source");
+    source.start(pipeline.handle()).expect("start");
+    assert!(common::wait_for(Duration::from_secs(30), || sink.rows.lock().unwrap().len() == 180), "the good rows");
+    let report = pipeline.shutdown(Duration::from_secs(10));
+    assert!(report.complete);
+    source.shutdown().expect("source shutdown");
+
+    // Messages are produced round-robin over the partitions, in order within each.
+    let mut offsets = BTreeMap::<i32, i64>::new();
+    let seen = seen.lock().unwrap();
+    for (i, m) in messages.iter().enumerate() {
+        let offset = offsets.entry(m.partition).or_insert(0);
+        let at = (m.partition, *offset);
+        *offset += 1;
+        assert!(delivered.all.contains(&at));
+        let (headers, trace) = seen.get(&at).unwrap_or_else(|| panic!("message {i} at {at:?} reached the chain"));
+        let expected: Vec<etl_runtime::OwnedHeader> =
+            m.headers.iter().map(|(n, v)| (n.as_bytes().into(), v.as_deref().map(Into::into))).collect();
+        assert_eq!(headers, &expected, "message {i}: headers in order, repeated, binary and null");
+        let last = (i % 4 != 3).then(|| format!("last-{i}").into_bytes());
+        assert_eq!(trace, &last, "message {i}: the last `trace` header");
+    }
+    let letters = read_dead_letters(&brokers, &dlq, 20);
+    assert_eq!(letters.len(), 20);
+    for letter in letters {
+        let i: usize = letter.payload.strip_prefix("bad").expect("a bad record").parse().unwrap();
+        let own: Vec<(String, Option<Vec<u8>>)> =
+            letter.all_headers.iter().filter(|(n, _)| !n.starts_with("etl.")).cloned().collect();
+        assert_eq!(own, messages[i].headers, "dead letter {i} keeps the record's headers, in order");
+        assert_eq!(letter.header("etl.error.kind"), "decode");
+    }
+}
+
 // Issue "Kafka source": client properties pass through `rdkafka:` untouched, TLS among them. The
 // source consumes from a broker reachable only through TLS (librdkafka's OpenSSL handshake, the
 // certificate checked against a private CA from `ssl.ca.location`), every offset once, the
@@ -1010,6 +1107,8 @@ fn refused_rows_of_several_topics_are_read_again_from_their_own_topic() {
 /// A record read back from a dead-letter topic.
 struct DeadLetterRead {
     headers: BTreeMap<String, String>,
+    /// Every header in order, values raw (`None` for a null value).
+    all_headers: Vec<(String, Option<Vec<u8>>)>,
     key: String,
     payload: String,
 }
@@ -1044,7 +1143,11 @@ fn read_dead_letters(brokers: &str, dlq: &str, count: usize) -> Vec<DeadLetterRe
         let text = |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.expect("present")).into_owned();
         let headers = message.headers().expect("headers");
         letters.push(DeadLetterRead {
-            headers: headers.iter().map(|h| (h.key.to_owned(), text(h.value))).collect(),
+            headers: headers
+                .iter()
+                .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                .collect(),
+            all_headers: headers.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect(),
             key: text(message.key()),
             payload: text(message.payload()),
         });

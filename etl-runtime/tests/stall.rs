@@ -66,6 +66,7 @@ impl Lane for StallingLane {
             partition: 0,
             offset,
             timestamp_ms: None,
+            headers: etl_runtime::Headers::NONE,
         }))
     }
 

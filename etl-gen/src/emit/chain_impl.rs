@@ -174,6 +174,7 @@ fn metadata_locals(
             "_partition" => quote!(record.partition),
             "_offset" => quote!(record.offset),
             "_topic" => quote!(::std::borrow::Cow::Borrowed(record.topic)),
+            "_headers" => quote!(record.headers.to_map()),
             _ => quote!(record.timestamp_ms),
         };
         meta_stmts.push(quote!(let #id = #init;));

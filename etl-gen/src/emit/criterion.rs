@@ -91,6 +91,7 @@ pub(super) fn emit(v: &Validated) -> Result<String, Error> {
                             partition: 0,
                             offset: offset as i64,
                             timestamp_ms: Some(0),
+                            headers: rt::Headers::NONE,
                         };
                         std::hint::black_box(harness.process(&mut chain, &record).unwrap());
                     }

@@ -316,6 +316,15 @@ fn text_comparison(cmp: TokenStream, l: &TExpr, r: &TExpr, scope: &Scope) -> Tok
 
 fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
     match func {
+        // The chain function's `record` is in scope wherever an expression is.
+        Func::Header | Func::HeaderStr => {
+            let TKind::Lit(Lit::Str(name)) = &args[0].kind else { unreachable!("typeck takes a literal name") };
+            if func == Func::Header {
+                quote!(record.headers.last(#name).map(::std::borrow::Cow::Borrowed))
+            } else {
+                quote!(record.headers.last_str(#name)?)
+            }
+        }
         Func::IsNull => {
             let v = value(&args[0], scope);
             quote!(#v.is_none())

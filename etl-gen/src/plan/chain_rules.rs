@@ -27,7 +27,7 @@ pub(crate) static SYNTAX: Rule = Rule {
     name: "expression-syntax",
     summary: "a `filter` or `map` expression that does not parse",
     doc: "Expressions use field names, the Kafka metadata fields `_key`, `_topic`, `_partition`, \
-`_offset` and `_timestamp`, literals (integers, decimals, 'strings' with `''` for a quote, true, false, \
+`_offset`, `_timestamp` and `_headers`, literals (integers, decimals, 'strings' with `''` for a quote, true, false, \
 null), `+ - * / %`, `== != < <= > >=`, `&& || !`, parentheses and the functions of \
 docs/configuration.md. Comparisons do not chain (`a < b < c`); `=` is not an operator.",
 };

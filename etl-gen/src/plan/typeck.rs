@@ -261,6 +261,8 @@ impl Typer<'_> {
             "is_null" => Func::IsNull,
             "concat" => Func::Concat,
             "abs" => Func::Abs,
+            "header" => Func::Header,
+            "header_str" => Func::HeaderStr,
             _ => {
                 let list: Vec<&str> = FUNCTIONS.iter().map(|f| f.0).collect();
                 self.error(
@@ -272,6 +274,9 @@ impl Typer<'_> {
                 return None;
             }
         };
+        if matches!(func, Func::Header | Func::HeaderStr) {
+            return self.header(func, name, args, span);
+        }
         let typed: Vec<Option<TExpr>> = args.iter().map(|a| self.check(a)).collect();
         let typed: Vec<TExpr> = typed.into_iter().collect::<Option<_>>()?;
         let signature = FUNCTIONS.iter().find(|f| f.0 == name).map(|f| f.1).unwrap_or_default();
@@ -298,6 +303,7 @@ impl Typer<'_> {
             );
         };
         let ty = match func {
+            Func::Header | Func::HeaderStr => unreachable!("typed by `header` above"),
             Func::Lower | Func::Upper => {
                 if !typed[0].ty.is_text() {
                     bad(self, &typed[0]);
@@ -369,5 +375,25 @@ impl Typer<'_> {
             }
         };
         Some(TExpr { kind: TKind::Call(func, typed), ty })
+    }
+
+    /// `header('name')` / `header_str('name')`: the name must be a string literal, so that the
+    /// generated code looks it up by a constant and `gen` can tell what a pipeline reads.
+    fn header(&mut self, func: Func, name: &str, args: &[Expr], span: &std::ops::Range<usize>) -> Option<TExpr> {
+        let header = match args {
+            [Expr::Lit(Lit::Str(header), _)] if !header.is_empty() => header.clone(),
+            _ => {
+                self.error(
+                    &rules::TYPE_MISMATCH,
+                    span,
+                    format!("`{name}` takes one header name as a string literal"),
+                    &format!("write {name}('trace-id'); the name cannot be computed"),
+                );
+                return None;
+            }
+        };
+        let ty = if func == Func::Header { Ty::Bytes } else { Ty::String };
+        let arg = TExpr { kind: TKind::Lit(Lit::Str(header)), ty: Ty::String };
+        Some(TExpr { kind: TKind::Call(func, vec![arg]), ty: Ty::Nullable(Box::new(ty)) })
     }
 }

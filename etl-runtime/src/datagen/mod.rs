@@ -189,6 +189,7 @@ impl Lane for DatagenLane {
             partition: self.partition,
             offset,
             timestamp_ms: Some(timestamp_ms),
+            headers: crate::engine::headers::Headers::NONE,
         }))
     }
 

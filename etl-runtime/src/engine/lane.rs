@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::engine::errors::SourceError;
+use crate::engine::headers::Headers;
 
 /// The identity of a lane: one partition of one topic. A pipeline may read several topics, so a
 /// partition number alone names no lane; everything the engine keys by lane (placement, fences,
@@ -52,6 +53,8 @@ pub struct Record<'a> {
     pub offset: i64,
     /// The record's timestamp in milliseconds since the Unix epoch, if the source has one.
     pub timestamp_ms: Option<i64>,
+    /// The record's Kafka headers (`header()`, `_headers`); none for a source without them.
+    pub headers: Headers<'a>,
 }
 
 /// What the source says of the records waiting for a lane ([`Lane::backlog`]).

@@ -1,7 +1,7 @@
 //! The runtime's engine: everything between a source's lanes and a sink's writes, with no
 //! knowledge of Kafka, ClickHouse or files. It imports one way, from the vocabulary up:
 //!
-//! 1. **Vocabulary**: [`errors`], [`lane`] (records and lanes), [`chain`] (the generated
+//! 1. **Vocabulary**: [`errors`], [`headers`] (a record's Kafka headers), [`lane`] (records and lanes), [`chain`] (the generated
 //!    function's contract and its row buffers), [`chunk`] (chunks and batches), [`fence`],
 //!    [`ledger`] (the exactly-once contract), [`sink`] (the sink and dead-letter contracts),
 //!    [`ack`], [`fatal`], and [`metrics`], [`budget`], [`checkpoint`], [`retry`], [`fault`],
@@ -28,6 +28,7 @@ pub(crate) mod fatal;
 pub(crate) mod fault;
 pub(crate) mod fence;
 pub(crate) mod handle;
+pub(crate) mod headers;
 pub(crate) mod lane;
 pub(crate) mod ledger;
 pub(crate) mod metrics;

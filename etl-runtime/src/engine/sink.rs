@@ -8,6 +8,7 @@ use crate::engine::ack::Ack;
 use crate::engine::chunk::Batch;
 use crate::engine::errors::SinkError;
 use crate::engine::fatal::FatalSlot;
+use crate::engine::headers::OwnedHeader;
 use crate::engine::lane::{LaneKey, Record};
 use crate::engine::ledger::Ledger;
 
@@ -113,6 +114,8 @@ pub struct DeadRecord {
     pub offset: i64,
     /// The source timestamp in milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// The record's own headers, which the dead-letter message keeps beside its `etl.*` ones.
+    pub headers: Vec<OwnedHeader>,
     /// Why the record failed.
     pub error: String,
 }
@@ -126,6 +129,7 @@ impl DeadRecord {
             partition: record.partition,
             offset: record.offset,
             timestamp_ms: record.timestamp_ms,
+            headers: record.headers.to_owned_headers(),
             error,
         }
     }

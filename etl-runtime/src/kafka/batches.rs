@@ -17,6 +17,8 @@ use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::error::RDKafkaErrorCode;
 
+use crate::engine::headers::{HeaderSource, Headers, OwnedHeader};
+
 /// The most messages one batch call takes. A lane holds at most this many messages that the
 /// pipeline has not processed yet; what they can weigh is bounded by what their queue held
 /// (`gen --memory`'s "batches held by lanes" term), not by this count.
@@ -83,6 +85,54 @@ impl<'a> BatchMessage<'a> {
         // SAFETY: a live message and a valid out-pointer.
         let ms = unsafe { rdsys::rd_kafka_message_timestamp(self.0, &mut kind) };
         (kind != rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ms >= 0).then_some(ms)
+    }
+
+    /// The headers, read on demand: librdkafka parses a message's headers on first access, so a
+    /// chain that reads none pays nothing for them.
+    pub fn headers(&self) -> Headers<'a> {
+        Headers::of(self.0)
+    }
+}
+
+/// The headers of a message read through rdkafka's safe consumer API, copied (names as bytes).
+pub(crate) fn owned_headers(message: &rdkafka::message::BorrowedMessage<'_>) -> Vec<OwnedHeader> {
+    // SAFETY: the pointer is the live message `message` borrows, for as long as that borrow.
+    let native: &rdsys::rd_kafka_message_t = unsafe { &*message.ptr() };
+    Headers::of(native).to_owned_headers()
+}
+
+/// The header list of a live message, if it has one.
+fn native_headers(message: &rdsys::rd_kafka_message_t) -> Option<*const rdsys::rd_kafka_headers_t> {
+    let mut headers = std::ptr::null_mut();
+    // SAFETY: a live message and a valid out-pointer; librdkafka parses the headers into the
+    // message once and returns the same list on later calls, owned by the message.
+    let err = unsafe { rdsys::rd_kafka_message_headers(message, &mut headers) };
+    (err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !headers.is_null())
+        .then_some(headers.cast_const())
+}
+
+/// rdkafka's own header accessor panics on a name that is not UTF-8 (Kafka does not check, and
+/// another client's producer may send one): names are read as bytes here instead.
+impl HeaderSource for rdsys::rd_kafka_message_t {
+    fn count(&self) -> usize {
+        // SAFETY: a header list owned by this live message.
+        native_headers(self).map_or(0, |headers| unsafe { rdsys::rd_kafka_header_cnt(headers) })
+    }
+
+    fn get(&self, index: usize) -> Option<(&[u8], Option<&[u8]>)> {
+        let headers = native_headers(self)?;
+        let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0);
+        // SAFETY: a header list owned by this live message and valid out-pointers; an index past
+        // the end is an error, not undefined behaviour.
+        let err = unsafe { rdsys::rd_kafka_header_get_all(headers, index, &mut name, &mut value, &mut size) };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            return None;
+        }
+        // SAFETY: librdkafka keeps each name NUL-terminated and each value `size` bytes long in
+        // memory owned by the message, which outlives the borrow of `self`.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        let value = (!value.is_null()).then(|| unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) });
+        Some((name, value))
     }
 }
 

@@ -142,6 +142,7 @@ impl DeadLetter for KafkaDeadLetter {
             partition: lane.partition,
             offset,
             timestamp_ms: None,
+            headers: Vec::new(),
             error,
         };
         self.submit(Job { record, ack, source_topic: Some(lane.topic.to_string()), refetch: true });
@@ -221,7 +222,17 @@ fn produce(producer: &BaseProducer<DeliveryContext>, topic: &str, job: Job) {
     let kind = error_kind(&record.error);
     let partition = record.partition.to_string();
     let offset = record.offset.to_string();
-    let mut headers = OwnedHeaders::new_with_capacity(5)
+    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 5);
+    // The record's own headers first, as it arrived (a replay reads them again); the `etl.*` ones
+    // of an earlier failure are left out, replaced by this one's. rdkafka takes names as text, so
+    // a name that is not UTF-8 is kept with U+FFFD for its invalid bytes.
+    for (name, value) in &record.headers {
+        let name = String::from_utf8_lossy(name);
+        if !name.starts_with("etl.") {
+            headers = headers.insert(Header { key: &name, value: value.as_deref() });
+        }
+    }
+    let mut headers = headers
         .insert(Header { key: "etl.error", value: Some(record.error.as_bytes()) })
         .insert(Header { key: "etl.error.kind", value: Some(kind.as_bytes()) });
     if let Some(source_topic) = &source_topic {
@@ -298,6 +309,7 @@ fn refetch(
                     record.key = message.key().map(<[u8]>::to_vec);
                     record.payload = message.payload().map(<[u8]>::to_vec);
                     record.timestamp_ms = message.timestamp().to_millis();
+                    record.headers = super::batches::owned_headers(&message);
                     return Ok(());
                 }
                 if message.offset() > offset {

@@ -331,6 +331,7 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
             partition,
             offset,
             timestamp_ms: message.timestamp_ms(),
+            headers: message.headers(),
         }))
     }
 

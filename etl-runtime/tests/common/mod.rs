@@ -78,6 +78,7 @@ impl Lane for MemLane {
             partition: self.partition,
             offset,
             timestamp_ms: self.timestamp_ms,
+            headers: etl_runtime::Headers::NONE,
         }))
     }
 

@@ -274,6 +274,7 @@ impl Lane for RowsLane {
             partition: self.partition,
             offset: offset as i64,
             timestamp_ms: None,
+            headers: etl_runtime::Headers::NONE,
         }))
     }
 

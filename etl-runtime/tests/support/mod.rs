@@ -15,7 +15,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -116,6 +116,8 @@ pub struct Fixture {
     pub partition: i32,
     pub key: Vec<u8>,
     pub payload: Option<Vec<u8>>,
+    /// Headers in the order they are added: name and value (`None` for a null value).
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// What the broker acknowledged: every (partition, offset) written, and the payload-less ones.
@@ -178,6 +180,13 @@ pub fn produce(brokers: &str, topic: &str, messages: &[Fixture]) -> Delivered {
         if let Some(payload) = &m.payload {
             record = record.payload(&payload[..]);
         }
+        if !m.headers.is_empty() {
+            let headers = m
+                .headers
+                .iter()
+                .fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: value.as_deref() }));
+            record = record.headers(headers);
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -212,6 +221,7 @@ pub fn fixtures(start: usize, count: usize, partitions: i32, tombstone_every: us
             partition: (i % partitions as usize) as i32,
             key: format!("k{i}").into_bytes(),
             payload: (tombstone_every == 0 || i % tombstone_every != 0).then(|| format!("v{i:<99}").into_bytes()),
+            headers: Vec::new(),
         })
         .collect()
 }

@@ -11,6 +11,7 @@ use crate::engine::chain::OpenBuffer;
 use crate::engine::checkpoint::Checkpointer;
 use crate::engine::chunk::Chunk;
 use crate::engine::fence::Fence;
+use crate::engine::headers::{Headers, OwnedHeader};
 use crate::engine::lane::{Lane, LaneKey, Record};
 use crate::engine::shared::Shared;
 use crate::engine::stall::{Sample, StallWatch, Verdict};
@@ -205,6 +206,7 @@ pub(super) struct Held {
     partition: i32,
     offset: i64,
     timestamp_ms: Option<i64>,
+    headers: Vec<OwnedHeader>,
     pub(super) since: Instant,
     pub(super) next_try: Instant,
     backoff: Duration,
@@ -220,6 +222,7 @@ impl Held {
             partition: record.partition,
             offset: record.offset,
             timestamp_ms: record.timestamp_ms,
+            headers: record.headers.to_owned_headers(),
             since: now,
             next_try: now,
             backoff: Duration::ZERO,
@@ -235,6 +238,7 @@ impl Held {
             partition: self.partition,
             offset: self.offset,
             timestamp_ms: self.timestamp_ms,
+            headers: Headers::owned(&self.headers),
         }
     }
 
