@@ -164,7 +164,17 @@ fn avro_type(rng: &mut Rng, depth: u32, in_container: bool, names: &mut u32) -> 
                 (fixed, false)
             }
         }
-        13 => (json!("long"), false),
+        13 => {
+            let logical = ["time-millis", "time-micros", "local-timestamp-millis", "local-timestamp-micros"];
+            match rng.below(6) {
+                0..=3 => {
+                    let l = logical[rng.below(4) as usize];
+                    let base = if l == "time-millis" { "int" } else { "long" };
+                    (json!({"type": base, "logicalType": l}), false)
+                }
+                _ => (json!("long"), false),
+            }
+        }
         14 => (json!({"type": "array", "items": avro_type(rng, depth + 1, true, names)}), true),
         15 => (json!({"type": "map", "values": avro_type(rng, depth + 1, true, names)}), true),
         _ => (avro_record(rng, depth, in_container, names), true),
@@ -211,7 +221,11 @@ fn json_type(rng: &mut Rng, depth: u32, in_container: bool) -> Value {
                 .collect();
             json!({"type": "string", "enum": symbols})
         }
-        8 => json!({"type": "integer"}),
+        8 => match rng.below(4) {
+            0 => json!({"type": "string", "format": "ipv4"}),
+            1 => json!({"type": "string", "format": "ipv6"}),
+            _ => json!({"type": "integer"}),
+        },
         9 => json!({"type": "array", "items": json_type(rng, depth + 1, true)}),
         10 => json!({"type": "object", "additionalProperties": json_type(rng, depth + 1, true)}),
         _ => json_object(rng, depth),

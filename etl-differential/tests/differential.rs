@@ -402,6 +402,12 @@ mod avro {
             (_, A::TimestampMicros(t)) => formatted(|b| rt::json::timestamp(b, *t, 6)),
             (_, A::Date(d)) => formatted(|b| rt::json::date(b, *d)),
             (_, A::Uuid(u)) => json!(u.as_hyphenated().to_string()),
+            // A local timestamp keeps its wall-clock ticks in a UTC column; a time of day is
+            // Time64's `HH:MM:SS.fff`.
+            (_, A::LocalTimestampMillis(t)) => formatted(|b| rt::json::timestamp(b, *t, 3)),
+            (_, A::LocalTimestampMicros(t)) => formatted(|b| rt::json::timestamp(b, *t, 6)),
+            (_, A::TimeMillis(t)) => formatted(|b| rt::json::time(b, i64::from(*t), 3)),
+            (_, A::TimeMicros(t)) => formatted(|b| rt::json::time(b, *t, 6)),
             (Schema::Decimal(d), A::Decimal(v)) => {
                 formatted(|b| rt::json::decimal(b, signed(&decimal_bytes(v)), d.scale as u32))
             }
@@ -486,8 +492,16 @@ mod avro {
             }
             (_, A::Null) => {}
             (_, A::Boolean(b)) => out.push(u8::from(*b)),
-            (_, A::Int(i) | A::Date(i)) => varint(out, i64::from(*i)),
-            (_, A::Long(i) | A::TimestampMillis(i) | A::TimestampMicros(i)) => varint(out, *i),
+            (_, A::Int(i) | A::Date(i) | A::TimeMillis(i)) => varint(out, i64::from(*i)),
+            (
+                _,
+                A::Long(i)
+                | A::TimestampMillis(i)
+                | A::TimestampMicros(i)
+                | A::LocalTimestampMillis(i)
+                | A::LocalTimestampMicros(i)
+                | A::TimeMicros(i),
+            ) => varint(out, *i),
             (_, A::Float(f)) => out.extend(f.to_le_bytes()),
             (_, A::Double(f)) => out.extend(f.to_le_bytes()),
             (_, A::String(s)) => {
@@ -636,6 +650,19 @@ mod json_ref {
                     }
                     Some("date") => json!(s),
                     Some("uuid") => json!(s.to_lowercase()),
+                    // What `ipv4`/`ipv6` mean (RFC 2673 and 4291 text; an IPv4 address is an
+                    // IPv6 one mapped), shown in RFC 5952 form as ClickHouse shows them.
+                    Some("ipv4") => {
+                        let ip: std::net::Ipv4Addr = s.parse().map_err(|_| format!("{column}: not an ipv4"))?;
+                        json!(ip.to_string())
+                    }
+                    Some("ipv6") => {
+                        let ip = s
+                            .parse::<std::net::Ipv6Addr>()
+                            .or_else(|_| s.parse::<std::net::Ipv4Addr>().map(|v4| v4.to_ipv6_mapped()))
+                            .map_err(|_| format!("{column}: not an ipv6"))?;
+                        json!(ip.to_string())
+                    }
                     _ => match schema.get("enum") {
                         Some(Value::Array(symbols)) if !symbols.contains(v) => {
                             return Err(format!("{column}: not a symbol"));

@@ -268,6 +268,7 @@ fn render(request: &InitRequest<'_>, kind: Kind, name: &str, message: Option<&st
     let _ = writeln!(w, "    # shard_key: <field>         # shards by a hash of this field; without it, round-robin");
     let _ = writeln!(w, "    # format: native             # or rowbinary");
     let _ = writeln!(w, "    # compression: lz4           # or zstd, none");
+    let _ = writeln!(w, "    # enum: low_cardinality      # or enum: Enum8/Enum16 columns");
     let _ = writeln!(w, "    # exactly_once: false        # true: ledger + deduplicated replays (see --ddl)");
     let _ = writeln!(w, "    shards:");
     for shard in 0..request.shards {

@@ -33,12 +33,15 @@ pub(crate) enum Ty {
     String,
     /// Bytes / `String`
     Bytes,
-    /// A closed set of symbols / `LowCardinality(String)`; values are symbol indexes.
+    /// A closed set of symbols / `LowCardinality(String)` or `Enum8|16('a' = 0, ...)`, as
+    /// `sink.clickhouse.enum` chooses; values are symbol indexes.
     Enum {
         /// The enum's name in its schema.
         name: String,
         /// Its symbols.
         symbols: Vec<String>,
+        /// The column type it is written as.
+        column: EnumColumn,
     },
     /// `Array(T)`
     Array(Box<Ty>),
@@ -63,6 +66,60 @@ pub(crate) enum Ty {
     },
     /// `UUID`; values are `u128`.
     Uuid,
+    /// A time of day counted in `unit`s since midnight / `Time64(digits)`; values are `i64`.
+    Time(TimeUnit),
+    /// `IPv4`; values are the address as a `u32` (`1.2.3.4` is `0x01020304`).
+    Ipv4,
+    /// `IPv6`; values are the address's 16 bytes as a big-endian `u128`.
+    Ipv6,
+}
+
+/// How an enum is written (`sink.clickhouse.enum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) enum EnumColumn {
+    /// `LowCardinality(String)`: the symbol's text; the table accepts any string later.
+    #[default]
+    LowCardinality,
+    /// `Enum8` (up to 128 symbols) or `Enum16`, each symbol its index: one or two bytes a value,
+    /// and the table refuses a symbol it does not know.
+    Enum,
+}
+
+impl EnumColumn {
+    /// The ClickHouse type of an enum of `symbols` written this way (not Nullable).
+    pub(crate) fn clickhouse(self, symbols: &[String]) -> String {
+        match self {
+            EnumColumn::LowCardinality => "LowCardinality(String)".into(),
+            EnumColumn::Enum => {
+                let values: Vec<String> = symbols
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| format!("'{}' = {i}", s.replace('\\', "\\\\").replace('\'', "\\'")))
+                    .collect();
+                format!("Enum{}({})", enum_bits(symbols.len()), values.join(", "))
+            }
+        }
+    }
+}
+
+/// `record` with every enum in it (nested in records and containers too) written as `column`.
+pub(crate) fn with_enum_column(record: &mut RecordTy, column: EnumColumn) {
+    fn ty(t: &mut Ty, column: EnumColumn) {
+        match t {
+            Ty::Enum { column: c, .. } => *c = column,
+            Ty::Array(t) | Ty::Map(t) | Ty::Nullable(t) => ty(t, column),
+            Ty::Record(r) => with_enum_column(r, column),
+            _ => {}
+        }
+    }
+    for field in &mut record.fields {
+        ty(&mut field.ty, column);
+    }
+}
+
+/// The width of an `Enum` of `n` symbols numbered from 0: `Enum8` holds 0..=127.
+pub(crate) fn enum_bits(n: usize) -> u32 {
+    if n <= 128 { 8 } else { 16 }
 }
 
 /// The tick of a timestamp.
@@ -111,8 +168,9 @@ impl Ty {
     pub(crate) fn min_rowbinary_bytes(&self) -> u64 {
         match self {
             Ty::Bool => 1,
-            Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date => 4,
-            Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::Timestamp(_) => 8,
+            Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date | Ty::Ipv4 => 4,
+            Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::Timestamp(_) | Ty::Time(_) => 8,
+            Ty::Enum { column: EnumColumn::Enum, symbols, .. } => u64::from(enum_bits(symbols.len()) / 8),
             Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(_) | Ty::Nullable(_) => 1,
             Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
             Ty::Decimal { precision, .. } => match precision {
@@ -121,7 +179,7 @@ impl Ty {
                 19..=38 => 16,
                 _ => 32,
             },
-            Ty::Uuid => 16,
+            Ty::Uuid | Ty::Ipv6 => 16,
         }
     }
 
@@ -136,12 +194,12 @@ impl Ty {
             Ty::Float32 => "Float32".into(),
             Ty::Float64 => "Float64".into(),
             Ty::String | Ty::Bytes => "String".into(),
-            Ty::Enum { .. } => "LowCardinality(String)".into(),
+            Ty::Enum { symbols, column, .. } => column.clickhouse(symbols),
             Ty::Array(t) => format!("Array({})", t.clickhouse()),
             Ty::Map(t) => format!("Map(String, {})", t.clickhouse()),
             Ty::Nullable(t) => match t.as_ref() {
                 // ClickHouse spells a nullable enum column LowCardinality(Nullable(String)).
-                Ty::Enum { .. } => "LowCardinality(Nullable(String))".into(),
+                Ty::Enum { column: EnumColumn::LowCardinality, .. } => "LowCardinality(Nullable(String))".into(),
                 inner => format!("Nullable({})", inner.clickhouse()),
             },
             Ty::Record(r) => {
@@ -153,6 +211,9 @@ impl Ty {
             Ty::Date => "Date32".into(),
             Ty::Decimal { precision, scale } => format!("Decimal({precision}, {scale})"),
             Ty::Uuid => "UUID".into(),
+            Ty::Time(unit) => format!("Time64({})", unit.digits()),
+            Ty::Ipv4 => "IPv4".into(),
+            Ty::Ipv6 => "IPv6".into(),
         }
     }
 
@@ -189,6 +250,7 @@ impl Ty {
                 | Ty::Float64
                 | Ty::Decimal { .. }
                 | Ty::Timestamp(_)
+                | Ty::Time(_)
                 | Ty::Date
         )
     }
@@ -196,7 +258,7 @@ impl Ty {
     /// Whether it is an integer in expressions (timestamps and dates count as their ticks).
     /// `UInt64` is not: no signed type holds all of it, so expressions do not read it.
     pub(crate) fn is_integer(&self) -> bool {
-        matches!(self.non_null(), Ty::Int32 | Ty::Int64 | Ty::UInt32 | Ty::Timestamp(_) | Ty::Date)
+        matches!(self.non_null(), Ty::Int32 | Ty::Int64 | Ty::UInt32 | Ty::Timestamp(_) | Ty::Time(_) | Ty::Date)
     }
 
     /// Whether it is text in expressions.
@@ -230,6 +292,11 @@ impl fmt::Display for Ty {
                 Ty::UInt64 => "uint64",
                 Ty::Date => "date",
                 Ty::Uuid => "uuid",
+                Ty::Time(TimeUnit::Millis) => "time-millis",
+                Ty::Time(TimeUnit::Micros) => "time-micros",
+                Ty::Time(TimeUnit::Nanos) => "time-nanos",
+                Ty::Ipv4 => "ipv4",
+                Ty::Ipv6 => "ipv6",
                 _ => unreachable!("handled above"),
             }),
         }

@@ -615,6 +615,12 @@ pub struct ClickhouseSink {
     /// network); `none`, for a server on the same host.
     #[serde(default)]
     pub compression: Compression,
+    /// The column type of enums (Avro and Protobuf enums, JSON Schema string `enum`s):
+    /// `low_cardinality`, `LowCardinality(String)`, which takes symbols a later schema adds
+    /// without an ALTER; `enum`, `Enum8` (or `Enum16` past 128 symbols) numbering the symbols
+    /// from 0 in schema order, one byte a value, and a table that refuses unknown symbols.
+    #[serde(default, rename = "enum")]
+    pub enum_column: EnumType,
     /// Time allowed for one insert.
     #[serde(default = "defaults::insert_timeout")]
     pub timeout: Duration,
@@ -740,6 +746,17 @@ impl InsertFormat {
             InsertFormat::Rowbinary => "rowbinary",
         }
     }
+}
+
+/// `sink.clickhouse.enum`: the column type of enums.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EnumType {
+    /// `LowCardinality(String)`.
+    #[default]
+    LowCardinality,
+    /// `Enum8` or `Enum16`, the symbols numbered from 0 in schema order.
+    Enum,
 }
 
 /// `sink.clickhouse.compression`: how insert bodies are compressed.

@@ -100,6 +100,12 @@ const ALL_TYPES: &[(&str, &str)] = &[
     ("d18", "Decimal(18, 4)"),
     ("d38", "Decimal(38, 10)"),
     ("uid", "UUID"),
+    ("level", "Enum8('debug' = 0, 'it\\'s' = 1, 'error' = 2)"),
+    ("maybe_level", "Nullable(Enum16('a' = 0, 'b' = 1))"),
+    ("t_ms", "Time64(3)"),
+    ("t_us", "Time64(6)"),
+    ("ip4", "IPv4"),
+    ("ip6", "IPv6"),
 ];
 
 /// A MergeTree ordered by `id`; `extra` goes into the column list (a constraint), `settings` after
@@ -175,6 +181,13 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
     rb::decimal(&mut first, 18, 123_456_789_012_345_678);
     rb::decimal(&mut first, 38, 12_345_678_901_234_567_890_123_456_789_012_345_678);
     rb::uuid(&mut first, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+    rb::enum_index(&mut first, 8, 1);
+    rb::null_marker(&mut first, false);
+    rb::enum_index(&mut first, 16, 1);
+    rb::i64(&mut first, 45_296_789); // 12:34:56.789
+    rb::i64(&mut first, 86_399_999_999); // 23:59:59.999999
+    rb::ipv4(&mut first, 0xC000_0201); // 192.0.2.1
+    rb::ipv6(&mut first, 0x2001_0db8_0000_0000_0000_0000_0000_0001);
 
     let mut second = Vec::new();
     rb::i64(&mut second, 2);
@@ -198,6 +211,12 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
     rb::decimal(&mut second, 18, -1);
     rb::decimal(&mut second, 38, -(10i128.pow(37)));
     rb::uuid(&mut second, u128::MAX);
+    rb::enum_index(&mut second, 8, 2);
+    rb::null_marker(&mut second, true);
+    rb::i64(&mut second, 0);
+    rb::i64(&mut second, 1);
+    rb::ipv4(&mut second, u32::MAX);
+    rb::ipv6(&mut second, 0xffff_0102_0304); // ::ffff:1.2.3.4
 
     let sink = ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, ALL_TYPES) }).unwrap();
     block_on(sink.check()).expect("the table made from the mapping passes the check");
@@ -218,6 +237,8 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
             "ts_ms": "2024-02-29 12:34:56.789", "ts_us": "2024-02-29 12:34:56.123456", "day": "2024-02-29",
             "d9": "-123.45", "d18": "12345678901234.5678", "d38": "1234567890123456789012345678.9012345678",
             "uid": "01234567-89ab-cdef-fedc-ba9876543210",
+            "level": "it's", "maybe_level": "b", "t_ms": "12:34:56.789", "t_us": "23:59:59.999999",
+            "ip4": "192.0.2.1", "ip6": "2001:db8::1",
         }),
         "{format:?}"
     );
@@ -230,6 +251,8 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
             "ts_ms": "1969-12-31 23:59:59.999", "ts_us": "1969-12-31 23:59:58.999999", "day": "1900-01-01",
             "d9": "9999999.99", "d18": "-0.0001", "d38": "-1000000000000000000000000000.0000000000",
             "uid": "ffffffff-ffff-ffff-ffff-ffffffffffff",
+            "level": "error", "maybe_level": null, "t_ms": "00:00:00.000", "t_us": "00:00:00.000001",
+            "ip4": "255.255.255.255", "ip6": "::ffff:1.2.3.4",
         }),
         "{format:?}"
     );

@@ -48,6 +48,10 @@ pub enum JType {
     Date,
     /// `string` with `format: uuid` → UUID
     Uuid,
+    /// `string` with `format: ipv4` → IPv4
+    Ipv4,
+    /// `string` with `format: ipv6` → IPv6
+    Ipv6,
     /// A string `enum` → LowCardinality(String)
     Enum {
         /// A name for the enum, unique in the schema.
@@ -325,6 +329,8 @@ impl<'a> Walker<'a> {
             Some(J::Str(f)) if f == "date-time" => JType::DateTime,
             Some(J::Str(f)) if f == "date" => JType::Date,
             Some(J::Str(f)) if f == "uuid" => JType::Uuid,
+            Some(J::Str(f)) if f == "ipv4" => JType::Ipv4,
+            Some(J::Str(f)) if f == "ipv6" => JType::Ipv6,
             // Other formats (email, uri, ...) constrain the text, which stays a String.
             _ => JType::String,
         })

@@ -18,7 +18,11 @@ fn decode(avro: &AvroType) -> TokenStream {
     match avro {
         AvroType::Boolean => quote!(rt::avro::boolean(&mut buf)?),
         AvroType::Int | AvroType::Date => quote!(rt::avro::int(&mut buf)?),
-        AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros => quote!(rt::avro::long(&mut buf)?),
+        AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros | AvroType::TimeMicros => {
+            quote!(rt::avro::long(&mut buf)?)
+        }
+        // Time64(3) is Int64 ticks in both insert formats.
+        AvroType::TimeMillis => quote!(i64::from(rt::avro::int(&mut buf)?)),
         AvroType::Float => quote!(rt::avro::float(&mut buf)?),
         AvroType::Double => quote!(rt::avro::double(&mut buf)?),
         AvroType::String => quote!(::std::borrow::Cow::Borrowed(rt::avro::string(&mut buf)?)),
@@ -107,8 +111,10 @@ fn decode(avro: &AvroType) -> TokenStream {
 fn skip(avro: &AvroType) -> TokenStream {
     match avro {
         AvroType::Boolean => quote!(rt::avro::boolean(&mut buf)?;),
-        AvroType::Int | AvroType::Date => quote!(rt::avro::int(&mut buf)?;),
-        AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros => quote!(rt::avro::long(&mut buf)?;),
+        AvroType::Int | AvroType::Date | AvroType::TimeMillis => quote!(rt::avro::int(&mut buf)?;),
+        AvroType::Long | AvroType::TimestampMillis | AvroType::TimestampMicros | AvroType::TimeMicros => {
+            quote!(rt::avro::long(&mut buf)?;)
+        }
         AvroType::Float => quote!(rt::avro::fixed(&mut buf, 4)?;),
         AvroType::Double => quote!(rt::avro::fixed(&mut buf, 8)?;),
         AvroType::String | AvroType::Bytes | AvroType::Uuid | AvroType::Decimal { fixed_size: None, .. } => {

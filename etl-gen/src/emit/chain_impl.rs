@@ -696,7 +696,7 @@ fn symbol_consts(exprs: &[&TExpr]) -> TokenStream {
 fn symbols_of(e: &TExpr, out: &mut std::collections::BTreeMap<String, (u32, String)>) {
     match &e.kind {
         TKind::Symbol(i) => {
-            if let Ty::Enum { name, symbols } = e.ty.non_null() {
+            if let Ty::Enum { name, symbols, .. } = e.ty.non_null() {
                 let doc = format!(" The symbol `{}` of the enum `{name}`.", symbols[*i as usize]);
                 out.insert(super::expr::symbol_const(name, symbols, *i).to_string(), (*i, doc));
             }

@@ -239,7 +239,13 @@ fn serde_ty(t: &JType, hint: &str, out: &mut Vec<TokenStream>) -> (TokenStream, 
         JType::Integer => (quote!(i64), false),
         JType::Number => (quote!(f64), false),
         JType::Boolean => (quote!(bool), false),
-        JType::String | JType::DateTime | JType::Date | JType::Uuid | JType::Enum { .. } => {
+        JType::String
+        | JType::DateTime
+        | JType::Date
+        | JType::Uuid
+        | JType::Ipv4
+        | JType::Ipv6
+        | JType::Enum { .. } => {
             (quote!(std::borrow::Cow<'a, str>), true)
         }
         JType::Array(item) => {

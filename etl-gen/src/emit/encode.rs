@@ -6,7 +6,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 
 use super::rust_types::{enum_table, field_ident};
-use crate::ir::Ty;
+use crate::ir::{EnumColumn, Ty, enum_bits};
 
 /// A value an encoder writes: a place (a local, or a field of one), or a reference to a value (a
 /// loop or `match` binding). Knowing which keeps `*(&x)` and `(&x).iter()` out of generated code.
@@ -61,7 +61,7 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
             let c = v.copied();
             quote!(rt::rowbinary::i32(buf, #c);)
         }
-        Ty::Int64 | Ty::Timestamp(_) => {
+        Ty::Int64 | Ty::Timestamp(_) | Ty::Time(_) => {
             let c = v.copied();
             quote!(rt::rowbinary::i64(buf, #c);)
         }
@@ -89,6 +89,11 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
             let r = v.receiver();
             quote!(rt::rowbinary::string(buf, &#r[..]);)
         }
+        Ty::Enum { symbols, column: EnumColumn::Enum, .. } => {
+            let bits = Literal::u32_unsuffixed(enum_bits(symbols.len()));
+            let c = v.copied();
+            quote!(rt::rowbinary::enum_index(buf, #bits, #c);)
+        }
         Ty::Enum { symbols, .. } => {
             let table = enum_table(symbols, enums);
             let c = v.copied();
@@ -102,6 +107,14 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
         Ty::Uuid => {
             let c = v.copied();
             quote!(rt::rowbinary::uuid(buf, #c);)
+        }
+        Ty::Ipv4 => {
+            let c = v.copied();
+            quote!(rt::rowbinary::ipv4(buf, #c);)
+        }
+        Ty::Ipv6 => {
+            let c = v.copied();
+            quote!(rt::rowbinary::ipv6(buf, #c);)
         }
         Ty::Nullable(inner) => {
             let inner = rowbinary(inner, &x, enums);
@@ -176,6 +189,12 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
             quote!(rt::json::decimal(buf, #c, #s);)
         }
         Ty::Uuid => quote!(rt::json::uuid(buf, #c);),
+        Ty::Time(unit) => {
+            let digits = Literal::u32_unsuffixed(unit.digits());
+            quote!(rt::json::time(buf, #c, #digits);)
+        }
+        Ty::Ipv4 => quote!(rt::json::ipv4(buf, #c);),
+        Ty::Ipv6 => quote!(rt::json::ipv6(buf, #c);),
         Ty::Nullable(inner) => {
             let inner = json(inner, &x, enums);
             let r = v.reference();

@@ -34,7 +34,7 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             Lit::Null => quote!(None),
         },
         TKind::Symbol(i) => match e.ty.non_null() {
-            Ty::Enum { name, symbols } => {
+            Ty::Enum { name, symbols, .. } => {
                 let id = symbol_const(name, symbols, *i);
                 quote!(#id)
             }

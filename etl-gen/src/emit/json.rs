@@ -303,6 +303,8 @@ fn value(
         JType::DateTime => quote!(doc.timestamp_micros(#path)?),
         JType::Date => quote!(doc.date(#path)?),
         JType::Uuid => quote!(doc.uuid(#path)?),
+        JType::Ipv4 => quote!(doc.ipv4(#path)?),
+        JType::Ipv6 => quote!(doc.ipv6(#path)?),
         JType::Enum { symbols, .. } => {
             // Registered for the encoders, which write symbols from the same table.
             enum_table(symbols, enums);

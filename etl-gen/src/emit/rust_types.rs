@@ -22,8 +22,8 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
     match ty {
         Ty::Bool => quote!(bool),
         Ty::Int32 | Ty::Date => quote!(i32),
-        Ty::Int64 | Ty::Timestamp(_) => quote!(i64),
-        Ty::UInt32 => quote!(u32),
+        Ty::Int64 | Ty::Timestamp(_) | Ty::Time(_) => quote!(i64),
+        Ty::UInt32 | Ty::Ipv4 => quote!(u32),
         Ty::UInt64 => quote!(u64),
         Ty::Float32 => quote!(f32),
         Ty::Float64 => quote!(f64),
@@ -51,7 +51,7 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
             quote!(#name)
         }
         Ty::Decimal { .. } => quote!(i128),
-        Ty::Uuid => quote!(u128),
+        Ty::Uuid | Ty::Ipv6 => quote!(u128),
     }
 }
 
@@ -113,8 +113,10 @@ pub(super) fn rust_ty_doc(ty: &Ty) -> String {
     match ty {
         Ty::Bool => "bool".into(),
         Ty::Int32 | Ty::Date => "i32".into(),
-        Ty::Int64 | Ty::Timestamp(_) => "i64".into(),
+        Ty::Int64 | Ty::Timestamp(_) | Ty::Time(_) => "i64".into(),
         Ty::UInt32 => "u32".into(),
+        Ty::Ipv4 => "u32 (1.2.3.4 is 0x01020304)".into(),
+        Ty::Ipv6 => "u128 (the 16 bytes, big-endian)".into(),
         Ty::UInt64 => "u64".into(),
         Ty::Float32 => "f32".into(),
         Ty::Float64 => "f64".into(),

@@ -176,7 +176,12 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
         };
         let cx = Context { model: &model, source_map: &source_map, options };
         rules::check(&cx, &mut diagnostics);
-        if let Some((schema_file, (schema_text, schema, input, datagen_schema))) = schema {
+        if let Some((schema_file, (schema_text, mut schema, input, datagen_schema))) = schema {
+            if let crate::model::Sink::Clickhouse(c) = &model.sink
+                && c.enum_column == crate::model::EnumType::Enum
+            {
+                crate::ir::with_enum_column(&mut schema, crate::ir::EnumColumn::Enum);
+            }
             let sources = read_rust_sources(&model, base_dir);
             match crate::plan::plan(&model, &schema, &sources) {
                 Ok(plan) => {

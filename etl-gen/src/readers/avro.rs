@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use apache_avro::Schema;
 
-use crate::ir::{Column, RecordTy, TimeUnit, Ty};
+use crate::ir::{EnumColumn, Column, RecordTy, TimeUnit, Ty};
 
 /// A supported Avro type.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,6 +62,10 @@ pub(crate) enum AvroType {
     },
     /// `string` with logicalType `uuid`
     Uuid,
+    /// `int` with logicalType `time-millis`
+    TimeMillis,
+    /// `long` with logicalType `time-micros`
+    TimeMicros,
 }
 
 impl AvroType {
@@ -114,7 +118,7 @@ pub(crate) fn column_ty(avro: &AvroType) -> Ty {
         AvroType::Double => Ty::Float64,
         AvroType::Bytes => Ty::Bytes,
         AvroType::String => Ty::String,
-        AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() },
         AvroType::Array(t) => Ty::Array(Box::new(column_ty(t))),
         AvroType::Map(t) => Ty::Map(Box::new(column_ty(t))),
         // ClickHouse has no Nullable(Array) or Nullable(Map): null reads as empty, as JSON's
@@ -129,6 +133,8 @@ pub(crate) fn column_ty(avro: &AvroType) -> Ty {
         AvroType::Date => Ty::Date,
         AvroType::Decimal { precision, scale, .. } => Ty::Decimal { precision: *precision, scale: *scale },
         AvroType::Uuid => Ty::Uuid,
+        AvroType::TimeMillis => Ty::Time(TimeUnit::Millis),
+        AvroType::TimeMicros => Ty::Time(TimeUnit::Micros),
     }
 }
 
@@ -139,7 +145,7 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ("`float` / `double`", "`Float32` / `Float64`"),
     ("`boolean`", "`Bool`"),
     ("`string`, `bytes`", "`String`"),
-    ("`enum`", "`LowCardinality(String)`"),
+    ("`enum`", "`LowCardinality(String)`, or `Enum8`/`Enum16` with `sink.clickhouse.enum: enum`"),
     ("`[\"null\", T]`", "`Nullable(T)`"),
     ("`array<T>` / `map<T>`", "`Array(T)` / `Map(String, T)`; a key written twice keeps its last value"),
     (
@@ -152,6 +158,11 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
         "flattened into `Nullable` columns, all NULL (arrays and maps empty) when the record is null; inside an array or map it is refused (no `Nullable(Tuple)`: drop `null` from the element's union)",
     ),
     ("`timestamp-millis` / `timestamp-micros`", "`DateTime64(3, 'UTC')` / `DateTime64(6, 'UTC')`"),
+    (
+        "`local-timestamp-millis` / `local-timestamp-micros`",
+        "`DateTime64(3, 'UTC')` / `DateTime64(6, 'UTC')`: the wall-clock time as written, shown as UTC (no zone is applied)",
+    ),
+    ("`time-millis` / `time-micros`", "`Time64(3)` / `Time64(6)` (ClickHouse 25.6 or later)"),
     ("`date`", "`Date32`"),
     ("`decimal(p, s)`, p ≤ 38", "`Decimal(p, s)`"),
     ("`uuid`", "`UUID`"),
@@ -207,6 +218,12 @@ impl Converter {
             Schema::Date => AvroType::Date,
             Schema::TimestampMillis => AvroType::TimestampMillis,
             Schema::TimestampMicros => AvroType::TimestampMicros,
+            // A local timestamp is a wall-clock reading with no zone: the same ticks, kept as
+            // written in a UTC column so that the wall clock reads back unchanged.
+            Schema::LocalTimestampMillis => AvroType::TimestampMillis,
+            Schema::LocalTimestampMicros => AvroType::TimestampMicros,
+            Schema::TimeMillis => AvroType::TimeMillis,
+            Schema::TimeMicros => AvroType::TimeMicros,
             Schema::Decimal(d) => {
                 let fixed_size = match d.inner.as_ref() {
                     Schema::Fixed(f) => Some(f.size),
@@ -335,11 +352,8 @@ impl Converter {
         let fix = match other {
             Schema::Null => "`null` alone carries no data; use [\"null\", T] for an optional field",
             Schema::Fixed(_) => "use `bytes`, or a `decimal` logical type on the fixed",
-            Schema::TimeMillis | Schema::TimeMicros => "store the time of day as an `int`/`long` or use a timestamp",
             Schema::TimestampNanos => "use timestamp-micros",
-            Schema::LocalTimestampMillis | Schema::LocalTimestampMicros | Schema::LocalTimestampNanos => {
-                "use timestamp-millis or timestamp-micros (UTC)"
-            }
+            Schema::LocalTimestampNanos => "use local-timestamp-micros",
             Schema::BigDecimal => "use the `decimal` logical type with a fixed precision and scale",
             _ => "see docs/configuration.md for the supported types",
         };
@@ -425,7 +439,7 @@ mod tests {
             r#"{"type":"record","name":"R","fields":[
                 {"name":"u","type":["string","long"]},
                 {"name":"items","type":{"type":"array","items":{"type":"record","name":"I","fields":[
-                    {"name":"t","type":{"type":"int","logicalType":"time-millis"}}]}}},
+                    {"name":"t","type":{"type":"long","logicalType":"timestamp-nanos"}}]}}},
                 {"name":"fx","type":{"type":"fixed","name":"F","size":4}}
             ]}"#,
         )
@@ -505,9 +519,13 @@ mod tests {
             (7, r#"["null",{"type":"map","values":"long"}]"#, Some("Int64")),
             (10, r#"{"type":"long","logicalType":"timestamp-millis"}"#, None),
             (10, r#"{"type":"long","logicalType":"timestamp-micros"}"#, None),
-            (11, r#"{"type":"int","logicalType":"date"}"#, None),
-            (12, r#"{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}"#, Some("12, 2")),
-            (13, r#"{"type":"string","logicalType":"uuid"}"#, None),
+            (11, r#"{"type":"long","logicalType":"local-timestamp-millis"}"#, None),
+            (11, r#"{"type":"long","logicalType":"local-timestamp-micros"}"#, None),
+            (12, r#"{"type":"int","logicalType":"time-millis"}"#, None),
+            (12, r#"{"type":"long","logicalType":"time-micros"}"#, None),
+            (13, r#"{"type":"int","logicalType":"date"}"#, None),
+            (14, r#"{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}"#, Some("12, 2")),
+            (15, r#"{"type":"string","logicalType":"uuid"}"#, None),
         ];
         for &(row, ty, inner) in cases {
             let record =

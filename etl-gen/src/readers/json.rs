@@ -4,7 +4,7 @@
 
 pub(crate) use etl_schema::json::{Invalid, JField, JType, parse};
 
-use crate::ir::{Column, RecordTy, TimeUnit, Ty};
+use crate::ir::{EnumColumn, Column, RecordTy, TimeUnit, Ty};
 
 /// The column view of the fields: what `ir::input_row` flattens into the input row, and what
 /// datagen synthesizes values from.
@@ -51,6 +51,13 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
             JType::DateTime => json!({"type": "long", "logicalType": "timestamp-micros"}),
             JType::Date => json!({"type": "int", "logicalType": "date"}),
             JType::Uuid => json!({"type": "string", "logicalType": "uuid"}),
+            // Avro has no address type: a fixed of the address's bytes, which datagen writes as
+            // the address's text (`json_format`). Fixed types need unique names.
+            JType::Ipv4 | JType::Ipv6 => {
+                let (size, format) = if *t == JType::Ipv4 { (4, "ipv4") } else { (16, "ipv6") };
+                let n = FIXED.with(|c| c.replace(c.get() + 1));
+                json!({"type": "fixed", "name": format!("etl_{format}_{n}"), "size": size, "json_format": format})
+            }
             // Avro symbols are names; a JSON enum's strings need not be (`"with space"`, `""`):
             // then the symbols are placeholders and `json_symbols` holds the strings datagen writes.
             JType::Enum { name, symbols } if symbols.iter().all(|s| is_avro_name(s)) => {
@@ -84,7 +91,13 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
             .collect();
         json!({"type": "record", "name": name, "fields": fields})
     }
+    FIXED.with(|c| c.set(0));
     serde_json::to_string_pretty(&record("Message", fields)).expect("a JSON value prints")
+}
+
+thread_local! {
+    /// How many address fixeds [`datagen_schema`] has named so far.
+    static FIXED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether `s` is an Avro name (`[A-Za-z_][A-Za-z0-9_]*`).
@@ -104,7 +117,9 @@ fn column_type(t: &JType) -> Ty {
         JType::DateTime => Ty::Timestamp(TimeUnit::Micros),
         JType::Date => Ty::Date,
         JType::Uuid => Ty::Uuid,
-        JType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        JType::Ipv4 => Ty::Ipv4,
+        JType::Ipv6 => Ty::Ipv6,
+        JType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() },
         JType::Array(t) => Ty::Array(Box::new(column_type(t))),
         JType::Map(t) => Ty::Map(Box::new(column_type(t))),
         JType::Object { name, fields } => {
@@ -128,6 +143,7 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ),
     ("`string` with `format: date`", "`Date32`"),
     ("`string` with `format: uuid`", "`UUID`"),
+    ("`string` with `format: ipv4` / `ipv6`", "`IPv4` / `IPv6` (an IPv4 address is read as an `ipv6` too, mapped)"),
     ("string `enum`", "`LowCardinality(String)`; another string is a record error"),
     ("`array` with `items`", "`Array(T)`; absent or `null` reads as empty"),
     (
@@ -260,10 +276,12 @@ mod tests {
             (4, r#"{"type": "string", "format": "date-time"}"#, None),
             (5, r#"{"type": "string", "format": "date"}"#, None),
             (6, r#"{"type": "string", "format": "uuid"}"#, None),
-            (7, r#"{"enum": ["a", "b"]}"#, None),
-            (8, r#"{"type": "array", "items": {"type": "integer"}}"#, Some("Int64")),
-            (9, r#"{"type": "object", "additionalProperties": {"type": "integer"}}"#, Some("Int64")),
-            (11, r#"{"type": ["integer", "null"]}"#, Some("Int64")),
+            (7, r#"{"type": "string", "format": "ipv4"}"#, None),
+            (7, r#"{"type": "string", "format": "ipv6"}"#, None),
+            (8, r#"{"enum": ["a", "b"]}"#, None),
+            (9, r#"{"type": "array", "items": {"type": "integer"}}"#, Some("Int64")),
+            (10, r#"{"type": "object", "additionalProperties": {"type": "integer"}}"#, Some("Int64")),
+            (12, r#"{"type": ["integer", "null"]}"#, Some("Int64")),
         ];
         for &(row, ty, inner) in cases {
             let fields = ok(&format!(r#"{{"type": "object", "required": ["f"], "properties": {{"f": {ty}}}}}"#));
@@ -277,6 +295,6 @@ mod tests {
         // Not in `required`: Nullable.
         let fields = ok(r#"{"type": "object", "properties": {"f": {"type": "integer"}}}"#);
         let column = crate::ir::input_row(&record_ty(&fields)).remove(0).ty.clickhouse();
-        assert!(documents(MAPPING[11].1, &column, Some("Int64")), "{column}");
+        assert!(documents(MAPPING[12].1, &column, Some("Int64")), "{column}");
     }
 }

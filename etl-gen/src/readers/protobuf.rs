@@ -4,7 +4,7 @@
 
 pub(crate) use etl_schema::protobuf::{Invalid, Message, PField, PType, Scalar, parse, record_name};
 
-use crate::ir::{Column, RecordTy, TimeUnit, Ty};
+use crate::ir::{EnumColumn, Column, RecordTy, TimeUnit, Ty};
 
 /// The column type of a scalar: its ClickHouse twin.
 pub(crate) fn scalar_column(s: Scalar) -> Ty {
@@ -56,7 +56,7 @@ fn columns(fields: &[PField], optional_above: bool) -> Vec<Column> {
 fn column_type(t: &PType) -> Ty {
     match t {
         PType::Scalar(s) => scalar_column(*s),
-        PType::Enum { name, symbols, .. } => Ty::Enum { name: name.clone(), symbols: symbols.clone() },
+        PType::Enum { name, symbols, .. } => Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() },
         PType::Timestamp => Ty::Timestamp(TimeUnit::Nanos),
         PType::Wrapper(s) => Ty::Nullable(Box::new(scalar_column(*s))),
         PType::Message { name, fields } => {

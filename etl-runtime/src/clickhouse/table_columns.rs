@@ -190,8 +190,8 @@ impl Parser<'_> {
                 }
                 return fixed(2);
             }
-            "Int32" | "UInt32" | "Float32" | "Date32" | "IPv4" | "Decimal32" => 4,
-            "Int64" | "UInt64" | "Float64" | "DateTime64" | "Decimal64" => 8,
+            "Int32" | "UInt32" | "Float32" | "Date32" | "IPv4" | "Decimal32" | "Time" => 4,
+            "Int64" | "UInt64" | "Float64" | "DateTime64" | "Decimal64" | "Time64" => 8,
             "Int128" | "UInt128" | "UUID" | "IPv6" | "Decimal128" => 16,
             "Int256" | "UInt256" | "Decimal256" => 32,
             "DateTime" => 4,
@@ -333,6 +333,11 @@ mod tests {
         );
         assert_eq!(Ty::parse("Tuple(a Int32, b String)"), Some(Ty::Tuple(vec![Ty::Fixed(4), Ty::String])));
         assert_eq!(Ty::parse("Enum8('a' = 1, 'b)' = 2)"), Some(Ty::Fixed(1)));
+        assert_eq!(Ty::parse("Enum16('a' = 0)"), Some(Ty::Fixed(2)));
+        assert_eq!(Ty::parse("Nullable(Enum8('it\\'s' = 0))"), Some(Ty::Nullable(Box::new(Ty::Fixed(1)))));
+        assert_eq!(Ty::parse("Time64(3)"), Some(Ty::Fixed(8)));
+        assert_eq!(Ty::parse("IPv4"), Some(Ty::Fixed(4)));
+        assert_eq!(Ty::parse("IPv6"), Some(Ty::Fixed(16)));
         assert_eq!(Ty::parse("JSON"), None);
         assert_eq!(Ty::parse("Int32 extra"), None);
     }

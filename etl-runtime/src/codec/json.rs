@@ -124,6 +124,36 @@ pub fn uuid(buf: &mut Vec<u8>, v: u128) {
     let _ = write!(buf, "\"{}-{}-{}-{}-{}\"", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]);
 }
 
+/// A time of day of `ticks` units of `10^-digits` seconds since midnight as `"HH:MM:SS.fff"`
+/// (hours past 23 and a sign as ClickHouse's `Time64` prints them).
+#[inline]
+pub fn time(buf: &mut Vec<u8>, ticks: i64, digits: u32) {
+    let per_second = 10u64.pow(digits);
+    let sign = if ticks < 0 { "-" } else { "" };
+    let abs = ticks.unsigned_abs();
+    let (s, fraction) = (abs / per_second, abs % per_second);
+    let _ = write!(
+        buf,
+        "\"{sign}{:02}:{:02}:{:02}.{fraction:0width$}\"",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        width = digits as usize
+    );
+}
+
+/// An IPv4 address (`1.2.3.4` is `0x01020304`) in dotted form.
+#[inline]
+pub fn ipv4(buf: &mut Vec<u8>, v: u32) {
+    let _ = write!(buf, "\"{}\"", std::net::Ipv4Addr::from(v));
+}
+
+/// An IPv6 address (its bytes as a big-endian `u128`) in RFC 5952 form.
+#[inline]
+pub fn ipv6(buf: &mut Vec<u8>, v: u128) {
+    let _ = write!(buf, "\"{}\"", std::net::Ipv6Addr::from(v));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +170,10 @@ mod tests {
         assert_eq!(with(|b| timestamp(b, 1_700_000_000_123, 3)), "\"2023-11-14T22:13:20.123Z\"");
         assert_eq!(with(|b| timestamp(b, -1, 6)), "\"1969-12-31T23:59:59.999999Z\"");
         assert_eq!(with(|b| date(b, 19_782)), "\"2024-02-29\"");
+        assert_eq!(with(|b| time(b, 45_296_789, 3)), "\"12:34:56.789\"");
+        assert_eq!(with(|b| time(b, -1, 6)), "\"-00:00:00.000001\"");
+        assert_eq!(with(|b| ipv4(b, 0x0102_0304)), "\"1.2.3.4\"");
+        assert_eq!(with(|b| ipv6(b, 1)), "\"::1\"");
         assert_eq!(with(|b| decimal(b, -12345, 2)), "\"-123.45\"");
         assert_eq!(with(|b| decimal(b, 5, 3)), "\"0.005\"");
         assert_eq!(with(|b| float(b, f64::NAN)), "\"nan\"");

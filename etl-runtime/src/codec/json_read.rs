@@ -514,6 +514,27 @@ impl<'a> Reader<'a> {
         self.parsed(field, parse_uuid, "expected a UUID such as 123e4567-e89b-12d3-a456-426614174000")
     }
 
+    /// An `ipv4` string (`192.0.2.1`) as its `u32`.
+    #[inline]
+    pub fn ipv4(&mut self, field: &'static str) -> Result<u32, JsonError> {
+        self.parsed(field, |s| parse_ip::<std::net::Ipv4Addr>(s).map(u32::from), "expected an IPv4 address such as 192.0.2.1")
+    }
+
+    /// An `ipv6` string (`2001:db8::1`; an IPv4 address reads as its mapped form `::ffff:a.b.c.d`)
+    /// as its 16 bytes, big-endian.
+    #[inline]
+    pub fn ipv6(&mut self, field: &'static str) -> Result<u128, JsonError> {
+        self.parsed(
+            field,
+            |s| {
+                parse_ip::<std::net::Ipv6Addr>(s)
+                    .or_else(|| parse_ip::<std::net::Ipv4Addr>(s).map(|v4| v4.to_ipv6_mapped()))
+                    .map(u128::from)
+            },
+            "expected an IPv6 address such as 2001:db8::1",
+        )
+    }
+
     /// A string whose text `parse` turns into a value (escapes resolved; no UTF-8 check, since
     /// these parsers accept ASCII only); `expected` is the error when it does not.
     #[inline]
@@ -976,6 +997,11 @@ fn parse_uuid(s: &[u8]) -> Option<u128> {
         return None;
     }
     s.iter().filter(|&&b| b != b'-').try_fold(0u128, |acc, &b| Some(acc << 4 | u128::from((b as char).to_digit(16)?)))
+}
+
+/// An address in its text form (ASCII; std's parsers refuse leading zeros and zone ids).
+fn parse_ip<T: std::str::FromStr>(s: &[u8]) -> Option<T> {
+    std::str::from_utf8(s).ok()?.parse().ok()
 }
 
 fn digits(s: &[u8], at: usize, n: usize) -> Option<i64> {

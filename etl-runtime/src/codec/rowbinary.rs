@@ -29,7 +29,7 @@ pub fn i32(buf: &mut Vec<u8>, v: i32) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
-/// `Int64`, `DateTime64`.
+/// `Int64`, `DateTime64`, `Time64`.
 #[inline]
 pub fn i64(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(&v.to_le_bytes());
@@ -74,6 +74,29 @@ pub fn decimal(buf: &mut Vec<u8>, precision: u32, v: i128) {
 pub fn uuid(buf: &mut Vec<u8>, v: u128) {
     buf.extend_from_slice(&((v >> 64) as u64).to_le_bytes());
     buf.extend_from_slice(&(v as u64).to_le_bytes());
+}
+
+/// `Enum8` or `Enum16` (`bits`), whose values number the symbols from 0: `index` in one or two
+/// bytes.
+#[inline]
+pub fn enum_index(buf: &mut Vec<u8>, bits: u32, index: u32) {
+    if bits == 8 {
+        buf.push(index as u8);
+    } else {
+        buf.extend_from_slice(&(index as u16).to_le_bytes());
+    }
+}
+
+/// `IPv4`: the address as a little-endian `UInt32` (`1.2.3.4` is `0x01020304`).
+#[inline]
+pub fn ipv4(buf: &mut Vec<u8>, v: u32) {
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+/// `IPv6`: the 16 bytes in network order.
+#[inline]
+pub fn ipv6(buf: &mut Vec<u8>, v: u128) {
+    buf.extend_from_slice(&v.to_be_bytes());
 }
 
 /// The `Nullable` marker: 1 for null (nothing follows), 0 for a value (the value follows).

@@ -247,7 +247,8 @@ pub(crate) fn encode(
 
 /// `value` as JSON, as `format.json` reads it back. A record field whose schema carries a
 /// `json_key` attribute (a JSON key that is no Avro name, `user-agent`) is written under that key,
-/// an enum with `json_symbols` (strings that are no Avro names) as those strings;
+/// an enum with `json_symbols` (strings that are no Avro names) as those strings, a fixed with
+/// `json_format` (an IPv4 or IPv6 address) as the address's text;
 /// `schema` follows the value where it can (`None` below a reference: names as they are).
 fn json_value(schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) {
     use crate::codec::json;
@@ -264,6 +265,13 @@ fn json_value(schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) {
         Value::Float(f) => json::float(out, f64::from(*f)),
         Value::Double(f) => json::float(out, *f),
         Value::String(s) => json::string(out, s),
+        // An address field of a JSON Schema (`format: ipv4|ipv6`) is a fixed of its bytes.
+        Value::Fixed(_, b) if matches!(schema, Some(Schema::Fixed(f)) if f.attributes.contains_key("json_format")) => {
+            match <[u8; 4]>::try_from(&b[..]) {
+                Ok(v4) => json::ipv4(out, u32::from_be_bytes(v4)),
+                Err(_) => json::ipv6(out, b.iter().fold(0u128, |acc, &byte| acc << 8 | u128::from(byte))),
+            }
+        }
         Value::Bytes(b) | Value::Fixed(_, b) => json::bytes(out, b),
         // A JSON enum whose strings are no Avro names carries them in `json_symbols`.
         Value::Enum(index, symbol) => {

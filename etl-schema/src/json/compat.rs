@@ -117,7 +117,12 @@ fn types(r: &JType, w: &JType, path: &str, optional: bool, out: &mut Vec<Found>)
         (JType::Integer, JType::Integer)
         | (JType::Number, JType::Number | JType::Integer)
         | (JType::Boolean, JType::Boolean)
-        | (JType::String, JType::String | JType::DateTime | JType::Date | JType::Uuid | JType::Enum { .. })
+        | (
+            JType::String,
+            JType::String | JType::DateTime | JType::Date | JType::Uuid | JType::Ipv4 | JType::Ipv6 | JType::Enum { .. },
+        )
+        | (JType::Ipv4, JType::Ipv4)
+        | (JType::Ipv6, JType::Ipv6 | JType::Ipv4)
         | (JType::DateTime, JType::DateTime)
         | (JType::Date, JType::Date)
         | (JType::Uuid, JType::Uuid) => true,
@@ -175,6 +180,8 @@ fn describe(t: &JType) -> String {
         JType::DateTime => "a date-time string".into(),
         JType::Date => "a date string".into(),
         JType::Uuid => "a uuid string".into(),
+        JType::Ipv4 => "an ipv4 string".into(),
+        JType::Ipv6 => "an ipv6 string".into(),
         JType::Enum { .. } => "an enum".into(),
         JType::Array(item) => format!("an array of {}", describe(item.non_null())),
         JType::Map(value) => format!("a map of {}", describe(value.non_null())),
