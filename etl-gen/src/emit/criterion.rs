@@ -245,9 +245,7 @@ fn serde_ty(t: &JType, hint: &str, out: &mut Vec<TokenStream>) -> (TokenStream, 
         | JType::Uuid
         | JType::Ipv4
         | JType::Ipv6
-        | JType::Enum { .. } => {
-            (quote!(std::borrow::Cow<'a, str>), true)
-        }
+        | JType::Enum { .. } => (quote!(std::borrow::Cow<'a, str>), true),
         JType::Array(item) => {
             let (item, borrows) = serde_ty(item, hint, out);
             (quote!(Vec<#item>), borrows)

@@ -236,7 +236,9 @@ impl Typer<'_> {
                 let rn = rt.ty.non_null().clone();
                 let comparable = (lt.ty.is_text() && rt.ty.is_text())
                     || (ln == Ty::Bool && rn == Ty::Bool && matches!(op, BinOp::Eq | BinOp::Ne))
-                    || (ln == rn && matches!(ln, Ty::Uuid | Ty::Ipv4 | Ty::Ipv6) && matches!(op, BinOp::Eq | BinOp::Ne));
+                    || (ln == rn
+                        && matches!(ln, Ty::Uuid | Ty::Ipv4 | Ty::Ipv6)
+                        && matches!(op, BinOp::Eq | BinOp::Ne));
                 if !comparable {
                     self.error(
                         &rules::TYPE_MISMATCH,

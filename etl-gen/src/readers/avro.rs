@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use apache_avro::Schema;
 
-use crate::ir::{EnumColumn, Column, RecordTy, TimeUnit, Ty};
+use crate::ir::{Column, EnumColumn, RecordTy, TimeUnit, Ty};
 
 /// A supported Avro type.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,7 +118,9 @@ pub(crate) fn column_ty(avro: &AvroType) -> Ty {
         AvroType::Double => Ty::Float64,
         AvroType::Bytes => Ty::Bytes,
         AvroType::String => Ty::String,
-        AvroType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() },
+        AvroType::Enum { name, symbols } => {
+            Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
+        }
         AvroType::Array(t) => Ty::Array(Box::new(column_ty(t))),
         AvroType::Map(t) => Ty::Map(Box::new(column_ty(t))),
         // ClickHouse has no Nullable(Array) or Nullable(Map): null reads as empty, as JSON's

@@ -4,7 +4,7 @@
 
 pub(crate) use etl_schema::json::{Invalid, JField, JType, parse};
 
-use crate::ir::{EnumColumn, Column, RecordTy, TimeUnit, Ty};
+use crate::ir::{Column, EnumColumn, RecordTy, TimeUnit, Ty};
 
 /// The column view of the fields: what `ir::input_row` flattens into the input row, and what
 /// datagen synthesizes values from.
@@ -119,7 +119,9 @@ fn column_type(t: &JType) -> Ty {
         JType::Uuid => Ty::Uuid,
         JType::Ipv4 => Ty::Ipv4,
         JType::Ipv6 => Ty::Ipv6,
-        JType::Enum { name, symbols } => Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() },
+        JType::Enum { name, symbols } => {
+            Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
+        }
         JType::Array(t) => Ty::Array(Box::new(column_type(t))),
         JType::Map(t) => Ty::Map(Box::new(column_type(t))),
         JType::Object { name, fields } => {
@@ -144,7 +146,10 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ("`string` with `format: date`", "`Date32`"),
     ("`string` with `format: uuid`", "`UUID`"),
     ("`string` with `format: ipv4` / `ipv6`", "`IPv4` / `IPv6` (an IPv4 address is read as an `ipv6` too, mapped)"),
-    ("string `enum`", "`LowCardinality(String)`; another string is a record error"),
+    (
+        "string `enum`",
+        "`LowCardinality(String)`, or `Enum8`/`Enum16` with `sink.clickhouse.enum: enum`; another string is a record error",
+    ),
     ("`array` with `items`", "`Array(T)`; absent or `null` reads as empty"),
     (
         "`object` with `additionalProperties: {schema}` and no `properties`",

@@ -4,7 +4,7 @@
 
 pub(crate) use etl_schema::protobuf::{Invalid, Message, PField, PType, Scalar, parse, record_name};
 
-use crate::ir::{EnumColumn, Column, RecordTy, TimeUnit, Ty};
+use crate::ir::{Column, EnumColumn, RecordTy, TimeUnit, Ty};
 
 /// The column type of a scalar: its ClickHouse twin.
 pub(crate) fn scalar_column(s: Scalar) -> Ty {
@@ -56,7 +56,9 @@ fn columns(fields: &[PField], optional_above: bool) -> Vec<Column> {
 fn column_type(t: &PType) -> Ty {
     match t {
         PType::Scalar(s) => scalar_column(*s),
-        PType::Enum { name, symbols, .. } => Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() },
+        PType::Enum { name, symbols, .. } => {
+            Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
+        }
         PType::Timestamp => Ty::Timestamp(TimeUnit::Nanos),
         PType::Wrapper(s) => Ty::Nullable(Box::new(scalar_column(*s))),
         PType::Message { name, fields } => {
@@ -153,7 +155,10 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ("`float` / `double`", "`Float32` / `Float64`"),
     ("`bool`", "`Bool`"),
     ("`string`, `bytes`", "`String`"),
-    ("`enum`", "`LowCardinality(String)`, the symbol's name; a number the enum does not define is a record error"),
+    (
+        "`enum`",
+        "`LowCardinality(String)`, the symbol's name (or `Enum8`/`Enum16` numbering the symbols from 0 in declaration order, with `sink.clickhouse.enum: enum`); a number the enum does not define is a record error",
+    ),
     ("`google.protobuf.Timestamp`", "`DateTime64(9, 'UTC')`; absent reads as 1970-01-01 (its fields' defaults)"),
     ("`google.protobuf.Int64Value` and the other wrappers", "`Nullable(T)` of the wrapped type"),
     (

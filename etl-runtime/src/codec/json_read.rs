@@ -517,7 +517,11 @@ impl<'a> Reader<'a> {
     /// An `ipv4` string (`192.0.2.1`) as its `u32`.
     #[inline]
     pub fn ipv4(&mut self, field: &'static str) -> Result<u32, JsonError> {
-        self.parsed(field, |s| parse_ip::<std::net::Ipv4Addr>(s).map(u32::from), "expected an IPv4 address such as 192.0.2.1")
+        self.parsed(
+            field,
+            |s| parse_ip::<std::net::Ipv4Addr>(s).map(u32::from),
+            "expected an IPv4 address such as 192.0.2.1",
+        )
     }
 
     /// An `ipv6` string (`2001:db8::1`; an IPv4 address reads as its mapped form `::ffff:a.b.c.d`)

@@ -119,7 +119,13 @@ fn types(r: &JType, w: &JType, path: &str, optional: bool, out: &mut Vec<Found>)
         | (JType::Boolean, JType::Boolean)
         | (
             JType::String,
-            JType::String | JType::DateTime | JType::Date | JType::Uuid | JType::Ipv4 | JType::Ipv6 | JType::Enum { .. },
+            JType::String
+            | JType::DateTime
+            | JType::Date
+            | JType::Uuid
+            | JType::Ipv4
+            | JType::Ipv6
+            | JType::Enum { .. },
         )
         | (JType::Ipv4, JType::Ipv4)
         | (JType::Ipv6, JType::Ipv6 | JType::Ipv4)

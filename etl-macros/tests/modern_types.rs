@@ -1,0 +1,193 @@
+//! ClickHouse's newer column types end to end against the real server: Avro's time and
+//! local-timestamp logical types, JSON Schema's `ipv4`/`ipv6`, enums as `Enum8` columns
+//! (`sink.clickhouse.enum: enum`) and Kafka headers as columns. Each test writes records, runs
+//! the generated chain on them, inserts its rows through the ClickHouse sink into the table
+//! `gen --ddl` creates, in both insert formats, and compares the table with what it wrote.
+
+use std::path::Path;
+use std::time::Duration;
+
+use etl_runtime::__private as rt;
+use etl_runtime::{ClickhouseSink, ClickhouseSinkConfig, InsertFormat};
+use serde_json::{Value, json};
+
+#[allow(dead_code, clippy::all)]
+mod avro_chain {
+    etl_macros::pipeline!("modern_types/avro.yaml");
+}
+
+#[allow(dead_code, clippy::all)]
+mod json_chain {
+    etl_macros::pipeline!("modern_types/json.yaml");
+}
+
+#[path = "../../etl-runtime/tests/support/clickhouse.rs"]
+mod support;
+
+use support::{Row, clickhouse_urls, exec, run_pipeline, runtime_config, select, sink_config, unique_table};
+
+const FORMATS: [InsertFormat; 2] = [InsertFormat::Native, InsertFormat::RowBinary];
+
+/// The RowBinary row `chain` makes of each payload (with its headers).
+fn chain_rows(chain: &mut impl etl_runtime::Chain, records: &[(Vec<u8>, Vec<rt::OwnedHeader>)]) -> Vec<Row> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(offset, (payload, headers))| {
+            let mut harness = rt::ChainHarness::new(1);
+            let record = rt::Record {
+                payload: Some(payload),
+                key: None,
+                topic: "events",
+                partition: 0,
+                offset: offset as i64,
+                timestamp_ms: Some(0),
+                headers: rt::Headers::owned(headers),
+            };
+            let n = harness.process(chain, &record).unwrap_or_else(|e| panic!("record {offset}: {e}"));
+            assert_eq!(n, 1, "one row per record");
+            (None, harness.take_output())
+        })
+        .collect()
+}
+
+/// Creates the table `gen --ddl` prints for `pipeline` (under a fresh name), inserts `rows`
+/// through the sink in `format`, and returns the table ordered by `id`, as ClickHouse renders it.
+fn land(pipeline: &str, rows: &[Row], format: InsertFormat) -> Vec<Value> {
+    let (url, _) = clickhouse_urls();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(pipeline);
+    let outcome = etl_gen::validate_file(&path, &etl_gen::Options::default()).expect("the pipeline reads");
+    let validated = outcome.pipeline.unwrap_or_else(|| panic!("{pipeline} is valid: {:?}", outcome.report));
+    let ddl = etl_gen::ddl::create_table(&validated).expect("a ClickHouse pipeline has DDL");
+    let named = validated.model.output_tables()[0].table.to_owned();
+    let table = unique_table(&named);
+    for statement in etl_gen::ddl::statements(&ddl) {
+        exec(&url, &statement.replace(&format!("`{named}`"), &format!("`{table}`")));
+    }
+    // The sink's columns are the table's: its start-up check then compares the two, and the
+    // insert names them.
+    let columns: Vec<(String, String)> = select(
+        &url,
+        &format!(
+            "SELECT name, type FROM system.columns WHERE database = 'default' AND table = '{table}' ORDER BY position"
+        ),
+    )
+    .into_iter()
+    .map(|c| (c["name"].as_str().unwrap().to_owned(), c["type"].as_str().unwrap().to_owned()))
+    .collect();
+    let borrowed: Vec<(&str, &str)> = columns.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let sink = ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, &borrowed) }).unwrap();
+    let end = run_pipeline(runtime_config(1), sink, vec![rows.to_vec()], None, Duration::from_secs(30));
+    assert_eq!(end.fatal, None, "{pipeline} in {format:?}");
+    let landed = select(&url, &format!("SELECT * FROM default.`{table}` ORDER BY id"));
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+    landed
+}
+
+#[test]
+fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
+    use rt::apache_avro::{Schema, to_avro_datum, types::Value as A};
+    let schema = Schema::parse_str(include_str!("modern_types/events.avsc")).unwrap();
+    let level = |i: u32| A::Enum(i, ["debug", "info", "warn"][i as usize].to_owned());
+    let record = |fields: Vec<(&str, A)>| {
+        to_avro_datum(&schema, A::Record(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())).unwrap()
+    };
+    let header =
+        |name: &str, value: Option<&[u8]>| -> rt::OwnedHeader { (name.as_bytes().into(), value.map(Into::into)) };
+    let records = vec![
+        (
+            record(vec![
+                ("id", A::Long(1)),
+                ("level", level(2)),
+                ("previous", A::Union(1, Box::new(level(0)))),
+                ("seen", A::Array(vec![level(0), level(1), level(2)])),
+                ("at_local", A::LocalTimestampMillis(1_709_210_096_789)), // 2024-02-29 12:34:56.789
+                ("at_local_us", A::LocalTimestampMicros(-1)),
+                ("opens", A::TimeMillis(32_400_000)), // 09:00
+                ("closes", A::Union(1, Box::new(A::TimeMicros(86_399_999_999)))),
+            ]),
+            vec![header("tenant", Some(b"acme")), header("trace", Some(b"t-1")), header("tenant", Some(b"beta"))],
+        ),
+        (
+            record(vec![
+                ("id", A::Long(2)),
+                ("level", level(0)),
+                ("previous", A::Union(0, Box::new(A::Null))),
+                ("seen", A::Array(vec![])),
+                ("at_local", A::LocalTimestampMillis(0)),
+                ("at_local_us", A::LocalTimestampMicros(1_000_001)),
+                ("opens", A::TimeMillis(0)),
+                ("closes", A::Union(0, Box::new(A::Null))),
+            ]),
+            vec![header("empty", None)],
+        ),
+    ];
+    #[allow(clippy::default_constructed_unit_structs)]
+    let rows = chain_rows(&mut avro_chain::Chain::default(), &records);
+    let expected = vec![
+        json!({
+            "id": 1, "level": "warn", "previous": "debug", "seen": ["debug", "info", "warn"],
+            "at_local": "2024-02-29 12:34:56.789", "at_local_us": "1969-12-31 23:59:59.999999",
+            "opens": "09:00:00.000", "closes": "23:59:59.999999",
+            "tenant": "beta", "headers": {"tenant": "beta", "trace": "t-1"},
+        }),
+        json!({
+            "id": 2, "level": "debug", "previous": null, "seen": [],
+            "at_local": "1970-01-01 00:00:00.000", "at_local_us": "1970-01-01 00:00:01.000001",
+            "opens": "00:00:00.000", "closes": null,
+            "tenant": null, "headers": {"empty": ""},
+        }),
+    ];
+    for format in FORMATS {
+        assert_eq!(land("modern_types/avro.yaml", &rows, format), expected, "{format:?}");
+    }
+}
+
+#[test]
+fn json_addresses_and_quoted_enum_symbols_land_as_written() {
+    let documents = [
+        json!({"id": 1, "client": "192.0.2.1", "server": "2001:DB8::1", "kind": "it's", "at": "2024-05-01T12:00:00.25+02:00"}),
+        json!({"id": 2, "client": "255.255.255.255", "server": "10.0.0.1", "kind": "ü", "at": "1969-12-31T23:59:59Z"}),
+        json!({"id": 3, "client": "0.0.0.0", "kind": "low", "at": "2024-02-29T00:00:00.000001Z"}),
+    ];
+    let records: Vec<(Vec<u8>, Vec<rt::OwnedHeader>)> =
+        documents.iter().map(|d| (d.to_string().into_bytes(), Vec::new())).collect();
+    #[allow(clippy::default_constructed_unit_structs)]
+    let rows = chain_rows(&mut json_chain::Chain::default(), &records);
+    let expected = vec![
+        json!({"id": 1, "client": "192.0.2.1", "server": "2001:db8::1", "kind": "it's", "at": "2024-05-01 10:00:00.250000"}),
+        json!({"id": 2, "client": "255.255.255.255", "server": "::ffff:10.0.0.1", "kind": "ü", "at": "1969-12-31 23:59:59.000000"}),
+        json!({"id": 3, "client": "0.0.0.0", "server": null, "kind": "low", "at": "2024-02-29 00:00:00.000001"}),
+    ];
+    for format in FORMATS {
+        assert_eq!(land("modern_types/json.yaml", &rows, format), expected, "{format:?}");
+    }
+}
+
+// An address that is not one, in either format, is a record error naming the field.
+#[test]
+fn a_malformed_address_is_a_record_error_naming_the_field() {
+    #[allow(clippy::default_constructed_unit_structs)]
+    let mut chain = json_chain::Chain::default();
+    for (doc, field) in [
+        (json!({"id": 1, "client": "192.0.2", "kind": "low", "at": "2024-05-01T00:00:00Z"}), "client"),
+        (
+            json!({"id": 1, "client": "1.2.3.4", "server": "2001:db8::g", "kind": "low", "at": "2024-05-01T00:00:00Z"}),
+            "server",
+        ),
+    ] {
+        let payload = doc.to_string().into_bytes();
+        let mut harness = rt::ChainHarness::new(1);
+        let record = rt::Record {
+            payload: Some(&payload),
+            key: None,
+            topic: "events",
+            partition: 0,
+            offset: 0,
+            timestamp_ms: Some(0),
+            headers: rt::Headers::NONE,
+        };
+        let error = harness.process(&mut chain, &record).expect_err("a bad address").to_string();
+        assert!(error.contains(field), "{error}");
+    }
+}
