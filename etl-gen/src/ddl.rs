@@ -85,7 +85,7 @@ fn create_output(
         .or_else(|| {
             columns
                 .iter()
-                .find(|c| !matches!(c.ty, Ty::Nullable(_) | Ty::Array(_) | Ty::Map(_) | Ty::Record(_)))
+                .find(|c| !matches!(c.ty, Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Record(_)))
                 .map(|c| c.name.clone())
         })
         .map(|name| quote_ident(&name))

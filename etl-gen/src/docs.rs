@@ -280,6 +280,12 @@ const EXPRESSIONS: &str = "
   nullable bytes (null when there is none or its value is null); `header_str('name')` is the
   same as a nullable string, and a value that is not UTF-8 is a record error. The name is a
   literal. The last one wins because a producer that adds a header again means to replace it.
+- **Maps**: `m[key]` is the value of the map's entry with that key, nullable (null when the
+  key is absent; an absent array or map value reads as empty), and `length(m)` its number of
+  entries. The key is an expression of the map's key type (`attrs['color']`,
+  `_headers[header_str('tenant')]`), or an integer literal that fits an integer key type
+  (`names[7]`); a null key reads null. A map of records cannot be indexed (ClickHouse has no
+  nullable tuple).
 - **Literals**: integers, decimals (doubles), `'strings'` (`''` for a quote), `true`,
   `false`, `null`.
 - **Operators**: `+ - * / %`, `== != < <= > >=`, `&& || !`, parentheses. Comparisons do not

@@ -23,7 +23,7 @@ pub(crate) enum Expr {
     Lit(Lit, Range<usize>),
     /// A field of the row (or a metadata field such as `_offset`).
     Field(String, Range<usize>),
-    /// A function call.
+    /// A function call; `m[k]` is the call `[]` of `m` and `k` (no function can be named so).
     Call(String, Vec<Expr>, Range<usize>),
     /// `!e` or `-e`.
     Unary(UnOp, Box<Expr>, Range<usize>),
@@ -144,6 +144,8 @@ enum Tok {
     Op(&'static str),
     LParen,
     RParen,
+    LBracket,
+    RBracket,
     Comma,
     End,
 }
@@ -167,6 +169,14 @@ fn lex(text: &str) -> Result<Vec<(Tok, Range<usize>)>, ParseError> {
             }
             b',' => {
                 out.push((Tok::Comma, i..i + 1));
+                i += 1;
+            }
+            b'[' => {
+                out.push((Tok::LBracket, i..i + 1));
+                i += 1;
+            }
+            b']' => {
+                out.push((Tok::RBracket, i..i + 1));
                 i += 1;
             }
             b'\'' => {
@@ -340,8 +350,25 @@ impl Parser {
                     e => Expr::Unary(UnOp::Neg, Box::new(e), full),
                 })
             }
-            _ => self.primary(),
+            _ => self.postfix(),
         }
+    }
+
+    /// A primary followed by any number of `[key]` lookups (`m['a']`).
+    fn postfix(&mut self) -> Result<Expr, ParseError> {
+        let mut e = self.primary()?;
+        while self.peek().0 == Tok::LBracket {
+            self.bump();
+            let key = self.expr(0)?;
+            match self.bump() {
+                (Tok::RBracket, end) => {
+                    let span = e.span().start..end.end;
+                    e = Expr::Call(INDEX.to_owned(), vec![e, key], span);
+                }
+                (_, s) => return Err(ParseError { message: "expected `]`".into(), span: s }),
+            }
+        }
+        Ok(e)
     }
 
     fn primary(&mut self) -> Result<Expr, ParseError> {
@@ -389,10 +416,15 @@ impl Parser {
     }
 }
 
+/// The name of `m[k]` as a call.
+pub(crate) const INDEX: &str = "[]";
+
 fn describe(tok: &Tok) -> String {
     match tok {
         Tok::Op(op) => (*op).to_owned(),
         Tok::RParen => ")".into(),
+        Tok::RBracket => "]".into(),
+        Tok::LBracket => "[".into(),
         Tok::Comma => ",".into(),
         other => format!("{other:?}"),
     }
@@ -423,6 +455,8 @@ mod tests {
         assert_eq!(show(&parse("coalesce(x, lower(y), 'it''s')").unwrap()), "coalesce(x, lower(y), Str(\"it's\"))");
         assert_eq!(show(&parse("f()").unwrap()), "f()");
         assert_eq!(parse("total_cents / 100.0").unwrap().span(), 0..19);
+        assert_eq!(show(&parse("-m['a'][k] + 1").unwrap()), r#"((Neg []([](m, Str("a")), k)) + Int(1))"#);
+        assert_eq!(parse("length(m[1])").unwrap().span(), 0..12);
     }
 
     #[test]
@@ -434,5 +468,6 @@ mod tests {
         assert!(parse("(a").is_err());
         assert!(parse("a b").is_err());
         assert!(parse("a # b").unwrap_err().message.contains("unexpected character"));
+        assert!(parse("m['a'").unwrap_err().message.contains("expected `]`"));
     }
 }

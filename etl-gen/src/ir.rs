@@ -45,8 +45,9 @@ pub(crate) enum Ty {
     },
     /// `Array(T)`
     Array(Box<Ty>),
-    /// `Map(String, T)`
-    Map(Box<Ty>),
+    /// `Map(K, V)`: keys (a string, an integer or a bool) and values. Values are the entries in
+    /// order, the last of a repeated key kept.
+    Map(Box<Ty>, Box<Ty>),
     /// `Nullable(T)`. In a reader's [`RecordTy`], a nullable record is flattened by
     /// [`input_row`] into Nullable columns (ClickHouse has no `Nullable(Tuple)`).
     Nullable(Box<Ty>),
@@ -107,7 +108,7 @@ pub(crate) fn with_enum_column(record: &mut RecordTy, column: EnumColumn) {
     fn ty(t: &mut Ty, column: EnumColumn) {
         match t {
             Ty::Enum { column: c, .. } => *c = column,
-            Ty::Array(t) | Ty::Map(t) | Ty::Nullable(t) => ty(t, column),
+            Ty::Array(t) | Ty::Map(_, t) | Ty::Nullable(t) => ty(t, column),
             Ty::Record(r) => with_enum_column(r, column),
             _ => {}
         }
@@ -171,7 +172,7 @@ impl Ty {
             Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date | Ty::Ipv4 => 4,
             Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::Timestamp(_) | Ty::Time(_) => 8,
             Ty::Enum { column: EnumColumn::Enum, symbols, .. } => u64::from(enum_bits(symbols.len()) / 8),
-            Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(_) | Ty::Nullable(_) => 1,
+            Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(..) | Ty::Nullable(_) => 1,
             Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
             Ty::Decimal { precision, .. } => match precision {
                 0..=9 => 4,
@@ -196,7 +197,7 @@ impl Ty {
             Ty::String | Ty::Bytes => "String".into(),
             Ty::Enum { symbols, column, .. } => column.clickhouse(symbols),
             Ty::Array(t) => format!("Array({})", t.clickhouse()),
-            Ty::Map(t) => format!("Map(String, {})", t.clickhouse()),
+            Ty::Map(k, v) => format!("Map({}, {})", k.clickhouse(), v.clickhouse()),
             Ty::Nullable(t) => match t.as_ref() {
                 // ClickHouse spells a nullable enum column LowCardinality(Nullable(String)).
                 Ty::Enum { column: EnumColumn::LowCardinality, .. } => "LowCardinality(Nullable(String))".into(),
@@ -234,7 +235,7 @@ impl Ty {
     /// ClickHouse (arrays and maps: an absent one reads as empty).
     pub(crate) fn or_null(self) -> Ty {
         match self {
-            Ty::Nullable(_) | Ty::Array(_) | Ty::Map(_) => self,
+            Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) => self,
             ty => Ty::Nullable(Box::new(ty)),
         }
     }
@@ -275,7 +276,8 @@ impl fmt::Display for Ty {
             Ty::Record(r) => write!(f, "record {}", r.name),
             Ty::Nullable(t) => write!(f, "nullable {t}"),
             Ty::Array(t) => write!(f, "array of {t}"),
-            Ty::Map(t) => write!(f, "map of {t}"),
+            Ty::Map(k, v) if **k == Ty::String => write!(f, "map of {v}"),
+            Ty::Map(k, v) => write!(f, "map of {k} to {v}"),
             Ty::Decimal { precision, scale } => write!(f, "decimal({precision}, {scale})"),
             other => f.write_str(match other {
                 Ty::Bool => "bool",
@@ -347,7 +349,7 @@ fn flatten(fields: &[Column], prefix: &str, below_null: bool, columns: &mut Vec<
 fn value_ty(ty: &Ty) -> Ty {
     match ty {
         Ty::Array(t) => Ty::Array(Box::new(value_ty(t))),
-        Ty::Map(t) => Ty::Map(Box::new(value_ty(t))),
+        Ty::Map(k, v) => Ty::Map(k.clone(), Box::new(value_ty(v))),
         Ty::Nullable(t) => Ty::Nullable(Box::new(value_ty(t))),
         Ty::Record(r) => Ty::Record(Box::new(RecordTy { name: r.name.clone(), fields: input_row(r) })),
         other => other.clone(),
@@ -363,7 +365,7 @@ pub(crate) fn metadata_columns() -> Vec<Column> {
         Column { name: "_timestamp".into(), ty: Ty::Nullable(Box::new(Ty::Timestamp(TimeUnit::Millis))) },
         Column { name: "_topic".into(), ty: Ty::String },
         // Each header name once, with its last value; `header()` reads one without the map.
-        Column { name: "_headers".into(), ty: Ty::Map(Box::new(Ty::Bytes)) },
+        Column { name: "_headers".into(), ty: Ty::Map(Box::new(Ty::String), Box::new(Ty::Bytes)) },
     ]
 }
 
@@ -416,6 +418,8 @@ pub(crate) enum Func {
     Header,
     /// `header_str('name')`: the same as text; not UTF-8 is a record error.
     HeaderStr,
+    /// `m[key]`: the value of a map's last entry with that key (null when there is none).
+    MapGet,
 }
 
 /// The documented function set: name, signature and meaning.

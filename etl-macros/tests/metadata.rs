@@ -50,6 +50,8 @@ fn without_headers(mut row: Value) -> Value {
         ("traced", json!(false)),
         ("headers", json!({})),
         ("n_headers", json!(0)),
+        ("tenant_in_map", json!(null)),
+        ("by_tenant", json!(null)),
     ] {
         fields.insert(k.into(), v);
     }
@@ -84,14 +86,20 @@ fn headers_are_read_last_one_wins_and_the_map_holds_each_name_once() {
         header("bin", Some(&[0x00, 0xff, 0x10])),
         header("trace", Some(b"t-2")),
         header("empty", None),
+        header("zürich", Some(b"z")),
     ];
     let rows = rows_with("orders-eu", 1, 5, &headers).expect("the record is processed");
     let row = &rows[0];
     assert_eq!(row["trace"], json!("t-2"), "header() reads the last header of the name");
     assert_eq!(row["tenant"], json!("zürich"));
     assert_eq!(row["traced"], json!(true));
-    assert_eq!(row["headers"], json!({"trace": "t-2", "tenant": "zürich", "bin": "\u{0}\u{fffd}\u{10}", "empty": ""}));
-    assert_eq!(row["n_headers"], json!(4), "repeated names count once in the map");
+    assert_eq!(
+        row["headers"],
+        json!({"trace": "t-2", "tenant": "zürich", "bin": "\u{0}\u{fffd}\u{10}", "empty": "", "zürich": "z"})
+    );
+    assert_eq!(row["n_headers"], json!(5), "repeated names count once in the map");
+    assert_eq!(row["tenant_in_map"], json!("zürich"), "m['key'] reads a map entry");
+    assert_eq!(row["by_tenant"], json!("z"), "the key may be any expression of the key's type");
 }
 
 #[test]

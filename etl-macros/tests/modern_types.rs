@@ -1,6 +1,7 @@
 //! ClickHouse's newer column types end to end against the real server: Avro's time and
 //! local-timestamp logical types, JSON Schema's `ipv4`/`ipv6`, enums as `Enum8` columns
-//! (`sink.clickhouse.enum: enum`) and Kafka headers as columns. Each test writes records, runs
+//! (`sink.clickhouse.enum: enum`), Kafka headers as columns, and Protobuf maps that keep their
+//! key types, read by `m[key]` and `length(m)`. Each test writes records, runs
 //! the generated chain on them, inserts its rows through the ClickHouse sink into the table
 //! `gen --ddl` creates, in both insert formats, and compares the table with what it wrote.
 
@@ -19,6 +20,11 @@ mod avro_chain {
 #[allow(dead_code, clippy::all)]
 mod json_chain {
     etl_macros::pipeline!("modern_types/json.yaml");
+}
+
+#[allow(dead_code, clippy::all)]
+mod protobuf_chain {
+    etl_macros::pipeline!("modern_types/protobuf.yaml");
 }
 
 #[path = "../../etl-runtime/tests/support/clickhouse.rs"]
@@ -189,5 +195,83 @@ fn a_malformed_address_is_a_record_error_naming_the_field() {
         };
         let error = harness.process(&mut chain, &record).expect_err("a bad address").to_string();
         assert!(error.contains(field), "{error}");
+    }
+}
+
+/// A protobuf varint.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A length-delimited field.
+fn delimited(number: u64, bytes: &[u8], out: &mut Vec<u8>) {
+    varint(number << 3 | 2, out);
+    varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+/// One map entry of field `number`: the key's and the value's own encodings (tag included).
+fn entry(number: u64, key: Vec<u8>, value: Vec<u8>, out: &mut Vec<u8>) {
+    delimited(number, &[key, value].concat(), out);
+}
+
+/// Field `number` of wire type varint.
+fn int(number: u64, v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    varint(number << 3, &mut out);
+    varint(v, &mut out);
+    out
+}
+
+fn text(number: u64, s: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    delimited(number, s.as_bytes(), &mut out);
+    out
+}
+
+fn double(number: u64, v: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    varint(number << 3 | 1, &mut out);
+    out.extend_from_slice(&v.to_le_bytes());
+    out
+}
+
+#[test]
+fn protobuf_maps_keep_their_key_types_and_expressions_read_them() {
+    let zigzag = |v: i64| ((v << 1) ^ (v >> 63)) as u64;
+    let mut first = int(1, 1);
+    entry(2, int(1, 7), text(2, "seven"), &mut first);
+    entry(2, int(1, -9_000_000_000i64 as u64), text(2, "big"), &mut first);
+    // A key written twice keeps its last entry, in the column and for `m[key]`.
+    entry(2, int(1, 7), text(2, "SEVEN"), &mut first);
+    entry(3, int(1, 1), int(2, -5i64 as u64), &mut first);
+    entry(3, int(1, 0), int(2, 3), &mut first);
+    entry(4, int(1, u64::from(u32::MAX)), double(2, 0.5), &mut first);
+    entry(5, text(1, "a"), int(2, 42), &mut first);
+    entry(6, int(1, zigzag(-1)), text(2, "minus one"), &mut first);
+    // Nothing but the id: every map empty, every lookup null.
+    let second = int(1, 2);
+    let records = vec![(first, Vec::new()), (second, Vec::new())];
+    #[allow(clippy::default_constructed_unit_structs)]
+    let rows = chain_rows(&mut protobuf_chain::Chain::default(), &records);
+    let expected = vec![
+        json!({
+            "id": 1, "names": {"7": "SEVEN", "-9000000000": "big"}, "flags": {"true": -5, "false": 3},
+            "weights": {"4294967295": 0.5}, "counts": {"a": 42}, "offsets": {"-1": "minus one"},
+            "name_7": "SEVEN", "name_big": "big", "n_names": 2, "flagged": -5, "weight_max": 0.5, "count_a": 42,
+            "below": "minus one",
+        }),
+        json!({
+            "id": 2, "names": {}, "flags": {}, "weights": {}, "counts": {}, "offsets": {},
+            "name_7": null, "name_big": null, "n_names": 0, "flagged": null, "weight_max": null, "count_a": null,
+            "below": null,
+        }),
+    ];
+    for format in FORMATS {
+        assert_eq!(land("modern_types/protobuf.yaml", &rows, format), expected, "{format:?}");
     }
 }

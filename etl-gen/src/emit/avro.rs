@@ -270,7 +270,7 @@ impl<F: FnMut(&str) -> proc_macro2::Ident> Walk<'_, F> {
         {
             let id_outer = (self.fresh)(column);
             absent.push(match ty {
-                Ty::Array(_) | Ty::Map(_) => quote!(::std::vec::Vec::new()),
+                Ty::Array(_) | Ty::Map(..) => quote!(::std::vec::Vec::new()),
                 _ => quote!(None),
             });
             inner.push(id.clone());

@@ -137,13 +137,14 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
                 }
             })
         }
-        Ty::Map(inner) => {
+        Ty::Map(key, inner) => {
+            let key = rowbinary(key, &Val::Ref(quote!(k)), enums);
             let inner = rowbinary(inner, &x, enums);
             let r = v.receiver();
             quote!({
                 rt::rowbinary::varint(buf, #r.len() as u64);
                 for (k, x) in #r.iter() {
-                    rt::rowbinary::string(buf, k.as_bytes());
+                    #key
                     #inner
                 }
             })
@@ -217,7 +218,15 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
                 buf.push(b']');
             })
         }
-        Ty::Map(inner) => {
+        Ty::Map(key, inner) => {
+            // A JSON key is a string: a number or bool key is written in quotes.
+            let key = match key.as_ref() {
+                Ty::String => quote!(rt::json::string(buf, k);),
+                other => {
+                    let k = json(other, &Val::Ref(quote!(k)), enums);
+                    quote!(buf.push(b'"'); #k buf.push(b'"');)
+                }
+            };
             let inner = json(inner, &x, enums);
             let r = v.receiver();
             quote!({
@@ -226,7 +235,7 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
                     if i > 0 {
                         buf.push(b',');
                     }
-                    rt::json::string(buf, k);
+                    #key
                     buf.push(b':');
                     #inner
                 }

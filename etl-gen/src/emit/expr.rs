@@ -132,7 +132,7 @@ pub(super) fn condition(e: &TExpr, scope: &Scope) -> TokenStream {
 pub(super) fn is_copy(ty: &Ty) -> bool {
     match ty {
         Ty::Nullable(t) => is_copy(t),
-        Ty::String | Ty::Bytes | Ty::Array(_) | Ty::Map(_) | Ty::Record(_) => false,
+        Ty::String | Ty::Bytes | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) => false,
         _ => true,
     }
 }
@@ -328,6 +328,49 @@ fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
         Func::IsNull => {
             let v = value(&args[0], scope);
             quote!(#v.is_none())
+        }
+        Func::MapGet => {
+            let (map, key) = (&args[0], &args[1]);
+            // A field is read in place; anything else is evaluated first.
+            let entries = match &map.kind {
+                TKind::Field(name) => {
+                    let id = &scope[name];
+                    quote!(#id)
+                }
+                _ => {
+                    let v = value(map, scope);
+                    quote!((#v))
+                }
+            };
+            let key_value = match &key.kind {
+                // Typed by the map's key (typeck checked that it fits).
+                TKind::Lit(Lit::Int(v)) => {
+                    let v = Literal::i64_unsuffixed(*v);
+                    quote!(#v)
+                }
+                _ => value(key, scope),
+            };
+            let Ty::Map(_, value_ty) = map.ty.non_null() else { unreachable!("typeck takes a map") };
+            let pick = match value_ty.as_ref() {
+                Ty::Nullable(inner) if is_copy(inner) => quote!(.and_then(|(_, v)| *v)),
+                Ty::Nullable(_) => quote!(.and_then(|(_, v)| v.clone())),
+                // No Nullable(Array) or Nullable(Map): an absent key reads as empty.
+                Ty::Array(_) | Ty::Map(..) => quote!(.map(|(_, v)| v.clone()).unwrap_or_default()),
+                t if is_copy(t) => quote!(.map(|(_, v)| *v)),
+                _ => quote!(.map(|(_, v)| v.clone())),
+            };
+            // The last entry of a key is its value, as ClickHouse and the decoders keep it.
+            let find = quote!(#entries.iter().rev().find(|(k, _)| *k == key) #pick);
+            if key.ty.is_nullable() {
+                let absent = if matches!(value_ty.as_ref(), Ty::Array(_) | Ty::Map(..)) {
+                    quote!(::std::default::Default::default())
+                } else {
+                    quote!(None)
+                };
+                quote!(match #key_value { Some(key) => #find, None => #absent })
+            } else {
+                quote!({ let key = #key_value; #find })
+            }
         }
         Func::Lower | Func::Upper => {
             let method = if func == Func::Lower { quote!(to_lowercase) } else { quote!(to_uppercase) };

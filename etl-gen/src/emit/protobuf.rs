@@ -347,7 +347,7 @@ fn map_entry<F: FnMut(&str) -> Ident>(
                 _ => #entry.skip(wire)?,
             }
         }
-        #id.push((rt::proto_read::KeyText::key_text(key), #finish));
+        #id.push((key, #finish));
     })
 }
 

@@ -34,9 +34,9 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
             let t = rust_ty(t);
             quote!(::std::vec::Vec<#t>)
         }
-        Ty::Map(t) => {
-            let t = rust_ty(t);
-            quote!(::std::vec::Vec<(::std::borrow::Cow<#lt, str>, #t)>)
+        Ty::Map(k, v) => {
+            let (k, v) = (rust_ty(k), rust_ty(v));
+            quote!(::std::vec::Vec<(#k, #v)>)
         }
         Ty::Nullable(t) => {
             let t = rust_ty(t);
@@ -59,7 +59,8 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
 /// has a lifetime parameter only then (an unused one does not compile).
 pub(super) fn borrows(ty: &Ty) -> bool {
     match ty {
-        Ty::String | Ty::Bytes | Ty::Map(_) => true,
+        Ty::String | Ty::Bytes => true,
+        Ty::Map(k, v) => borrows(k) || borrows(v),
         Ty::Array(t) | Ty::Nullable(t) => borrows(t),
         Ty::Record(r) => r.fields.iter().any(|c| borrows(&c.ty)),
         _ => false,
@@ -95,7 +96,7 @@ fn sanitize(name: &str) -> String {
 /// Every record type nested in containers of `ty`, innermost first.
 pub(super) fn nested_records(ty: &Ty, out: &mut Vec<RecordTy>) {
     match ty {
-        Ty::Array(t) | Ty::Map(t) | Ty::Nullable(t) => nested_records(t, out),
+        Ty::Array(t) | Ty::Map(_, t) | Ty::Nullable(t) => nested_records(t, out),
         Ty::Record(r) => {
             for c in &r.fields {
                 nested_records(&c.ty, out);
@@ -124,7 +125,7 @@ pub(super) fn rust_ty_doc(ty: &Ty) -> String {
         Ty::Bytes => "Cow<'a, [u8]>".into(),
         Ty::Enum { .. } => "u32 (symbol index)".into(),
         Ty::Array(t) => format!("Vec<{}>", rust_ty_doc(t)),
-        Ty::Map(t) => format!("Vec<(Cow<'a, str>, {})>", rust_ty_doc(t)),
+        Ty::Map(k, v) => format!("Vec<({}, {})>", rust_ty_doc(k), rust_ty_doc(v)),
         Ty::Nullable(t) => format!("Option<{}>", rust_ty_doc(t)),
         Ty::Record(r) if borrows(ty) => format!("{}<'a>", record_ident(r)),
         Ty::Record(r) => record_ident(r).to_string(),
@@ -149,9 +150,9 @@ pub(super) fn serde_owned_ty(ty: &Ty) -> TokenStream {
             let t = serde_owned_ty(t);
             quote!(Vec<#t>)
         }
-        Ty::Map(t) => {
-            let t = serde_owned_ty(t);
-            quote!(std::collections::HashMap<String, #t>)
+        Ty::Map(k, v) => {
+            let (k, v) = (serde_owned_ty(k), serde_owned_ty(v));
+            quote!(std::collections::HashMap<#k, #v>)
         }
         Ty::Nullable(t) => {
             let t = serde_owned_ty(t);

@@ -255,6 +255,9 @@ impl Typer<'_> {
 
     /// Types a call of a built-in function: its name, its number of arguments, their types.
     fn call(&mut self, name: &str, args: &[Expr], span: &std::ops::Range<usize>) -> Option<TExpr> {
+        if name == crate::expr::INDEX {
+            return self.index(&args[0], &args[1], span);
+        }
         let func = match name {
             "lower" => Func::Lower,
             "upper" => Func::Upper,
@@ -305,7 +308,7 @@ impl Typer<'_> {
             );
         };
         let ty = match func {
-            Func::Header | Func::HeaderStr => unreachable!("typed by `header` above"),
+            Func::Header | Func::HeaderStr | Func::MapGet => unreachable!("typed by `header` and `index` above"),
             Func::Lower | Func::Upper => {
                 if !typed[0].ty.is_text() {
                     bad(self, &typed[0]);
@@ -314,7 +317,7 @@ impl Typer<'_> {
                 nullable_if(Ty::String, typed[0].ty.is_nullable())
             }
             Func::Length => {
-                if !(typed[0].ty.is_text() || matches!(typed[0].ty.non_null(), Ty::Array(_) | Ty::Map(_))) {
+                if !(typed[0].ty.is_text() || matches!(typed[0].ty.non_null(), Ty::Array(_) | Ty::Map(..))) {
                     bad(self, &typed[0]);
                     return None;
                 }
@@ -381,6 +384,53 @@ impl Typer<'_> {
 
     /// `header('name')` / `header_str('name')`: the name must be a string literal, so that the
     /// generated code looks it up by a constant and `gen` can tell what a pipeline reads.
+    /// Types `map[key]`: the map's value type, nullable (a key may be absent); the key of the
+    /// map's key type (an integer literal takes any integer key type it fits).
+    fn index(&mut self, map: &Expr, key: &Expr, span: &std::ops::Range<usize>) -> Option<TExpr> {
+        let (m, k) = (self.check(map), self.check(key));
+        let (m, k) = (m?, k?);
+        let Ty::Map(key_ty, value_ty) = m.ty.non_null().clone() else {
+            self.error(
+                &rules::TYPE_MISMATCH,
+                span,
+                format!("`[...]` reads a map, not {}", m.ty),
+                "index a map field, e.g. attrs['color']",
+            );
+            return None;
+        };
+        let fits = |v: i64| match *key_ty {
+            Ty::Int32 => i32::try_from(v).is_ok(),
+            Ty::UInt32 => u32::try_from(v).is_ok(),
+            Ty::Int64 => true,
+            Ty::UInt64 => v >= 0,
+            _ => false,
+        };
+        let k = match &k.kind {
+            TKind::Lit(Lit::Int(v)) if fits(*v) => TExpr { kind: k.kind.clone(), ty: (*key_ty).clone() },
+            _ if k.ty.non_null() == &*key_ty => k,
+            _ => {
+                self.error(
+                    &rules::TYPE_MISMATCH,
+                    span,
+                    format!("the keys of this map are {key_ty}, not {}", k.ty),
+                    &format!("look up a {key_ty} key"),
+                );
+                return None;
+            }
+        };
+        if matches!(*value_ty, Ty::Record(_)) {
+            self.error(
+                &rules::TYPE_MISMATCH,
+                span,
+                format!("`[...]` cannot read a map of {value_ty}: ClickHouse has no nullable tuple"),
+                "read the map whole, or map a field of it in a `rust` operator",
+            );
+            return None;
+        }
+        let ty = value_ty.or_null();
+        Some(TExpr { kind: TKind::Call(Func::MapGet, vec![m, k]), ty })
+    }
+
     fn header(&mut self, func: Func, name: &str, args: &[Expr], span: &std::ops::Range<usize>) -> Option<TExpr> {
         let header = match args {
             [Expr::Lit(Lit::Str(header), _)] if !header.is_empty() => header.clone(),

@@ -122,7 +122,7 @@ pub(crate) fn column_ty(avro: &AvroType) -> Ty {
             Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
         }
         AvroType::Array(t) => Ty::Array(Box::new(column_ty(t))),
-        AvroType::Map(t) => Ty::Map(Box::new(column_ty(t))),
+        AvroType::Map(t) => Ty::Map(Box::new(Ty::String), Box::new(column_ty(t))),
         // ClickHouse has no Nullable(Array) or Nullable(Map): null reads as empty, as JSON's
         // null arrays do.
         AvroType::Nullable { inner, .. } if matches!(**inner, AvroType::Array(_) | AvroType::Map(_)) => {

@@ -123,7 +123,7 @@ fn column_type(t: &JType) -> Ty {
             Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
         }
         JType::Array(t) => Ty::Array(Box::new(column_type(t))),
-        JType::Map(t) => Ty::Map(Box::new(column_type(t))),
+        JType::Map(t) => Ty::Map(Box::new(Ty::String), Box::new(column_type(t))),
         JType::Object { name, fields } => {
             Ty::Record(Box::new(RecordTy { name: name.clone(), fields: columns(fields, false) }))
         }

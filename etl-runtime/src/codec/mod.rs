@@ -11,15 +11,13 @@ pub mod ops;
 pub mod proto_read;
 pub mod rowbinary;
 
-use std::borrow::Cow;
-
 use crate::engine::errors::{RecordError, RecordErrorKind};
 
 /// Keeps the last entry of each key of a decoded map (Protobuf's rule when a key repeats, and
 /// JSON readers' such as Python's `json` and serde_json's), the
 /// kept entries in the order they came. Small maps are compared pairwise; larger ones go through
 /// a set, so that a hostile message cannot make this quadratic.
-pub fn last_key_wins<V>(entries: &mut Vec<(Cow<'_, str>, V)>) {
+pub fn last_key_wins<K: Eq + std::hash::Hash, V>(entries: &mut Vec<(K, V)>) {
     let n = entries.len();
     let repeats = |i: usize| entries[i + 1..].iter().any(|(k, _)| *k == entries[i].0);
     // The usual map has no repeated key: a small one is checked without allocating.
@@ -32,7 +30,7 @@ pub fn last_key_wins<V>(entries: &mut Vec<(Cow<'_, str>, V)>) {
         let mut seen = std::collections::HashSet::with_capacity(n);
         let mut keep = vec![false; n];
         for (i, (k, _)) in entries.iter().enumerate().rev() {
-            keep[i] = seen.insert(&**k);
+            keep[i] = seen.insert(k);
         }
         keep
     };

@@ -456,35 +456,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The map key's text: a string as it is, a number in decimal, a bool as `true`/`false`.
-pub trait KeyText<'a> {
-    /// The text.
-    fn key_text(self) -> Cow<'a, str>;
-}
-
-impl<'a> KeyText<'a> for Cow<'a, str> {
-    fn key_text(self) -> Cow<'a, str> {
-        self
-    }
-}
-
-impl<'a> KeyText<'a> for bool {
-    fn key_text(self) -> Cow<'a, str> {
-        Cow::Borrowed(if self { "true" } else { "false" })
-    }
-}
-
-macro_rules! integer_keys {
-    ($($t:ty),*) => {$(
-        impl<'a> KeyText<'a> for $t {
-            fn key_text(self) -> Cow<'a, str> {
-                Cow::Owned(itoa::Buffer::new().format(self).to_owned())
-            }
-        }
-    )*};
-}
-integer_keys!(i32, i64, u32, u64);
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
