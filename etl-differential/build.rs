@@ -221,9 +221,10 @@ fn json_type(rng: &mut Rng, depth: u32, in_container: bool) -> Value {
                 .collect();
             json!({"type": "string", "enum": symbols})
         }
-        8 => match rng.below(4) {
+        8 => match rng.below(5) {
             0 => json!({"type": "string", "format": "ipv4"}),
             1 => json!({"type": "string", "format": "ipv6"}),
+            2 => json!({"type": "object"}),
             _ => json!({"type": "integer"}),
         },
         9 => json!({"type": "array", "items": json_type(rng, depth + 1, true)}),

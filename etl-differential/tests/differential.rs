@@ -676,6 +676,13 @@ mod json_ref {
                 let item = &schema["items"];
                 Value::Array(items.iter().map(|v| element(item, v, column)).collect::<Result<_, _>>()?)
             }
+            // A free-form object is a JSON column: the object as it came.
+            "object" if schema.get("properties").is_none() && schema.get("additionalProperties").is_none() => {
+                if !v.is_object() {
+                    return wrong();
+                }
+                v.clone()
+            }
             "object" if schema.get("additionalProperties").is_some() => {
                 let Value::Object(entries) = v else { return wrong() };
                 let item = &schema["additionalProperties"];

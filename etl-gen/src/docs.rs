@@ -455,6 +455,23 @@ How messages are read:
 ";
 
 const TYPES_END: &str = "
+### The JSON type
+
+A `JSON` column holds an object as the message carried it: the decoder checks its JSON (structure,
+escapes, UTF-8) and keeps its text, without building it; ClickHouse parses it into its typed paths
+on insert. From JSON Schema: an `object` with no `properties` and no `additionalProperties` schema
+(`{\"type\": \"object\"}`, `additionalProperties: true`), or any property marked
+`\"x-clickhouse-type\": \"JSON\"` (its other keywords are then not enforced); a value that is not
+an object (`null` aside, when the property allows it) is a record error naming the field.
+Expressions can copy a JSON value (`map`, `select`) but not compare or compute with it.
+
+On the wire, a Native insert sends the column as `String` (the server converts it to the table's
+`JSON`), and a RowBinary insert sets `input_format_binary_read_json_as_string=1`, which the sink
+adds itself when a column is `JSON`. Tested against ClickHouse 26.7 (the local server); the
+`JSON` type needs 24.8 or later (where it is experimental: `allow_experimental_json_type=1`
+on the table's server), and the RowBinary setting a release that has it (Native does not need
+it). Avro's `\"logicalType\": \"json\"` and Protobuf's `Struct` and `Value` are not mapped yet.
+
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`
 ([operations.md](operations.md#replicated-tables)).

@@ -73,6 +73,8 @@ pub(crate) enum Ty {
     Ipv4,
     /// `IPv6`; values are the address's 16 bytes as a big-endian `u128`.
     Ipv6,
+    /// `JSON`: an object kept whole; values are its text as it arrived (checked, not rebuilt).
+    Json,
 }
 
 /// How an enum is written (`sink.clickhouse.enum`).
@@ -172,7 +174,7 @@ impl Ty {
             Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date | Ty::Ipv4 => 4,
             Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::Timestamp(_) | Ty::Time(_) => 8,
             Ty::Enum { column: EnumColumn::Enum, symbols, .. } => u64::from(enum_bits(symbols.len()) / 8),
-            Ty::String | Ty::Bytes | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(..) | Ty::Nullable(_) => 1,
+            Ty::String | Ty::Bytes | Ty::Json | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(..) | Ty::Nullable(_) => 1,
             Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
             Ty::Decimal { precision, .. } => match precision {
                 0..=9 => 4,
@@ -215,6 +217,7 @@ impl Ty {
             Ty::Time(unit) => format!("Time64({})", unit.digits()),
             Ty::Ipv4 => "IPv4".into(),
             Ty::Ipv6 => "IPv6".into(),
+            Ty::Json => "JSON".into(),
         }
     }
 
@@ -299,6 +302,7 @@ impl fmt::Display for Ty {
                 Ty::Time(TimeUnit::Nanos) => "time-nanos",
                 Ty::Ipv4 => "ipv4",
                 Ty::Ipv6 => "ipv6",
+                Ty::Json => "json",
                 _ => unreachable!("handled above"),
             }),
         }

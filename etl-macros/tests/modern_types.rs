@@ -150,33 +150,39 @@ fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
 }
 
 #[test]
-fn json_addresses_and_quoted_enum_symbols_land_as_written() {
+fn json_addresses_quoted_enum_symbols_and_json_objects_land_as_written() {
     let documents = [
-        json!({"id": 1, "client": "192.0.2.1", "server": "2001:DB8::1", "kind": "it's", "at": "2024-05-01T12:00:00.25+02:00"}),
-        json!({"id": 2, "client": "255.255.255.255", "server": "10.0.0.1", "kind": "ü", "at": "1969-12-31T23:59:59Z"}),
-        json!({"id": 3, "client": "0.0.0.0", "kind": "low", "at": "2024-02-29T00:00:00.000001Z"}),
+        r#"{"id": 1, "client": "192.0.2.1", "server": "2001:DB8::1", "kind": "it's", "at": "2024-05-01T12:00:00.25+02:00",
+            "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "caf\u00e9"}}"#,
+        r#"{"id": 2, "client": "255.255.255.255", "server": "10.0.0.1", "kind": "ü", "at": "1969-12-31T23:59:59Z",
+            "attrs": {}, "payload": null}"#,
+        r#"{"id": 3, "client": "0.0.0.0", "kind": "low", "at": "2024-02-29T00:00:00.000001Z", "attrs": {"n": 1.5}}"#,
     ];
     let records: Vec<(Vec<u8>, Vec<rt::OwnedHeader>)> =
-        documents.iter().map(|d| (d.to_string().into_bytes(), Vec::new())).collect();
+        documents.iter().map(|d| (d.as_bytes().to_vec(), Vec::new())).collect();
     #[allow(clippy::default_constructed_unit_structs)]
     let rows = chain_rows(&mut json_chain::Chain::default(), &records);
     let expected = vec![
-        json!({"id": 1, "client": "192.0.2.1", "server": "2001:db8::1", "kind": "it's", "at": "2024-05-01 10:00:00.250000"}),
-        json!({"id": 2, "client": "255.255.255.255", "server": "::ffff:10.0.0.1", "kind": "ü", "at": "1969-12-31 23:59:59.000000"}),
-        json!({"id": 3, "client": "0.0.0.0", "server": null, "kind": "low", "at": "2024-02-29 00:00:00.000001"}),
+        json!({"id": 1, "client": "192.0.2.1", "server": "2001:db8::1", "kind": "it's", "at": "2024-05-01 10:00:00.250000",
+            "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "café"}}),
+        json!({"id": 2, "client": "255.255.255.255", "server": "::ffff:10.0.0.1", "kind": "ü", "at": "1969-12-31 23:59:59.000000",
+            "attrs": {}, "payload": null}),
+        json!({"id": 3, "client": "0.0.0.0", "server": null, "kind": "low", "at": "2024-02-29 00:00:00.000001",
+            "attrs": {"n": 1.5}, "payload": null}),
     ];
     for format in FORMATS {
         assert_eq!(land("modern_types/json.yaml", &rows, format), expected, "{format:?}");
     }
 }
 
-// An address that is not one, in either format, is a record error naming the field.
+// An address that is not one, or a JSON column's value that is no object, is a record error naming
+// the field.
 #[test]
-fn a_malformed_address_is_a_record_error_naming_the_field() {
+fn a_malformed_address_or_a_json_value_that_is_no_object_is_a_record_error_naming_the_field() {
     #[allow(clippy::default_constructed_unit_structs)]
     let mut chain = json_chain::Chain::default();
     for (doc, field) in [
-        (json!({"id": 1, "client": "192.0.2", "kind": "low", "at": "2024-05-01T00:00:00Z"}), "client"),
+        (json!({"id": 1, "client": "192.0.2", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}}), "client"),
         (
             json!({"id": 1, "client": "1.2.3.4", "server": "2001:db8::g", "kind": "low", "at": "2024-05-01T00:00:00Z"}),
             "server",

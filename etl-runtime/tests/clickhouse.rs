@@ -106,6 +106,8 @@ const ALL_TYPES: &[(&str, &str)] = &[
     ("t_us", "Time64(6)"),
     ("ip4", "IPv4"),
     ("ip6", "IPv6"),
+    ("doc", "JSON"),
+    ("maybe_doc", "Nullable(JSON)"),
 ];
 
 /// A MergeTree ordered by `id`; `extra` goes into the column list (a constraint), `settings` after
@@ -188,6 +190,9 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
     rb::i64(&mut first, 86_399_999_999); // 23:59:59.999999
     rb::ipv4(&mut first, 0xC000_0201); // 192.0.2.1
     rb::ipv6(&mut first, 0x2001_0db8_0000_0000_0000_0000_0000_0001);
+    rb::string(&mut first, br#"{"a": 1, "b": {"c": ["x", "y"]}, "s": "h\u00e9"}"#);
+    rb::null_marker(&mut first, false);
+    rb::string(&mut first, b"{}");
 
     let mut second = Vec::new();
     rb::i64(&mut second, 2);
@@ -217,6 +222,8 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
     rb::i64(&mut second, 1);
     rb::ipv4(&mut second, u32::MAX);
     rb::ipv6(&mut second, 0xffff_0102_0304); // ::ffff:1.2.3.4
+    rb::string(&mut second, b"{}");
+    rb::null_marker(&mut second, true);
 
     let sink = ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, ALL_TYPES) }).unwrap();
     block_on(sink.check()).expect("the table made from the mapping passes the check");
@@ -239,6 +246,7 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
             "uid": "01234567-89ab-cdef-fedc-ba9876543210",
             "level": "it's", "maybe_level": "b", "t_ms": "12:34:56.789", "t_us": "23:59:59.999999",
             "ip4": "192.0.2.1", "ip6": "2001:db8::1",
+            "doc": {"a": 1, "b": {"c": ["x", "y"]}, "s": "hé"}, "maybe_doc": {},
         }),
         "{format:?}"
     );
@@ -253,6 +261,7 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
             "uid": "ffffffff-ffff-ffff-ffff-ffffffffffff",
             "level": "error", "maybe_level": null, "t_ms": "00:00:00.000", "t_us": "00:00:00.000001",
             "ip4": "255.255.255.255", "ip6": "::ffff:1.2.3.4",
+            "doc": {}, "maybe_doc": null,
         }),
         "{format:?}"
     );

@@ -50,6 +50,9 @@ pub enum JType {
     Uuid,
     /// `string` with `format: ipv4` → IPv4
     Ipv4,
+    /// An object with no declared `properties` and no `additionalProperties` schema, or any
+    /// schema marked `"x-clickhouse-type": "JSON"` → JSON: the object as it arrived.
+    Json,
     /// `string` with `format: ipv6` → IPv6
     Ipv6,
     /// A string `enum` → LowCardinality(String)
@@ -199,6 +202,20 @@ impl<'a> Walker<'a> {
                 return None;
             }
         };
+        // Marked for ClickHouse's JSON type: whatever the schema says of its content, the value
+        // is kept whole (an object; `null` too when `type` lists it).
+        if let Some(marked) = map.get("x-clickhouse-type") {
+            if !matches!(marked, J::Str(t) if t == "JSON") {
+                self.unsupported(
+                    path,
+                    "`x-clickhouse-type` names a type other than `JSON`",
+                    "write `\"x-clickhouse-type\": \"JSON\"`, or remove it",
+                );
+                return None;
+            }
+            let nullable = matches!(map.get("type"), Some(J::Arr(list)) if list.iter().any(|t| matches!(t, J::Str(t) if t == "null")));
+            return Some(if nullable { JType::Nullable(Box::new(JType::Json)) } else { JType::Json });
+        }
         for (keyword, fix) in UNSUPPORTED_KEYWORDS {
             if map.contains_key(*keyword) {
                 self.unsupported(path, format!("`{keyword}` is not supported"), fix);
@@ -380,11 +397,13 @@ impl<'a> Walker<'a> {
                 self.check_element(&value, &format!("{path}{{}}"))?;
                 Some(JType::Map(Box::new(value)))
             }
+            // Free-form: kept whole in a JSON column.
+            (None | Some(J::Obj(_)), None | Some(J::Bool(true))) => Some(JType::Json),
             _ => {
                 self.unsupported(
                     path,
-                    "an object with neither `properties` nor an `additionalProperties` schema has no columns",
-                    "list its `properties`, or give `additionalProperties` a schema to read it as a map",
+                    "an object with no `properties` and `additionalProperties: false` holds nothing",
+                    "list its `properties`, give `additionalProperties` a schema, or leave both out for a JSON column",
                 );
                 None
             }

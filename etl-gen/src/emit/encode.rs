@@ -81,7 +81,7 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
             let c = v.copied();
             quote!(rt::rowbinary::f64(buf, #c);)
         }
-        Ty::String => {
+        Ty::String | Ty::Json => {
             let r = v.receiver();
             quote!(rt::rowbinary::string(buf, #r.as_bytes());)
         }
@@ -190,6 +190,11 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
             quote!(rt::json::decimal(buf, #c, #s);)
         }
         Ty::Uuid => quote!(rt::json::uuid(buf, #c);),
+        // Already a JSON object's text.
+        Ty::Json => {
+            let r = v.receiver();
+            quote!(buf.extend_from_slice(#r.as_bytes());)
+        }
         Ty::Time(unit) => {
             let digits = Literal::u32_unsuffixed(unit.digits());
             quote!(rt::json::time(buf, #c, #digits);)

@@ -132,7 +132,7 @@ pub(super) fn condition(e: &TExpr, scope: &Scope) -> TokenStream {
 pub(super) fn is_copy(ty: &Ty) -> bool {
     match ty {
         Ty::Nullable(t) => is_copy(t),
-        Ty::String | Ty::Bytes | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) => false,
+        Ty::String | Ty::Bytes | Ty::Json | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) => false,
         _ => true,
     }
 }

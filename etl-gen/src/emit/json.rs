@@ -304,6 +304,7 @@ fn value(
         JType::Date => quote!(doc.date(#path)?),
         JType::Uuid => quote!(doc.uuid(#path)?),
         JType::Ipv4 => quote!(doc.ipv4(#path)?),
+        JType::Json => quote!(doc.json_object(#path)?),
         JType::Ipv6 => quote!(doc.ipv6(#path)?),
         JType::Enum { symbols, .. } => {
             // Registered for the encoders, which write symbols from the same table.

@@ -27,7 +27,7 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
         Ty::UInt64 => quote!(u64),
         Ty::Float32 => quote!(f32),
         Ty::Float64 => quote!(f64),
-        Ty::String => quote!(::std::borrow::Cow<#lt, str>),
+        Ty::String | Ty::Json => quote!(::std::borrow::Cow<#lt, str>),
         Ty::Bytes => quote!(::std::borrow::Cow<#lt, [u8]>),
         Ty::Enum { .. } => quote!(u32),
         Ty::Array(t) => {
@@ -59,7 +59,7 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
 /// has a lifetime parameter only then (an unused one does not compile).
 pub(super) fn borrows(ty: &Ty) -> bool {
     match ty {
-        Ty::String | Ty::Bytes => true,
+        Ty::String | Ty::Bytes | Ty::Json => true,
         Ty::Map(k, v) => borrows(k) || borrows(v),
         Ty::Array(t) | Ty::Nullable(t) => borrows(t),
         Ty::Record(r) => r.fields.iter().any(|c| borrows(&c.ty)),
@@ -122,6 +122,7 @@ pub(super) fn rust_ty_doc(ty: &Ty) -> String {
         Ty::Float32 => "f32".into(),
         Ty::Float64 => "f64".into(),
         Ty::String => "Cow<'a, str>".into(),
+        Ty::Json => "Cow<'a, str> (the object's JSON text)".into(),
         Ty::Bytes => "Cow<'a, [u8]>".into(),
         Ty::Enum { .. } => "u32 (symbol index)".into(),
         Ty::Array(t) => format!("Vec<{}>", rust_ty_doc(t)),

@@ -53,6 +53,8 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
             JType::Uuid => json!({"type": "string", "logicalType": "uuid"}),
             // Avro has no address type: a fixed of the address's bytes, which datagen writes as
             // the address's text (`json_format`). Fixed types need unique names.
+            // Any object will do: a map of numbers is written as one.
+            JType::Json => json!({"type": "map", "values": "long"}),
             JType::Ipv4 | JType::Ipv6 => {
                 let (size, format) = if *t == JType::Ipv4 { (4, "ipv4") } else { (16, "ipv6") };
                 let n = FIXED.with(|c| c.replace(c.get() + 1));
@@ -118,6 +120,7 @@ fn column_type(t: &JType) -> Ty {
         JType::Date => Ty::Date,
         JType::Uuid => Ty::Uuid,
         JType::Ipv4 => Ty::Ipv4,
+        JType::Json => Ty::Json,
         JType::Ipv6 => Ty::Ipv6,
         JType::Enum { name, symbols } => {
             Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
@@ -165,6 +168,10 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
         "`Nullable(T)` (an absent object has absent fields)",
     ),
     ("`$ref` to `#/$defs/X` or `#/definitions/X`", "the referenced schema (no remote or recursive references)"),
+    (
+        "`object` with no `properties` and no `additionalProperties` schema, or any schema with `\"x-clickhouse-type\": \"JSON\"`",
+        "`JSON`: the object as it arrived (another kind of value is a record error); see [the JSON type](#the-json-type)",
+    ),
 ];
 
 #[cfg(test)]
@@ -287,6 +294,8 @@ mod tests {
             (9, r#"{"type": "array", "items": {"type": "integer"}}"#, Some("Int64")),
             (10, r#"{"type": "object", "additionalProperties": {"type": "integer"}}"#, Some("Int64")),
             (12, r#"{"type": ["integer", "null"]}"#, Some("Int64")),
+            (15, r#"{"type": "object"}"#, None),
+            (15, r#"{"type": "array", "x-clickhouse-type": "JSON"}"#, None),
         ];
         for &(row, ty, inner) in cases {
             let fields = ok(&format!(r#"{{"type": "object", "required": ["f"], "properties": {{"f": {ty}}}}}"#));

@@ -37,6 +37,9 @@ use crate::engine::sink::Sink;
 use crate::secret::redact_url;
 
 use config::OWNED_SETTINGS;
+
+/// The RowBinary setting that reads a `JSON` column's values as their text.
+const JSON_AS_STRING: &str = "input_format_binary_read_json_as_string";
 pub use config::{ClickhouseSinkConfig, InsertCompression, InsertFormat};
 use errors::Class;
 pub use ledger_table::{ExactlyOnceConfig, ledger_table};
@@ -202,6 +205,14 @@ impl ClickhouseSink {
         let mut settings = config.settings;
         if !settings.iter().any(|(key, _)| key == "async_insert") {
             settings.push(("async_insert".to_owned(), "0".to_owned()));
+        }
+        // A `JSON` column's values are the objects' text; RowBinary reads them so only when told
+        // (Native sends such a column as `String`, which the server converts).
+        if config.format == InsertFormat::RowBinary
+            && config.columns.iter().any(|(_, ty)| table_columns::mentions_json(ty))
+            && !settings.iter().any(|(key, _)| key == JSON_AS_STRING)
+        {
+            settings.push((JSON_AS_STRING.to_owned(), "1".to_owned()));
         }
         let layout = RowLayout::new(&config.columns);
         if layout.is_none() {

@@ -231,7 +231,7 @@ impl NativeEncoder {
             built.push(Column::new(&Ty::parse(ty)?));
             let mut header = Vec::new();
             rowbinary::string(&mut header, name.as_bytes());
-            rowbinary::string(&mut header, without_low_cardinality(ty).as_bytes());
+            rowbinary::string(&mut header, wire_type(ty).as_bytes());
             headers.push(header);
         }
         Some(NativeEncoder { headers, columns: built, rows: 0, limit: NATIVE_BLOCK_BYTES })
@@ -302,8 +302,10 @@ impl NativeEncoder {
     }
 }
 
-/// `ty` with every `LowCardinality(T)` replaced by `T`, quoted text (enum names, time zones) kept.
-fn without_low_cardinality(ty: &str) -> String {
+/// The type a column is sent as: `ty` with every `LowCardinality(T)` replaced by `T` and every
+/// `JSON(...)` by `String` (the objects' text, which the server parses into the table's `JSON`),
+/// quoted text (enum names, time zones) kept.
+fn wire_type(ty: &str) -> String {
     const WRAPPER: &str = "LowCardinality(";
     let mut out = String::with_capacity(ty.len());
     // Parentheses opened so far; `true` for one that a removed wrapper opened.
@@ -325,6 +327,30 @@ fn without_low_cardinality(ty: &str) -> String {
             open.push(true);
             for _ in 1..WRAPPER.len() {
                 chars.next();
+            }
+            continue;
+        }
+        let json_word =
+            ty[i..].starts_with("JSON") && !ty[i + 4..].starts_with(|n: char| n.is_ascii_alphanumeric() || n == '_');
+        if starts_word && json_word {
+            out.push_str("String");
+            for _ in 1.."JSON".len() {
+                chars.next();
+            }
+            // Its arguments (`max_dynamic_paths = 8`, typed paths) go with it.
+            if chars.peek().is_some_and(|(_, n)| *n == '(') {
+                let (mut depth, mut in_quote) = (0, false);
+                for (_, n) in chars.by_ref() {
+                    match n {
+                        '\'' => in_quote = !in_quote,
+                        '(' if !in_quote => depth += 1,
+                        ')' if !in_quote => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                }
             }
             continue;
         }
@@ -351,17 +377,20 @@ mod tests {
 
     #[test]
     fn low_cardinality_is_unwrapped_and_quotes_are_kept() {
-        assert_eq!(without_low_cardinality("LowCardinality(String)"), "String");
+        assert_eq!(wire_type("LowCardinality(String)"), "String");
         assert_eq!(
-            without_low_cardinality("Map(LowCardinality(String), Array(LowCardinality(Nullable(String))))"),
+            wire_type("Map(LowCardinality(String), Array(LowCardinality(Nullable(String))))"),
             "Map(String, Array(Nullable(String)))"
         );
         assert_eq!(
-            without_low_cardinality("Enum8('LowCardinality(x)' = 1, 'it\\'s)' = 2)"),
+            wire_type("Enum8('LowCardinality(x)' = 1, 'it\\'s)' = 2)"),
             "Enum8('LowCardinality(x)' = 1, 'it\\'s)' = 2)"
         );
-        assert_eq!(without_low_cardinality("DateTime64(3, 'UTC')"), "DateTime64(3, 'UTC')");
-        assert_eq!(without_low_cardinality("MyLowCardinality(String)"), "MyLowCardinality(String)");
+        assert_eq!(wire_type("DateTime64(3, 'UTC')"), "DateTime64(3, 'UTC')");
+        assert_eq!(wire_type("MyLowCardinality(String)"), "MyLowCardinality(String)");
+        assert_eq!(wire_type("Nullable(JSON)"), "Nullable(String)");
+        assert_eq!(wire_type("Array(JSON(max_dynamic_paths = 8, a.b UInt32))"), "Array(String)");
+        assert_eq!(wire_type("Enum8('JSON' = 0)"), "Enum8('JSON' = 0)");
     }
 
     // The Native bytes of two rows of every composite shape, written out by hand from the format's
@@ -439,7 +468,7 @@ mod tests {
         assert_eq!(encoder.take_rows(&rows[..rows.len() - 1]), None, "truncated");
         let mut encoder = NativeEncoder::new(&cols(&[("n", "Nullable(Int8)")])).unwrap();
         assert_eq!(encoder.take_rows(&[2, 0]), None, "a null marker that is neither 0 nor 1");
-        assert!(NativeEncoder::new(&cols(&[("j", "JSON")])).is_none());
+        assert!(NativeEncoder::new(&cols(&[("v", "Variant(String, Int64)")])).is_none());
     }
 
     /// A generated value of a generated type, its RowBinary bytes appended to `out`.

@@ -195,7 +195,15 @@ impl Parser<'_> {
             "Int128" | "UInt128" | "UUID" | "IPv6" | "Decimal128" => 16,
             "Int256" | "UInt256" | "Decimal256" => 32,
             "DateTime" => 4,
+            // Written as its text (Native sends the column as `String`; RowBinary inserts read it
+            // so with `input_format_binary_read_json_as_string`).
             "String" => return Some(Ty::String),
+            "JSON" => {
+                if self.eat(b'(') {
+                    self.skip_args()?;
+                }
+                return Some(Ty::String);
+            }
             "FixedString" => {
                 if !self.eat(b'(') {
                     return None;
@@ -279,6 +287,17 @@ impl Parser<'_> {
 pub(crate) use crate::contract::columns::{LiveColumn, compare};
 
 /// `name` quoted as a ClickHouse identifier.
+/// Whether a column type holds ClickHouse's `JSON` type anywhere (`Nullable(JSON)`,
+/// `Array(JSON(max_dynamic_paths = 8))`).
+pub(crate) fn mentions_json(ty: &str) -> bool {
+    ty.match_indices("JSON").any(|(i, _)| {
+        let before = ty[..i].chars().next_back();
+        let after = ty[i + 4..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '\'')
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 pub(crate) fn quote_ident(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
     out.push('`');
@@ -338,7 +357,12 @@ mod tests {
         assert_eq!(Ty::parse("Time64(3)"), Some(Ty::Fixed(8)));
         assert_eq!(Ty::parse("IPv4"), Some(Ty::Fixed(4)));
         assert_eq!(Ty::parse("IPv6"), Some(Ty::Fixed(16)));
-        assert_eq!(Ty::parse("JSON"), None);
+        assert_eq!(Ty::parse("JSON"), Some(Ty::String));
+        assert_eq!(Ty::parse("Nullable(JSON(max_dynamic_paths = 8))"), Some(Ty::Nullable(Box::new(Ty::String))));
+        assert!(mentions_json("Array(Nullable(JSON))"));
+        assert!(!mentions_json("Enum8('JSON' = 0)"));
+        assert!(!mentions_json("MyJSONish"));
+        assert_eq!(Ty::parse("Variant(String)"), None);
         assert_eq!(Ty::parse("Int32 extra"), None);
     }
 

@@ -47,6 +47,11 @@ impl<I> FieldError<I> {
     pub fn field(&self) -> &'static str {
         self.field
     }
+
+    /// The same error, in `field` (a value read whole, whose inner errors name no field).
+    pub(super) fn in_field(self, field: &'static str) -> Self {
+        FieldError { field, ..self }
+    }
 }
 
 // Written out rather than derived: a derive would bound `I`, and print the marker's type path.

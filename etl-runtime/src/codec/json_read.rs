@@ -539,6 +539,21 @@ impl<'a> Reader<'a> {
         )
     }
 
+    /// An object as the text it arrived in, for a ClickHouse `JSON` column: its structure is
+    /// checked (as a skipped value's is) and it is borrowed, not rebuilt.
+    #[inline]
+    pub fn json_object(&mut self, field: &'static str) -> Result<Cow<'a, str>, JsonError> {
+        if self.peek() != Some(b'{') {
+            return Err(self.mismatch("expected an object", field));
+        }
+        let start = self.pos;
+        self.skip_value(0).map_err(|e| e.in_field(field))?;
+        match std::str::from_utf8(&self.buf[start..self.pos]) {
+            Ok(text) => Ok(Cow::Borrowed(text)),
+            Err(e) => Err(JsonError::new("the object is not valid UTF-8", field, start + e.valid_up_to())),
+        }
+    }
+
     /// A string whose text `parse` turns into a value (escapes resolved; no UTF-8 check, since
     /// these parsers accept ASCII only); `expected` is the error when it does not.
     #[inline]

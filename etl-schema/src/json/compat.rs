@@ -128,6 +128,7 @@ fn types(r: &JType, w: &JType, path: &str, optional: bool, out: &mut Vec<Found>)
             | JType::Enum { .. },
         )
         | (JType::Ipv4, JType::Ipv4)
+        | (JType::Json, JType::Json | JType::Object { .. } | JType::Map(_))
         | (JType::Ipv6, JType::Ipv6 | JType::Ipv4)
         | (JType::DateTime, JType::DateTime)
         | (JType::Date, JType::Date)
@@ -187,6 +188,7 @@ fn describe(t: &JType) -> String {
         JType::Date => "a date string".into(),
         JType::Uuid => "a uuid string".into(),
         JType::Ipv4 => "an ipv4 string".into(),
+        JType::Json => "a JSON object".into(),
         JType::Ipv6 => "an ipv6 string".into(),
         JType::Enum { .. } => "an enum".into(),
         JType::Array(item) => format!("an array of {}", describe(item.non_null())),
