@@ -449,7 +449,7 @@ How messages are read:
   deployment, `gen --check --registry` checks the subject's registered versions
   (docs/operations.md, section Protobuf messages and schema changes).
 - Not supported (rule E0609): proto2 groups and extensions, recursive messages, the other
-  well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), repeated
+  well-known types (`Any`, `ListValue`, `Duration`, `Empty`, `FieldMask`), repeated
   wrappers and maps of wrappers, and two types whose generated struct names meet (`Foo.Bar`
   and `FooBar`, or a type named `Chain` without a package).
 ";
@@ -462,7 +462,10 @@ escapes, UTF-8) and keeps its text, without building it; ClickHouse parses it in
 on insert. From JSON Schema: an `object` with no `properties` and no `additionalProperties` schema
 (`{\"type\": \"object\"}`, `additionalProperties: true`), or any property marked
 `\"x-clickhouse-type\": \"JSON\"` (its other keywords are then not enforced); a value that is not
-an object (`null` aside, when the property allows it) is a record error naming the field.
+an object (`null` aside, when the property allows it) is a record error naming the field. From
+Protobuf: `google.protobuf.Struct` (the object, its map's last entry of a key kept, a field that
+comes twice merged) and `google.protobuf.Value` (`Nullable(JSON)`: a `struct_value`, or NULL for
+`null_value`; any other kind is a record error); their text is built from the message.
 Expressions can copy a JSON value (`map`, `select`) but not compare or compute with it.
 
 On the wire, a Native insert sends the column as `String` (the server converts it to the table's
@@ -470,7 +473,7 @@ On the wire, a Native insert sends the column as `String` (the server converts i
 adds itself when a column is `JSON`. Tested against ClickHouse 26.7 (the local server); the
 `JSON` type needs 24.8 or later (where it is experimental: `allow_experimental_json_type=1`
 on the table's server), and the RowBinary setting a release that has it (Native does not need
-it). Avro's `\"logicalType\": \"json\"` and Protobuf's `Struct` and `Value` are not mapped yet.
+it). Avro's `\"logicalType\": \"json\"` is not mapped yet (such a field is a plain `String`).
 
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`

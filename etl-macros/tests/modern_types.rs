@@ -57,6 +57,22 @@ fn chain_rows(chain: &mut impl etl_runtime::Chain, records: &[(Vec<u8>, Vec<rt::
         .collect()
 }
 
+/// The record error `chain` makes of `payload`, or its row.
+fn chain_rows_result(chain: &mut impl etl_runtime::Chain, payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut harness = rt::ChainHarness::new(1);
+    let record = rt::Record {
+        payload: Some(payload),
+        key: None,
+        topic: "events",
+        partition: 0,
+        offset: 0,
+        timestamp_ms: Some(0),
+        headers: rt::Headers::NONE,
+    };
+    harness.process(chain, &record).map_err(|e| e.to_string())?;
+    Ok(harness.take_output())
+}
+
 /// Creates the table `gen --ddl` prints for `pipeline` (under a fresh name), inserts `rows`
 /// through the sink in `format`, and returns the table ordered by `id`, as ClickHouse renders it.
 fn land(pipeline: &str, rows: &[Row], format: InsertFormat) -> Vec<Value> {
@@ -259,9 +275,43 @@ fn protobuf_maps_keep_their_key_types_and_expressions_read_them() {
     entry(4, int(1, u64::from(u32::MAX)), double(2, 0.5), &mut first);
     entry(5, text(1, "a"), int(2, 42), &mut first);
     entry(6, int(1, zigzag(-1)), text(2, "minus one"), &mut first);
-    // Nothing but the id: every map empty, every lookup null.
+    // attrs: {"name": "x", "n": 1.5, "on": true, "none": null, "list": [1, "a"], "deep": {"k": "v"}},
+    // written in two occurrences that Protobuf merges (the second replaces `name`).
+    let value = |kind: Vec<u8>| kind;
+    let string_value = |s: &str| text(3, s);
+    let struct_of = |entries: Vec<(&str, Vec<u8>)>| {
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let mut e = text(1, k);
+            delimited(2, &v, &mut e);
+            delimited(1, &e, &mut out);
+        }
+        out
+    };
+    let mut list = Vec::new();
+    delimited(1, &double(2, 1.0), &mut list);
+    delimited(1, &string_value("a"), &mut list);
+    let mut deep = Vec::new();
+    delimited(5, &struct_of(vec![("k", string_value("v"))]), &mut deep);
+    let mut list_value = Vec::new();
+    delimited(6, &list, &mut list_value);
+    let attrs_1 =
+        struct_of(vec![("name", string_value("old")), ("n", double(2, 1.5)), ("on", int(4, 1)), ("none", int(1, 0))]);
+    let attrs_2 = struct_of(vec![("name", string_value("x")), ("list", value(list_value)), ("deep", deep.clone())]);
+    delimited(7, &attrs_1, &mut first);
+    delimited(8, &deep, &mut first);
+    delimited(7, &attrs_2, &mut first);
+    delimited(9, &struct_of(vec![("i", double(2, 0.0))]), &mut first);
+    delimited(9, &[], &mut first);
+    // Nothing but the id: every map empty, every lookup null, Structs empty, Values null.
     let second = int(1, 2);
+    // A Value that holds a number has no JSON column value.
+    let mut third = int(1, 3);
+    delimited(8, &double(2, 2.0), &mut third);
     let records = vec![(first, Vec::new()), (second, Vec::new())];
+    #[allow(clippy::default_constructed_unit_structs)]
+    let error = chain_rows_result(&mut protobuf_chain::Chain::default(), &third).expect_err("a number Value");
+    assert!(error.contains("extra") && error.contains("neither a struct nor null"), "{error}");
     #[allow(clippy::default_constructed_unit_structs)]
     let rows = chain_rows(&mut protobuf_chain::Chain::default(), &records);
     let expected = vec![
@@ -270,11 +320,14 @@ fn protobuf_maps_keep_their_key_types_and_expressions_read_them() {
             "weights": {"4294967295": 0.5}, "counts": {"a": 42}, "offsets": {"-1": "minus one"},
             "name_7": "SEVEN", "name_big": "big", "n_names": 2, "flagged": -5, "weight_max": 0.5, "count_a": 42,
             "below": "minus one",
+            "attrs": {"name": "x", "n": 1.5, "on": true, "list": [1, "a"], "deep": {"k": "v"}},
+            "extra": {"k": "v"}, "history": [{"i": 0}, {}], "maybe": null,
         }),
         json!({
             "id": 2, "names": {}, "flags": {}, "weights": {}, "counts": {}, "offsets": {},
             "name_7": null, "name_big": null, "n_names": 0, "flagged": null, "weight_max": null, "count_a": null,
             "below": null,
+            "attrs": {}, "extra": null, "history": [], "maybe": null,
         }),
     ];
     for format in FORMATS {

@@ -117,6 +117,10 @@ pub enum PType {
     },
     /// `google.protobuf.Timestamp` → DateTime64(9, 'UTC').
     Timestamp,
+    /// `google.protobuf.Struct` → JSON (the object).
+    Struct,
+    /// `google.protobuf.Value` → Nullable(JSON): a struct value, or null.
+    JsonValue,
     /// A wrapper (`google.protobuf.Int64Value`, ...) → Nullable(T).
     Wrapper(Scalar),
     /// A message: flattened as `parent_child` in a row, a Tuple in a container.
@@ -395,6 +399,8 @@ impl Walker {
             }),
             Kind::Message(m) => match m.full_name() {
                 "google.protobuf.Timestamp" => Some(PType::Timestamp),
+                "google.protobuf.Struct" => Some(PType::Struct),
+                "google.protobuf.Value" => Some(PType::JsonValue),
                 "google.protobuf.DoubleValue" => Some(PType::Wrapper(Scalar::Double)),
                 "google.protobuf.FloatValue" => Some(PType::Wrapper(Scalar::Float)),
                 "google.protobuf.Int64Value" => Some(PType::Wrapper(Scalar::Int64)),
@@ -408,7 +414,7 @@ impl Walker {
                     self.unsupported(
                         path,
                         format!("`{other}` has no column mapping"),
-                        "of the well-known types only Timestamp and the wrappers (Int64Value, ...) are supported: \
+                        "of the well-known types only Timestamp, Struct, Value and the wrappers (Int64Value, ...) are supported: \
                          carry the value as a scalar or a message of your own",
                     );
                     None

@@ -318,7 +318,10 @@ fn prost_struct(full_name: &str, fields: &[PField], out: &mut Vec<TokenStream>) 
             t => {
                 let (kind, ty) = prost_kind(t, out);
                 let kind = format_ident!("{}", kind);
-                let message = matches!(t, PType::Message { .. } | PType::Timestamp | PType::Wrapper(_));
+                let message = matches!(
+                    t,
+                    PType::Message { .. } | PType::Timestamp | PType::Wrapper(_) | PType::Struct | PType::JsonValue
+                );
                 if f.repeated {
                     quote!(#[prost(#kind, repeated, tag = #tag)] #id: Vec<#ty>)
                 } else if message || f.presence {
@@ -382,6 +385,9 @@ fn prost_kind(t: &PType, out: &mut Vec<TokenStream>) -> (String, TokenStream) {
             }
             ("message".into(), quote!(#ident))
         }
+        // Kept as their bytes: prost's own Struct needs prost-types, and a consumer that
+        // wants JSON would convert it after.
+        PType::Struct | PType::JsonValue => ("bytes".into(), quote!(::std::vec::Vec<u8>)),
         // prost implements `Message` for the scalars as their wrapper types.
         PType::Wrapper(s) => ("message".into(), prost_scalar_ty(*s)),
         PType::Message { name, fields } => {

@@ -164,13 +164,21 @@ impl Message {
                         self.finish.push(quote!(rt::proto_read::last_key_wins(&mut #id);));
                         (quote!(::std::vec::Vec::new()), map_entry(*key, value, &id, reader, &field_path, depth, cx))
                     } else {
-                        let wrapper = matches!(t, PType::Wrapper(_));
+                        let wrapper = matches!(t, PType::Wrapper(_) | PType::JsonValue);
                         let nullable = wrapper || f.presence || optional;
                         // A Timestamp or wrapper that comes twice is merged, as a message is: it
                         // starts from the value so far.
                         let so_far = if nullable { quote!(#id.take().unwrap_or_default()) } else { quote!(#id) };
                         let read = match t {
                             PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #field_path, #so_far)?),
+                            PType::Struct => quote!(#reader.json_struct(wire, #field_path, #so_far)?),
+                            // Already an Option: NULL for null_value.
+                            PType::JsonValue => {
+                                let read = quote!(#reader.json_value(wire, #field_path, #id.take())?);
+                                self.slots.push(Slot { column: column.clone(), id: id.clone(), default: quote!(None) });
+                                built.push((f.number, f.oneof, quote!(#id = #read), vec![(id, quote!(None))]));
+                                continue;
+                            }
                             PType::Wrapper(s) => {
                                 let method = format_ident!("{}", s.name());
                                 let element = element_wire(*s);
@@ -231,7 +239,12 @@ fn value_wire(t: &PType) -> TokenStream {
     match t {
         PType::Scalar(s) => element_wire(*s),
         PType::Enum { .. } => quote!(rt::proto_read::VARINT),
-        PType::Timestamp | PType::Wrapper(_) | PType::Message { .. } | PType::Map { .. } => quote!(rt::proto_read::LEN),
+        PType::Timestamp
+        | PType::Struct
+        | PType::JsonValue
+        | PType::Wrapper(_)
+        | PType::Message { .. }
+        | PType::Map { .. } => quote!(rt::proto_read::LEN),
     }
 }
 
@@ -244,7 +257,9 @@ fn default<F: FnMut(&str) -> Ident>(t: &PType, cx: &mut Cx<'_, F>) -> TokenStrea
             quote!(#i)
         }
         PType::Timestamp => quote!(0i64),
-        PType::Wrapper(_) => quote!(None),
+        // The Struct read from no bytes: no fields.
+        PType::Struct => quote!(::std::borrow::Cow::Borrowed("{}")),
+        PType::Wrapper(_) | PType::JsonValue => quote!(None),
         PType::Map { .. } => quote!(::std::vec::Vec::new()),
         PType::Message { fields, .. } => {
             // The message read from no bytes: every field at its default.
@@ -383,6 +398,8 @@ fn value<F: FnMut(&str) -> Ident>(
             quote!(#reader.enumeration(wire, #path, #lookup)?)
         }
         PType::Timestamp => quote!(#reader.timestamp_nanos(wire, #path, 0)?),
+        PType::Struct => quote!(#reader.json_struct(wire, #path, ::std::borrow::Cow::Borrowed(""))?),
+        PType::JsonValue => quote!(#reader.json_value(wire, #path, None)?),
         PType::Wrapper(s) => {
             let method = format_ident!("{}", s.name());
             let element = element_wire(*s);

@@ -43,7 +43,7 @@ fn columns(fields: &[PField], optional_above: bool) -> Vec<Column> {
                 PType::Message { name, fields } => {
                     Ty::Record(Box::new(RecordTy { name: record_name(name), fields: columns(fields, optional) }))
                 }
-                PType::Wrapper(_) => column_type(&f.ty),
+                PType::Wrapper(_) | PType::JsonValue => column_type(&f.ty),
                 t if optional => column_type(t).or_null(),
                 t => column_type(t),
             };
@@ -60,6 +60,8 @@ fn column_type(t: &PType) -> Ty {
             Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
         }
         PType::Timestamp => Ty::Timestamp(TimeUnit::Nanos),
+        PType::Struct => Ty::Json,
+        PType::JsonValue => Ty::Nullable(Box::new(Ty::Json)),
         PType::Wrapper(s) => Ty::Nullable(Box::new(scalar_column(*s))),
         PType::Message { name, fields } => {
             Ty::Record(Box::new(RecordTy { name: record_name(name), fields: columns(fields, false) }))
@@ -98,6 +100,9 @@ pub(crate) fn datagen_schema(message: &Message) -> String {
                 }
             }
             PType::Timestamp => json!({"type": "long", "logicalType": "timestamp-nanos"}),
+            // Structs of numbers: datagen writes a map's entries as number_values.
+            PType::Struct => json!({"type": "map", "values": "long"}),
+            PType::JsonValue => json!(["null", {"type": "map", "values": "long"}]),
             PType::Wrapper(s) => json!(["null", shape(&PType::Scalar(*s), defined)]),
             PType::Message { name, fields } => {
                 let name = record_name(name);
@@ -111,6 +116,8 @@ pub(crate) fn datagen_schema(message: &Message) -> String {
             PType::Scalar(s) => json!({"type": s.name()}),
             PType::Enum { numbers, .. } => json!({"type": "enum", "numbers": numbers}),
             PType::Timestamp => json!({"type": "timestamp"}),
+            PType::Struct => json!({"type": "struct"}),
+            PType::JsonValue => json!({"type": "jsonvalue"}),
             PType::Wrapper(s) => json!({"type": "wrapper", "of": s.name()}),
             PType::Message { .. } => json!({"type": "message"}),
             PType::Map { key, value } => json!({"type": "map", "key": key.name(), "value": wire(value)}),
@@ -175,6 +182,14 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
         "`Map(K, V)`, the key's own type (`string`, `bool` and each integer type map as above); a key that repeats keeps its last entry",
     ),
     ("a message field (nested)", "flattened into `parent_child` columns; inside an array or map, `Tuple(...)`"),
+    (
+        "`google.protobuf.Struct`",
+        "`JSON`, the object (`Nullable(JSON)` when `optional` or in a oneof); absent reads as `{}`; a number that is NaN or infinite is a record error",
+    ),
+    (
+        "`google.protobuf.Value`",
+        "`Nullable(JSON)`: a `struct_value` is the object, `null_value` or no kind is NULL; a number, string, bool or list is a record error (a `JSON` column holds objects)",
+    ),
 ];
 
 #[cfg(test)]

@@ -24,9 +24,10 @@ pub(crate) static UNSUPPORTED: Rule = Rule {
     summary: "the Protobuf message uses a construct with no ClickHouse mapping",
     doc: "Supported: every scalar type, enums, nested messages, `repeated` (packed or not), \
 `map<K, V>`, `oneof`, `optional` (proto3 and proto2), proto2 `required`, \
-`google.protobuf.Timestamp` and the wrapper types (`Int64Value`, `StringValue`, ...). Not \
-supported: proto2 groups, messages with extension ranges (extensions), recursive messages, the \
-other well-known types (`Any`, `Struct`, `Value`, `Duration`, `Empty`, `FieldMask`), and \
+`google.protobuf.Timestamp`, `Struct` and `Value` (JSON columns) and the wrapper types \
+(`Int64Value`, `StringValue`, ...). Not supported: proto2 groups, messages with extension ranges \
+(extensions), recursive messages, the other well-known types (`Any`, `ListValue`, `Duration`, \
+`Empty`, `FieldMask`), and \
 repeated wrappers or maps of wrappers, and two types whose generated struct names meet \
 (`Foo.Bar` and `FooBar`, or a type named `Chain` without a package). Each place is listed with \
 its field path (`items.sku`).",

@@ -370,6 +370,134 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.error("a Timestamp outside DateTime64(9)'s range (1677..2262)", field))
     }
 
+    /// `google.protobuf.Struct` as the text of a JSON object (for a `JSON` column), merged into
+    /// `so_far` (an earlier occurrence's text, or empty): Protobuf merges a message that comes
+    /// twice, and a Struct's map keeps the last entry of a key.
+    pub fn json_struct(
+        &mut self,
+        wire: u8,
+        field: &'static str,
+        so_far: Cow<'a, str>,
+    ) -> Result<Cow<'a, str>, ProtoError> {
+        let mut m = self.message(wire, field)?;
+        let mut object = earlier_object(&so_far);
+        m.struct_fields(field, &mut object, 0)?;
+        Ok(Cow::Owned(serde_json::Value::Object(object).to_string()))
+    }
+
+    /// `google.protobuf.Value` for a `Nullable(JSON)` column: a `struct_value` as its object's
+    /// text, `null_value` (or no kind) as NULL; a number, string, bool or list is a record
+    /// error (a `JSON` column holds objects). Merged into `so_far` as [`Reader::json_struct`].
+    pub fn json_value(
+        &mut self,
+        wire: u8,
+        field: &'static str,
+        so_far: Option<Cow<'a, str>>,
+    ) -> Result<Option<Cow<'a, str>>, ProtoError> {
+        let mut m = self.message(wire, field)?;
+        let earlier = so_far.map(|t| serde_json::Value::Object(earlier_object(&t)));
+        match m.value(field, earlier, 0)? {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(object @ serde_json::Value::Object(_)) => Ok(Some(Cow::Owned(object.to_string()))),
+            Some(_) => Err(self.error(
+                "a google.protobuf.Value that is neither a struct nor null (a JSON column holds objects)",
+                field,
+            )),
+        }
+    }
+
+    /// The entries of a Struct (field 1: `map<string, Value>`) into `object`.
+    fn struct_fields(
+        &mut self,
+        field: &'static str,
+        object: &mut serde_json::Map<String, serde_json::Value>,
+        depth: u32,
+    ) -> Result<(), ProtoError> {
+        if depth >= MAX_GROUP_DEPTH {
+            return Err(self.error("a Struct nested more than 100 deep", field));
+        }
+        while let Some((number, wire)) = self.tag()? {
+            if number != 1 || wire != LEN {
+                self.skip(wire)?;
+                continue;
+            }
+            let mut entry = self.message(wire, field)?;
+            let (mut key, mut value) = (String::new(), None);
+            while let Some((number, wire)) = entry.tag()? {
+                match number {
+                    1 if wire == LEN => key = entry.string(wire, field)?.into_owned(),
+                    // A map value that comes twice in one entry is replaced, not merged.
+                    2 if wire == LEN => value = entry.message(wire, field)?.value(field, None, depth + 1)?,
+                    _ => entry.skip(wire)?,
+                }
+            }
+            // An entry without a value holds a Value of no kind: null in JSON.
+            object.insert(key, value.unwrap_or(serde_json::Value::Null));
+        }
+        Ok(())
+    }
+
+    /// A Value message's kind as JSON, merged into `earlier` (`None`: no kind so far); `None`
+    /// when neither sets one.
+    fn value(
+        &mut self,
+        field: &'static str,
+        earlier: Option<serde_json::Value>,
+        depth: u32,
+    ) -> Result<Option<serde_json::Value>, ProtoError> {
+        use serde_json::Value as J;
+        if depth >= MAX_GROUP_DEPTH {
+            return Err(self.error("a Value nested more than 100 deep", field));
+        }
+        let mut kind = earlier;
+        while let Some((number, wire)) = self.tag()? {
+            kind = Some(match (number, wire) {
+                (1, VARINT) => {
+                    self.varint(field)?;
+                    J::Null
+                }
+                (2, I64) => {
+                    let n = self.double(wire, field)?;
+                    J::Number(serde_json::Number::from_f64(n).ok_or_else(|| {
+                        self.error("a Value's number_value that is NaN or infinite (JSON has neither)", field)
+                    })?)
+                }
+                (3, LEN) => J::String(self.string(wire, field)?.into_owned()),
+                (4, VARINT) => J::Bool(self.bool(wire, field)?),
+                // A oneof member that is a message merges into the same member, else replaces.
+                (5, LEN) => {
+                    let mut object = match kind.take() {
+                        Some(J::Object(object)) => object,
+                        _ => serde_json::Map::new(),
+                    };
+                    self.message(wire, field)?.struct_fields(field, &mut object, depth + 1)?;
+                    J::Object(object)
+                }
+                (6, LEN) => {
+                    let mut items = match kind.take() {
+                        Some(J::Array(items)) => items,
+                        _ => Vec::new(),
+                    };
+                    let mut list = self.message(wire, field)?;
+                    while let Some((number, wire)) = list.tag()? {
+                        if number == 1 && wire == LEN {
+                            let item = list.message(wire, field)?.value(field, None, depth + 1)?;
+                            items.push(item.unwrap_or(J::Null));
+                        } else {
+                            list.skip(wire)?;
+                        }
+                    }
+                    J::Array(items)
+                }
+                _ => {
+                    self.skip(wire)?;
+                    continue;
+                }
+            });
+        }
+        Ok(kind)
+    }
+
     /// A wrapper (`google.protobuf.Int64Value`, ...): its field 1 (wire type `element`), read
     /// by `read`, merged into `so_far` (an earlier occurrence's value, or the default): absent,
     /// it keeps that value.
@@ -453,6 +581,15 @@ impl<'a> Reader<'a> {
                 "",
             ))
         }
+    }
+}
+
+/// The object an earlier occurrence of a Struct field left (text this reader wrote), or an
+/// empty one.
+fn earlier_object(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(object)) => object,
+        _ => serde_json::Map::new(),
     }
 }
 

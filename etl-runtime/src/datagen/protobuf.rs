@@ -113,7 +113,10 @@ fn as_record(schema: &Schema) -> Option<&RecordSchema> {
 }
 
 fn packable(proto: &Json) -> bool {
-    !matches!(proto["type"].as_str(), Some("string" | "bytes" | "message" | "timestamp" | "wrapper" | "map"))
+    !matches!(
+        proto["type"].as_str(),
+        Some("string" | "bytes" | "message" | "timestamp" | "wrapper" | "map" | "struct" | "jsonvalue")
+    )
 }
 
 /// A value's integer form: its number, an enum's number (from the `numbers` attribute).
@@ -175,6 +178,23 @@ fn packed_scalar(proto: &Json, value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// A `google.protobuf.Struct`'s fields: one map entry per key, its value a `number_value`.
+fn struct_body(entries: &HashMap<String, Value>, out: &mut Vec<u8>) {
+    for (key, value) in entries {
+        tag(1, LEN, out);
+        delimited(out, |entry| {
+            tag(1, LEN, entry);
+            varint(key.len() as u64, entry);
+            entry.extend_from_slice(key.as_bytes());
+            tag(2, LEN, entry);
+            delimited(entry, |v| {
+                tag(2, I64, v);
+                v.extend_from_slice(&(integer(&Json::Null, value) as f64).to_le_bytes());
+            });
+        });
+    }
+}
+
 /// One value of field `number`, with its tag.
 fn one(number: u64, proto: &Json, schema: &Schema, names: &HashMap<Name, Schema>, value: &Value, out: &mut Vec<u8>) {
     let ty = proto["type"].as_str().unwrap_or("");
@@ -194,6 +214,19 @@ fn one(number: u64, proto: &Json, schema: &Schema, names: &HashMap<Name, Schema>
                 varint(nanos.div_euclid(1_000_000_000) as u64, buf);
                 tag(2, VARINT, buf);
                 varint(nanos.rem_euclid(1_000_000_000) as u64, buf);
+            });
+        }
+        // A Struct (or a Value holding one) of the map's entries, each a number_value.
+        "struct" | "jsonvalue" => {
+            let Value::Map(entries) = value else { return };
+            tag(number, LEN, out);
+            delimited(out, |buf| {
+                if ty == "struct" {
+                    struct_body(entries, buf);
+                } else {
+                    tag(5, LEN, buf);
+                    delimited(buf, |s| struct_body(entries, s));
+                }
             });
         }
         "wrapper" => {

@@ -125,7 +125,9 @@ fn fields(reader: &[PField], writer: &[PField], prefix: &str, out: &mut Vec<(Str
 fn types(r: &PType, w: &PType, path: &str, out: &mut Vec<(String, String, String)>) {
     let readable = match (r, w) {
         (PType::Scalar(r), PType::Scalar(w)) | (PType::Wrapper(r), PType::Wrapper(w)) => reads(*r, *w),
-        (PType::Timestamp, PType::Timestamp) => true,
+        (PType::Timestamp, PType::Timestamp)
+        | (PType::Struct, PType::Struct)
+        | (PType::JsonValue, PType::JsonValue) => true,
         (PType::Enum { numbers: rn, .. }, PType::Enum { numbers: wn, symbols: ws, .. }) => {
             let unknown: Vec<String> =
                 wn.iter().zip(ws).filter(|(n, _)| !rn.contains(*n)).map(|(n, s)| format!("{s} = {n}")).collect();
@@ -181,6 +183,8 @@ fn describe(t: &PType) -> String {
         PType::Scalar(s) => s.name().to_owned(),
         PType::Enum { name, .. } => format!("enum {name}"),
         PType::Timestamp => "google.protobuf.Timestamp".into(),
+        PType::Struct => "google.protobuf.Struct".into(),
+        PType::JsonValue => "google.protobuf.Value".into(),
         PType::Wrapper(s) => format!("a wrapper of {}", s.name()),
         PType::Message { name, .. } => format!("message {name}"),
         PType::Map { key, value } => format!("map<{}, {}>", key.name(), describe(value)),
