@@ -268,8 +268,9 @@ const EXPRESSIONS: &str = "
 ## Expressions (`filter`, `map`)
 
 - **Names**: the fields of the row at that point of the chain (nested record fields are
-  flattened as `parent_child`; after `flat_map` over an array of records, the element's
-  fields are `array_field`), and the Kafka metadata `_key` (nullable bytes), `_topic`
+  flattened as `parent_child`, or are fields of a tuple column under `sink.clickhouse.nested:
+  tuple`; either way `parent.child` reads one, so an expression need not change with the mode;
+  after `flat_map` over an array of records, the element's fields are `array_field`), and the Kafka metadata `_key` (nullable bytes), `_topic`
   (string: the record's topic; `datagen` under `source.datagen`), `_partition`, `_offset`,
   `_timestamp` (nullable timestamp-millis) and `_headers` (the record's Kafka headers as a
   map of bytes: each name once, with its last value; a null value is empty; a name that is

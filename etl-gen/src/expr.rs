@@ -226,7 +226,13 @@ fn lex(text: &str) -> Result<Vec<(Tok, Range<usize>)>, ParseError> {
                 }
             }
             c if c.is_ascii_alphabetic() || c == b'_' => {
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                // A nested field is `parent.child` (one name with dots).
+                let name_char = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+                while i < bytes.len()
+                    && (name_char(bytes[i])
+                        || (bytes[i] == b'.'
+                            && bytes.get(i + 1).is_some_and(|&n| n.is_ascii_alphabetic() || n == b'_')))
+                {
                     i += 1;
                 }
                 out.push((Tok::Ident(text[start..i].to_owned()), start..i));
@@ -457,6 +463,7 @@ mod tests {
         assert_eq!(parse("total_cents / 100.0").unwrap().span(), 0..19);
         assert_eq!(show(&parse("-m['a'][k] + 1").unwrap()), r#"((Neg []([](m, Str("a")), k)) + Int(1))"#);
         assert_eq!(parse("length(m[1])").unwrap().span(), 0..12);
+        assert_eq!(show(&parse("address.geo.lat > 1.5").unwrap()), "(address.geo.lat > Float(1.5))");
     }
 
     #[test]

@@ -349,6 +349,64 @@ fn flatten(fields: &[Column], prefix: &str, below_null: bool, columns: &mut Vec<
     }
 }
 
+/// The input row under `sink.clickhouse.nested: tuple`: a top-level record field is one
+/// `Record` column (a `Tuple`) whose nested records stay records, named by their path
+/// (`TupleAddressGeo`) so that they never meet a container's record struct; below a nullable
+/// record every leaf is Nullable (ClickHouse has no `Nullable(Tuple)`). Other fields are as in
+/// [`input_row`]. Each leaf of a tuple column is the [`input_row`] column `parent_child`, with
+/// the same type: [`tuple_leaves`] lists them, for the decoder.
+pub(crate) fn tuple_row(schema: &RecordTy) -> Vec<Column> {
+    schema
+        .fields
+        .iter()
+        .map(|f| match as_record(&f.ty) {
+            Some((r, nullable)) => {
+                Column { name: f.name.clone(), ty: Ty::Record(Box::new(tuple_record(r, &f.name, nullable))) }
+            }
+            None => Column { name: f.name.clone(), ty: value_ty(&f.ty) },
+        })
+        .collect()
+}
+
+fn tuple_record(r: &RecordTy, path: &str, below_null: bool) -> RecordTy {
+    let fields = r
+        .fields
+        .iter()
+        .map(|f| {
+            let ty = match as_record(&f.ty) {
+                Some((inner, nullable)) => {
+                    Ty::Record(Box::new(tuple_record(inner, &format!("{path}_{}", f.name), below_null || nullable)))
+                }
+                None if below_null => value_ty(&f.ty).or_null(),
+                None => value_ty(&f.ty),
+            };
+            Column { name: f.name.clone(), ty }
+        })
+        .collect();
+    let name: String = std::iter::once("Tuple")
+        .chain(path.split('_'))
+        .flat_map(|part| {
+            let mut chars = part.chars();
+            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        })
+        .collect();
+    RecordTy { name, fields }
+}
+
+/// The [`input_row`] columns (`parent_child` names) that make up a tuple column `name` of type
+/// `record`, leaves in field order.
+pub(crate) fn tuple_leaves(name: &str, record: &RecordTy, out: &mut Vec<String>) {
+    for f in &record.fields {
+        let leaf = flat_name(name, &f.name);
+        match &f.ty {
+            // A record directly in a tuple is a nested tuple (a container's records are inside
+            // its Array or Map).
+            Ty::Record(inner) => tuple_leaves(&leaf, inner, out),
+            _ => out.push(leaf),
+        }
+    }
+}
+
 /// A value's type with the records inside its containers flattened into tuples.
 fn value_ty(ty: &Ty) -> Ty {
     match ty {
@@ -391,6 +449,8 @@ pub(crate) enum TKind {
     Symbol(u32),
     /// A row field or metadata field.
     Field(String),
+    /// A field of a record value (`address.city` under `nested: tuple`).
+    Member(Box<TExpr>, String),
     /// A function.
     Call(Func, Vec<TExpr>),
     /// `!e` / `-e`.
@@ -451,7 +511,7 @@ impl TExpr {
                 out.insert(name.clone());
             }
             TKind::Call(_, args) => args.iter().for_each(|a| a.fields(out)),
-            TKind::Unary(_, e) | TKind::Convert(e) => e.fields(out),
+            TKind::Unary(_, e) | TKind::Convert(e) | TKind::Member(e, _) => e.fields(out),
             TKind::Binary(_, l, r) => {
                 l.fields(out);
                 r.fields(out);

@@ -621,6 +621,14 @@ pub struct ClickhouseSink {
     /// from 0 in schema order, one byte a value, and a table that refuses unknown symbols.
     #[serde(default, rename = "enum")]
     pub enum_column: EnumType,
+    /// How a nested record (an Avro record, a JSON Schema object with `properties`, a
+    /// Protobuf message) becomes columns: `flatten`, one column per leaf named
+    /// `parent_child`; `tuple`, one `Tuple(name T, ...)` column named after the field (records
+    /// nested in it are tuples too; the fields of an optional record are Nullable, as
+    /// ClickHouse has no `Nullable(Tuple)`). Expressions read a nested field as
+    /// `parent.child` either way. Records inside arrays and maps are tuples in both modes.
+    #[serde(default)]
+    pub nested: NestedMode,
     /// Time allowed for one insert.
     #[serde(default = "defaults::insert_timeout")]
     pub timeout: Duration,
@@ -746,6 +754,17 @@ impl InsertFormat {
             InsertFormat::Rowbinary => "rowbinary",
         }
     }
+}
+
+/// `sink.clickhouse.nested`: how nested records become columns.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NestedMode {
+    /// One column per leaf, `parent_child`.
+    #[default]
+    Flatten,
+    /// One `Tuple` column per top-level record field.
+    Tuple,
 }
 
 /// `sink.clickhouse.enum`: the column type of enums.

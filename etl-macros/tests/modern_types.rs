@@ -1,6 +1,7 @@
 //! ClickHouse's newer column types end to end against the real server: Avro's time and
 //! local-timestamp logical types, JSON Schema's `ipv4`/`ipv6`, enums as `Enum8` columns
-//! (`sink.clickhouse.enum: enum`), Kafka headers as columns, and Protobuf maps that keep their
+//! (`sink.clickhouse.enum: enum`), Kafka headers as columns, nested records as tuples
+//! (`nested: tuple`) or flattened, read as `a.b` either way, and Protobuf maps that keep their
 //! key types, read by `m[key]` and `length(m)`. Each test writes records, runs
 //! the generated chain on them, inserts its rows through the ClickHouse sink into the table
 //! `gen --ddl` creates, in both insert formats, and compares the table with what it wrote.
@@ -107,7 +108,7 @@ fn land(pipeline: &str, rows: &[Row], format: InsertFormat) -> Vec<Value> {
 }
 
 #[test]
-fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
+fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
     use rt::apache_avro::{Schema, to_avro_datum, types::Value as A};
     let schema = Schema::parse_str(include_str!("modern_types/events.avsc")).unwrap();
     let level = |i: u32| A::Enum(i, ["debug", "info", "warn"][i as usize].to_owned());
@@ -127,6 +128,30 @@ fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
                 ("at_local_us", A::LocalTimestampMicros(-1)),
                 ("opens", A::TimeMillis(32_400_000)), // 09:00
                 ("closes", A::Union(1, Box::new(A::TimeMicros(86_399_999_999)))),
+                (
+                    "address",
+                    A::Record(vec![
+                        ("city".into(), A::String("Oslo".into())),
+                        (
+                            "geo".into(),
+                            A::Record(vec![("lat".into(), A::Double(59.9)), ("lon".into(), A::Double(10.7))]),
+                        ),
+                    ]),
+                ),
+                (
+                    "billing",
+                    A::Union(
+                        1,
+                        Box::new(A::Record(vec![
+                            ("street".into(), A::String("Main 1".into())),
+                            ("zip".into(), A::Int(150)),
+                        ])),
+                    ),
+                ),
+                (
+                    "items",
+                    A::Array(vec![A::Record(vec![("sku".into(), A::String("a".into())), ("qty".into(), A::Int(2))])]),
+                ),
             ]),
             vec![header("tenant", Some(b"acme")), header("trace", Some(b"t-1")), header("tenant", Some(b"beta"))],
         ),
@@ -140,6 +165,18 @@ fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
                 ("at_local_us", A::LocalTimestampMicros(1_000_001)),
                 ("opens", A::TimeMillis(0)),
                 ("closes", A::Union(0, Box::new(A::Null))),
+                (
+                    "address",
+                    A::Record(vec![
+                        ("city".into(), A::String("".into())),
+                        (
+                            "geo".into(),
+                            A::Record(vec![("lat".into(), A::Double(-0.5)), ("lon".into(), A::Double(0.0))]),
+                        ),
+                    ]),
+                ),
+                ("billing", A::Union(0, Box::new(A::Null))),
+                ("items", A::Array(vec![])),
             ]),
             vec![header("empty", None)],
         ),
@@ -152,12 +189,16 @@ fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
             "at_local": "2024-02-29 12:34:56.789", "at_local_us": "1969-12-31 23:59:59.999999",
             "opens": "09:00:00.000", "closes": "23:59:59.999999",
             "tenant": "beta", "headers": {"tenant": "beta", "trace": "t-1"},
+            "address": {"city": "Oslo", "geo": {"lat": 59.9, "lon": 10.7}}, "billing": {"street": "Main 1", "zip": 150},
+            "items": [{"sku": "a", "qty": 2}], "city_upper": "OSLO", "lat": 59.9, "street": "Main 1",
         }),
         json!({
             "id": 2, "level": "debug", "previous": null, "seen": [],
             "at_local": "1970-01-01 00:00:00.000", "at_local_us": "1970-01-01 00:00:01.000001",
             "opens": "00:00:00.000", "closes": null,
             "tenant": null, "headers": {"empty": ""},
+            "address": {"city": "", "geo": {"lat": -0.5, "lon": 0}}, "billing": {"street": null, "zip": null},
+            "items": [], "city_upper": "", "lat": -0.5, "street": null,
         }),
     ];
     for format in FORMATS {
@@ -169,7 +210,8 @@ fn avro_times_local_timestamps_enums_and_headers_land_as_written() {
 fn json_addresses_quoted_enum_symbols_and_json_objects_land_as_written() {
     let documents = [
         r#"{"id": 1, "client": "192.0.2.1", "server": "2001:DB8::1", "kind": "it's", "at": "2024-05-01T12:00:00.25+02:00",
-            "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "caf\u00e9"}}"#,
+            "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "caf\u00e9"},
+            "origin": {"country": "NO", "geo": {"lat": 1.25}}}"#,
         r#"{"id": 2, "client": "255.255.255.255", "server": "10.0.0.1", "kind": "ü", "at": "1969-12-31T23:59:59Z",
             "attrs": {}, "payload": null}"#,
         r#"{"id": 3, "client": "0.0.0.0", "kind": "low", "at": "2024-02-29T00:00:00.000001Z", "attrs": {"n": 1.5}}"#,
@@ -180,11 +222,12 @@ fn json_addresses_quoted_enum_symbols_and_json_objects_land_as_written() {
     let rows = chain_rows(&mut json_chain::Chain::default(), &records);
     let expected = vec![
         json!({"id": 1, "client": "192.0.2.1", "server": "2001:db8::1", "kind": "it's", "at": "2024-05-01 10:00:00.250000",
-            "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "café"}}),
+            "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "café"},
+            "origin_country": "NO", "origin_geo_lat": 1.25, "country": "NO", "lat": 1.25}),
         json!({"id": 2, "client": "255.255.255.255", "server": "::ffff:10.0.0.1", "kind": "ü", "at": "1969-12-31 23:59:59.000000",
-            "attrs": {}, "payload": null}),
+            "attrs": {}, "payload": null, "origin_country": null, "origin_geo_lat": null, "country": null, "lat": null}),
         json!({"id": 3, "client": "0.0.0.0", "server": null, "kind": "low", "at": "2024-02-29 00:00:00.000001",
-            "attrs": {"n": 1.5}, "payload": null}),
+            "attrs": {"n": 1.5}, "payload": null, "origin_country": null, "origin_geo_lat": null, "country": null, "lat": null}),
     ];
     for format in FORMATS {
         assert_eq!(land("modern_types/json.yaml", &rows, format), expected, "{format:?}");
@@ -303,6 +346,8 @@ fn protobuf_maps_keep_their_key_types_and_expressions_read_them() {
     delimited(7, &attrs_2, &mut first);
     delimited(9, &struct_of(vec![("i", double(2, 0.0))]), &mut first);
     delimited(9, &[], &mut first);
+    delimited(11, &[int(1, 5), text(2, "o")].concat(), &mut first);
+    delimited(12, &text(2, "t"), &mut first);
     // Nothing but the id: every map empty, every lookup null, Structs empty, Values null.
     let second = int(1, 2);
     // A Value that holds a number has no JSON column value.
@@ -322,12 +367,14 @@ fn protobuf_maps_keep_their_key_types_and_expressions_read_them() {
             "below": "minus one",
             "attrs": {"name": "x", "n": 1.5, "on": true, "list": [1, "a"], "deep": {"k": "v"}},
             "extra": {"k": "v"}, "history": [{"i": 0}, {}], "maybe": null,
+            "origin": {"x": 5, "label": "o"}, "target": {"x": 0, "label": "t"}, "origin_x": 5, "target_label": "t",
         }),
         json!({
             "id": 2, "names": {}, "flags": {}, "weights": {}, "counts": {}, "offsets": {},
             "name_7": null, "name_big": null, "n_names": 0, "flagged": null, "weight_max": null, "count_a": null,
             "below": null,
             "attrs": {}, "extra": null, "history": [], "maybe": null,
+            "origin": {"x": 0, "label": ""}, "target": {"x": null, "label": null}, "origin_x": 0, "target_label": null,
         }),
     ];
     for format in FORMATS {

@@ -57,7 +57,8 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     // Decoding: one local per input field the chain reads. The locals are numbered in the order
     // they are made (decoder, metadata, operators, the benchmark's decoder): the order below.
     let format = v.model.format.get();
-    let decode_stmts = super::format::decode(v, &plan.live_inputs(), &mut scope, &mut fresh, &mut enums);
+    let mut decode_stmts = super::format::decode(v, &plan.live_decoded(), &mut scope, &mut fresh, &mut enums);
+    decode_stmts.extend(compose_tuples(plan, &mut scope, &mut fresh));
     let exprs = chain_exprs(plan);
     let meta_stmts = metadata_locals(&exprs, &mut scope, &mut fresh);
     let record_defs = record_structs(plan);
@@ -184,6 +185,41 @@ fn metadata_locals(
 }
 
 /// The structs of the records nested in containers, in the input and the output rows.
+/// Under `nested: tuple`, each tuple column the chain reads built from its decoded leaves (which
+/// it moves): `let f_address_7 = TupleAddress { city: f_address_city_3, ... };`.
+fn compose_tuples(
+    plan: &crate::plan::Plan,
+    scope: &mut Scope,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+) -> Vec<TokenStream> {
+    fn build(name: &str, record: &crate::ir::RecordTy, scope: &mut Scope) -> TokenStream {
+        let ident = record_ident(record);
+        let fields = record.fields.iter().map(|f| {
+            let id = field_ident(&f.name);
+            let leaf = crate::ir::flat_name(name, &f.name);
+            let value = match &f.ty {
+                Ty::Record(inner) => build(&leaf, inner, scope),
+                _ => {
+                    let local = scope.remove(&leaf).expect("the decoder binds every live leaf");
+                    quote!(#local)
+                }
+            };
+            quote!(#id: #value)
+        });
+        let fields: Vec<TokenStream> = fields.collect();
+        quote!(#ident { #(#fields,)* })
+    }
+    let mut out = Vec::new();
+    for name in plan.live_inputs() {
+        let Some(record) = plan.tuple(&name) else { continue };
+        let value = build(&name, record, scope);
+        let id = fresh(&name);
+        out.push(quote!(let #id = #value;));
+        scope.insert(name, id);
+    }
+    out
+}
+
 fn record_structs(plan: &crate::plan::Plan) -> Vec<TokenStream> {
     let mut records = Vec::new();
     for c in plan.input.iter().chain(plan.output_columns()) {
@@ -263,10 +299,10 @@ fn bench_decode(
     enums: &mut Vec<Vec<String>>,
 ) -> TokenStream {
     let plan = &v.plan;
-    let all: BTreeSet<String> = plan.input.iter().map(|c| c.name.clone()).collect();
+    let all: BTreeSet<String> = plan.decoded.iter().map(|c| c.name.clone()).collect();
     let mut bench_scope = Scope::new();
     let stmts = super::format::decode(v, &all, &mut bench_scope, fresh, enums);
-    let locals: Vec<proc_macro2::Ident> = plan.input.iter().map(|c| bench_scope[&c.name].clone()).collect();
+    let locals: Vec<proc_macro2::Ident> = plan.decoded.iter().map(|c| bench_scope[&c.name].clone()).collect();
     quote!(
         /// The decoder alone (framing, every field built, the end check), for benchmarks.
         pub(crate) fn bench_decode(payload: &[u8]) -> ::std::result::Result<(), rt::RecordError> {
@@ -702,7 +738,7 @@ fn symbols_of(e: &TExpr, out: &mut std::collections::BTreeMap<String, (u32, Stri
             }
         }
         TKind::Call(_, args) => args.iter().for_each(|a| symbols_of(a, out)),
-        TKind::Unary(_, inner) | TKind::Convert(inner) => symbols_of(inner, out),
+        TKind::Unary(_, inner) | TKind::Convert(inner) | TKind::Member(inner, _) => symbols_of(inner, out),
         TKind::Binary(_, l, r) => {
             symbols_of(l, out);
             symbols_of(r, out);

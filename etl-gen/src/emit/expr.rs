@@ -49,6 +49,10 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             // copies its pointer).
             if is_copy(&e.ty) { quote!(#id) } else { quote!(#id.clone()) }
         }
+        TKind::Member(..) => {
+            let place = place(e, scope);
+            if is_copy(&e.ty) { place } else { quote!(#place.clone()) }
+        }
         // An integer literal where a float is wanted is written as a float.
         TKind::Convert(inner) if matches!(inner.kind, TKind::Lit(Lit::Int(_))) && e.ty == Ty::Float64 => {
             let TKind::Lit(Lit::Int(v)) = inner.kind else { unreachable!("matched above") };
@@ -101,6 +105,22 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
         }
         TKind::Binary(op, l, r) => binary(*op, l, r, &e.ty, scope),
         TKind::Call(func, args) => call(*func, args, &e.ty, scope),
+    }
+}
+
+/// The place a field or a chain of members names (`f_address_3.geo.lat`), not copied.
+fn place(e: &TExpr, scope: &Scope) -> TokenStream {
+    match &e.kind {
+        TKind::Field(name) => {
+            let id = &scope[name];
+            quote!(#id)
+        }
+        TKind::Member(base, field) => {
+            let base = place(base, scope);
+            let field = super::rust_types::field_ident(field);
+            quote!(#base.#field)
+        }
+        _ => unreachable!("typeck makes members of fields and members only"),
     }
 }
 

@@ -23,7 +23,7 @@ pub(super) fn decode(
     fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
     enums: &mut Vec<Vec<String>>,
 ) -> Vec<TokenStream> {
-    let input = &v.plan.input;
+    let input = &v.plan.decoded;
     match &v.input {
         Input::Avro(record) => avro::decode_row(record, input, live, scope, fresh),
         Input::Json(fields) => json::decode(fields, input, live, scope, fresh, enums),

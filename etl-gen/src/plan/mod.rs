@@ -23,8 +23,12 @@ use self::typeck::typed;
 /// The planned chain.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
-    /// The decoded row: the reader schema with nested records flattened.
+    /// The row the operators start from: the decoded row, or under `nested: tuple` its
+    /// top-level records as tuple columns.
     pub input: Vec<Column>,
+    /// The decoded row: the reader schema with nested records flattened (`parent_child`), one
+    /// local per column the chain reads.
+    pub decoded: Vec<Column>,
     /// The shared operators (`transform`), typed: they run once per record.
     pub steps: Vec<Step>,
     /// The outputs, in `outputs` order; one, unnamed, without `outputs`.
@@ -107,6 +111,36 @@ impl Plan {
         self.live_before(0)
     }
 
+    /// The decoded columns the chain needs: [`Plan::live_inputs`] with each tuple column
+    /// replaced by its leaves.
+    pub(crate) fn live_decoded(&self) -> BTreeSet<String> {
+        let mut live = BTreeSet::new();
+        for name in self.live_inputs() {
+            match self.tuple(&name) {
+                Some(record) => {
+                    let mut leaves = Vec::new();
+                    crate::ir::tuple_leaves(&name, record, &mut leaves);
+                    live.extend(leaves);
+                }
+                None => {
+                    live.insert(name);
+                }
+            }
+        }
+        live
+    }
+
+    /// The record of input column `name` when it is a tuple column made of decoded leaves.
+    pub(crate) fn tuple(&self, name: &str) -> Option<&RecordTy> {
+        if self.decoded.iter().any(|c| c.name == name) {
+            return None;
+        }
+        match &self.input.iter().find(|c| c.name == name)?.ty {
+            Ty::Record(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// The fields the steps from `step` on (and the output) read, by the rules of
     /// [`Plan::live_inputs`]: what must be bound before `step`. Emission binds nothing else, so
     /// that no local is left unread (a `rust` step's row fields that a later `select` drops).
@@ -162,13 +196,16 @@ pub(crate) fn plan(
     schema: &RecordTy,
     sources: &BTreeMap<usize, std::io::Result<RustSource>>,
 ) -> Result<Plan, Vec<Diagnostic>> {
-    let input = input_row(schema);
+    let decoded = input_row(schema);
+    let tuples = matches!(&model.sink, Sink::Clickhouse(c) if c.nested == crate::model::NestedMode::Tuple);
+    let input = if tuples { crate::ir::tuple_row(schema) } else { decoded.clone() };
     let mut row = input.clone();
     let mut errors = Vec::new();
     // Nested fields are flattened as `parent_child`, which a field of the parent may already be
-    // called: two columns with one name, one of them silently lost.
-    for (i, c) in input.iter().enumerate() {
-        if input[..i].iter().any(|d| d.name == c.name) {
+    // called: two columns with one name, one of them silently lost. (The decoder keys its
+    // locals by these names under `nested: tuple` too.)
+    for (i, c) in decoded.iter().enumerate() {
+        if decoded[..i].iter().any(|d| d.name == c.name) {
             errors.push(
                 Diagnostic::error(
                     &chain_rules::DUPLICATE_FIELD,
@@ -201,7 +238,7 @@ pub(crate) fn plan(
             Err(mut e) => errors.append(&mut e),
         }
     }
-    if errors.is_empty() { Ok(Plan { input, steps, outputs }) } else { Err(errors) }
+    if errors.is_empty() { Ok(Plan { input, decoded, steps, outputs }) } else { Err(errors) }
 }
 
 /// Plans the operators `ops` (at `at[i]`) over `row`, leaving `row` as the last leaves it.

@@ -93,6 +93,7 @@ impl Typer<'_> {
                 },
                 kind: TKind::Lit(lit.clone()),
             }),
+            Expr::Field(name, span) if name.contains('.') && self.field(name).is_none() => self.nested(name, span),
             Expr::Field(name, span) => match self.field(name) {
                 Some(ty) => Some(TExpr { kind: TKind::Field(name.clone()), ty }),
                 None => {
@@ -384,6 +385,51 @@ impl Typer<'_> {
 
     /// `header('name')` / `header_str('name')`: the name must be a string literal, so that the
     /// generated code looks it up by a constant and `gen` can tell what a pipeline reads.
+    /// Types `parent.child`: a member of a tuple column (`nested: tuple`), or the flattened
+    /// column `parent_child` (`nested: flatten`).
+    fn nested(&mut self, name: &str, span: &std::ops::Range<usize>) -> Option<TExpr> {
+        let mut parts = name.split('.');
+        let head = parts.next().unwrap_or_default();
+        if let Some(Ty::Record(_)) = self.field(head) {
+            let mut e = TExpr { kind: TKind::Field(head.to_owned()), ty: self.field(head)? };
+            for part in parts {
+                let Ty::Record(r) = e.ty.clone() else {
+                    self.error(
+                        &rules::TYPE_MISMATCH,
+                        span,
+                        format!("`{name}`: {} is not a record, so it has no field `{part}`", e.ty),
+                        "read a field of a record",
+                    );
+                    return None;
+                };
+                let Some(f) = r.fields.iter().find(|f| f.name == part) else {
+                    let known: Vec<&str> = r.fields.iter().map(|f| f.name.as_str()).collect();
+                    self.error(
+                        &rules::TYPE_MISMATCH,
+                        span,
+                        format!("`{name}`: the record has no field `{part}`"),
+                        &format!("its fields are {}", known.join(", ")),
+                    );
+                    return None;
+                };
+                e = TExpr { kind: TKind::Member(Box::new(e), part.to_owned()), ty: f.ty.clone() };
+            }
+            return Some(e);
+        }
+        let flat = name.replace('.', "_");
+        match self.field(&flat) {
+            Some(ty) => Some(TExpr { kind: TKind::Field(flat), ty }),
+            None => {
+                let d = unknown_field(self.path, name, self.row);
+                self.errors.push(Diagnostic {
+                    message: format!("in `{}`: unknown field `{name}`", self.text),
+                    ..d.on_value().note(format!("at: {}", caret(self.text, span)))
+                });
+                None
+            }
+        }
+    }
+
     /// Types `map[key]`: the map's value type, nullable (a key may be absent); the key of the
     /// map's key type (an integer literal takes any integer key type it fits).
     fn index(&mut self, map: &Expr, key: &Expr, span: &std::ops::Range<usize>) -> Option<TExpr> {
