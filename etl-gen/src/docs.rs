@@ -474,7 +474,9 @@ On the wire, a Native insert sends the column as `String` (the server converts i
 adds itself when a column is `JSON`. Tested against ClickHouse 26.7 (the local server); the
 `JSON` type needs 24.8 or later (where it is experimental: `allow_experimental_json_type=1`
 on the table's server), and the RowBinary setting a release that has it (Native does not need
-it). Avro's `\"logicalType\": \"json\"` is not mapped yet (such a field is a plain `String`).
+it). From Avro: a `string` with `\"logicalType\": \"json\"`, a logical type of etl-rs's own (the
+Avro specification has none for JSON; other readers see a plain string, so producers need no
+change): the string must be a JSON object, else a record error; datagen writes objects there.
 
 `cargo xtask gen pipeline.yaml --ddl` prints the CREATE TABLE for a pipeline's output row;
 `--ddl --replicated` prints it as a ReplicatedMergeTree created once `ON CLUSTER`

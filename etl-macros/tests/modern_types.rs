@@ -152,6 +152,8 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
                     "items",
                     A::Array(vec![A::Record(vec![("sku".into(), A::String("a".into())), ("qty".into(), A::Int(2))])]),
                 ),
+                ("doc", A::String(r#"{"a": {"b": [1, 2]}, "c": "d"}"#.into())),
+                ("maybe_doc", A::Union(1, Box::new(A::String("{}".into())))),
             ]),
             vec![header("tenant", Some(b"acme")), header("trace", Some(b"t-1")), header("tenant", Some(b"beta"))],
         ),
@@ -177,12 +179,22 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
                 ),
                 ("billing", A::Union(0, Box::new(A::Null))),
                 ("items", A::Array(vec![])),
+                ("doc", A::String(r#"{"x": true}"#.into())),
+                ("maybe_doc", A::Union(0, Box::new(A::Null))),
             ]),
             vec![header("empty", None)],
         ),
     ];
     #[allow(clippy::default_constructed_unit_structs)]
     let rows = chain_rows(&mut avro_chain::Chain::default(), &records);
+    // A json string that is not a JSON object is a record error.
+    let mut bad = records[1].0.clone();
+    let good = br#"{"x": true}"#;
+    let at = bad.windows(good.len()).position(|w| w == good).expect("the doc's text");
+    bad[at] = b'[';
+    #[allow(clippy::default_constructed_unit_structs)]
+    let error = chain_rows_result(&mut avro_chain::Chain::default(), &bad).expect_err("not a JSON object");
+    assert!(error.contains("not a JSON object"), "{error}");
     let expected = vec![
         json!({
             "id": 1, "level": "warn", "previous": "debug", "seen": ["debug", "info", "warn"],
@@ -191,6 +203,7 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
             "tenant": "beta", "headers": {"tenant": "beta", "trace": "t-1"},
             "address": {"city": "Oslo", "geo": {"lat": 59.9, "lon": 10.7}}, "billing": {"street": "Main 1", "zip": 150},
             "items": [{"sku": "a", "qty": 2}], "city_upper": "OSLO", "lat": 59.9, "street": "Main 1",
+            "doc": {"a": {"b": [1, 2]}, "c": "d"}, "maybe_doc": {},
         }),
         json!({
             "id": 2, "level": "debug", "previous": null, "seen": [],
@@ -199,6 +212,7 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
             "tenant": null, "headers": {"empty": ""},
             "address": {"city": "", "geo": {"lat": -0.5, "lon": 0}}, "billing": {"street": null, "zip": null},
             "items": [], "city_upper": "", "lat": -0.5, "street": null,
+            "doc": {"x": true}, "maybe_doc": null,
         }),
     ];
     for format in FORMATS {

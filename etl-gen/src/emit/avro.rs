@@ -28,6 +28,7 @@ fn decode(avro: &AvroType) -> TokenStream {
         AvroType::String => quote!(::std::borrow::Cow::Borrowed(rt::avro::string(&mut buf)?)),
         AvroType::Bytes => quote!(::std::borrow::Cow::Borrowed(rt::avro::bytes(&mut buf)?)),
         AvroType::Uuid => quote!(rt::avro::uuid(rt::avro::string(&mut buf)?)?),
+        AvroType::Json => quote!(rt::avro::json_object(rt::avro::string(&mut buf)?)?),
         AvroType::Enum { symbols, .. } => {
             let n = Literal::u32_unsuffixed(symbols.len() as u32);
             quote!(rt::avro::enum_index(&mut buf, #n)?)
@@ -117,7 +118,11 @@ fn skip(avro: &AvroType) -> TokenStream {
         }
         AvroType::Float => quote!(rt::avro::fixed(&mut buf, 4)?;),
         AvroType::Double => quote!(rt::avro::fixed(&mut buf, 8)?;),
-        AvroType::String | AvroType::Bytes | AvroType::Uuid | AvroType::Decimal { fixed_size: None, .. } => {
+        AvroType::String
+        | AvroType::Bytes
+        | AvroType::Uuid
+        | AvroType::Json
+        | AvroType::Decimal { fixed_size: None, .. } => {
             quote!(rt::avro::bytes(&mut buf)?;)
         }
         AvroType::Decimal { fixed_size: Some(n), .. } => {

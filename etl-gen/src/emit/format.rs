@@ -89,6 +89,17 @@ pub(super) fn registry_client(v: &Validated, timeout: &TokenStream) -> (TokenStr
 /// the other formats.
 pub(super) fn schema_const(v: &Validated, schema_include: &str) -> TokenStream {
     match &v.input {
+        // Marked for datagen (strings of logicalType json): the marked text, the file still
+        // included so that an edit to it rebuilds the crate.
+        Input::Avro(_) if v.datagen_schema != v.schema_text => {
+            let text = &v.datagen_schema;
+            quote!(
+                const _: &str = include_str!(#schema_include);
+                /// The reader schema, with its JSON strings marked for datagen.
+                #[allow(dead_code)]
+                pub(crate) const SCHEMA: &str = #text;
+            )
+        }
         Input::Avro(_) => quote!(
             /// The reader schema, compiled in.
             #[allow(dead_code)]

@@ -147,7 +147,7 @@ fn validate(file_name: &str, pipeline_path: &Path, text: &str, base_dir: &Path, 
                     Ok(text) => match format.encoding {
                         Encoding::Avro => avro_schema::convert(relative, &text).map(|avro| {
                             let record = crate::readers::avro::record_ty(&avro);
-                            let datagen = text.clone();
+                            let datagen = crate::readers::avro::datagen_schema(&text);
                             (text, record, Input::Avro(avro), datagen)
                         }),
                         Encoding::Json => json_schema::convert(relative, &text).map(|fields| {

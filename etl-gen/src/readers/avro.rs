@@ -66,6 +66,8 @@ pub(crate) enum AvroType {
     TimeMillis,
     /// `long` with logicalType `time-micros`
     TimeMicros,
+    /// `string` with logicalType `json` (ours: apache-avro keeps no unknown logical type)
+    Json,
 }
 
 impl AvroType {
@@ -137,6 +139,7 @@ pub(crate) fn column_ty(avro: &AvroType) -> Ty {
         AvroType::Uuid => Ty::Uuid,
         AvroType::TimeMillis => Ty::Time(TimeUnit::Millis),
         AvroType::TimeMicros => Ty::Time(TimeUnit::Micros),
+        AvroType::Json => Ty::Json,
     }
 }
 
@@ -168,13 +171,111 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ("`date`", "`Date32`"),
     ("`decimal(p, s)`, p ≤ 38", "`Decimal(p, s)`"),
     ("`uuid`", "`UUID`"),
+    (
+        "`string` with `\"logicalType\": \"json\"` (etl-rs's own logical type; other readers see a string)",
+        "`JSON`; a string that is not a JSON object is a record error; see [the JSON type](#the-json-type)",
+    ),
 ];
 
 use super::Unsupported;
 
-/// Converts a parsed schema, listing every unsupported type rather than the first.
-pub(crate) fn convert(schema: &Schema) -> Result<AvroRecord, Vec<Unsupported>> {
-    let mut cx = Converter::default();
+/// The paths (as [`convert`] names them: `a.b`, `items[]`, `attrs{}`) of the strings whose
+/// schema says `"logicalType": "json"`, found in the schema's JSON text: apache-avro drops a
+/// logical type it does not know.
+pub(crate) fn json_strings(raw: &serde_json::Value) -> std::collections::HashSet<String> {
+    use serde_json::Value;
+    fn walk(t: &Value, path: &str, out: &mut std::collections::HashSet<String>) {
+        match t {
+            Value::Array(branches) => branches.iter().for_each(|b| walk(b, path, out)),
+            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+                Some("string") if o.get("logicalType").and_then(Value::as_str) == Some("json") => {
+                    out.insert(path.to_owned());
+                }
+                Some("record" | "error") => {
+                    for f in o.get("fields").and_then(Value::as_array).into_iter().flatten() {
+                        let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
+                        let field_path = if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") };
+                        if let Some(ft) = f.get("type") {
+                            walk(ft, &field_path, out);
+                        }
+                    }
+                }
+                Some("array") => {
+                    if let Some(items) = o.get("items") {
+                        walk(items, &format!("{path}[]"), out);
+                    }
+                }
+                Some("map") => {
+                    if let Some(values) = o.get("values") {
+                        walk(values, &format!("{path}{{}}"), out);
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    walk(raw, "", &mut out);
+    out
+}
+
+/// The schema datagen draws from: the reader schema with each record field that holds strings of
+/// logicalType json (directly, or through unions, arrays and maps) marked `"etl_json": true`,
+/// a field attribute apache-avro keeps, so that datagen writes JSON objects there.
+pub(crate) fn datagen_schema(text: &str) -> String {
+    use serde_json::Value;
+    fn holds_json(t: &Value) -> bool {
+        match t {
+            Value::Array(branches) => branches.iter().any(holds_json),
+            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+                Some("string") => o.get("logicalType").and_then(Value::as_str) == Some("json"),
+                Some("array") => o.get("items").is_some_and(holds_json),
+                Some("map") => o.get("values").is_some_and(holds_json),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+    fn mark(t: &mut Value) {
+        match t {
+            Value::Array(branches) => branches.iter_mut().for_each(mark),
+            Value::Object(o) => {
+                if let Some(Value::Array(fields)) = o.get_mut("fields") {
+                    for f in fields {
+                        if f.get("type").is_some_and(holds_json) {
+                            f["etl_json"] = Value::Bool(true);
+                        }
+                        if let Some(ft) = f.get_mut("type") {
+                            mark(ft);
+                        }
+                    }
+                }
+                for key in ["items", "values"] {
+                    if let Some(inner) = o.get_mut(key) {
+                        mark(inner);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(mut schema) if text.contains("\"json\"") => {
+            mark(&mut schema);
+            schema.to_string()
+        }
+        _ => text.to_owned(),
+    }
+}
+
+/// Converts a parsed schema, listing every unsupported type rather than the first; the strings
+/// at `json_strings` (see [`json_strings`]) are JSON columns.
+pub(crate) fn convert(
+    schema: &Schema,
+    json_strings: &std::collections::HashSet<String>,
+) -> Result<AvroRecord, Vec<Unsupported>> {
+    let mut cx = Converter { json_strings: json_strings.clone(), ..Converter::default() };
     let converted = match schema {
         Schema::Record(_) => cx.convert(schema, ""),
         other => {
@@ -199,6 +300,8 @@ struct Converter {
     errors: Vec<Unsupported>,
     /// How many arrays and maps enclose the type being converted.
     containers: usize,
+    /// The paths of strings with `"logicalType": "json"`.
+    json_strings: std::collections::HashSet<String>,
 }
 
 impl Converter {
@@ -215,6 +318,7 @@ impl Converter {
             Schema::Float => AvroType::Float,
             Schema::Double => AvroType::Double,
             Schema::Bytes => AvroType::Bytes,
+            Schema::String if self.json_strings.contains(path) => AvroType::Json,
             Schema::String => AvroType::String,
             Schema::Uuid => AvroType::Uuid,
             Schema::Date => AvroType::Date,
@@ -404,7 +508,7 @@ mod tests {
     use crate::readers::documents;
 
     fn parse(json: &str) -> Result<AvroRecord, Vec<Unsupported>> {
-        convert(&Schema::parse_str(json).unwrap())
+        convert(&Schema::parse_str(json).unwrap(), &json_strings(&serde_json::from_str(json).unwrap()))
     }
 
     #[test]
@@ -498,8 +602,38 @@ mod tests {
 
     #[test]
     fn top_level_must_be_a_record() {
-        let errors = convert(&Schema::parse_str(r#""string""#).unwrap()).unwrap_err();
+        let errors = convert(&Schema::parse_str(r#""string""#).unwrap(), &Default::default()).unwrap_err();
         assert_eq!(errors[0].path, "(top level)");
+    }
+
+    // A string of logicalType json is a JSON column wherever it stands; a plain string is not.
+    #[test]
+    fn json_strings_are_found_by_path() {
+        let record = parse(
+            r#"{"type":"record","name":"R","fields":[
+                {"name":"doc","type":{"type":"string","logicalType":"json"}},
+                {"name":"maybe","type":["null",{"type":"string","logicalType":"json"}]},
+                {"name":"docs","type":{"type":"array","items":{"type":"string","logicalType":"json"}}},
+                {"name":"inner","type":{"type":"record","name":"I","fields":[
+                    {"name":"by_key","type":{"type":"map","values":{"type":"string","logicalType":"json"}}},
+                    {"name":"plain","type":"string"}]}},
+                {"name":"plain","type":"string"}
+            ]}"#,
+        )
+        .unwrap();
+        let columns: Vec<(String, String)> =
+            crate::ir::input_row(&record_ty(&record)).into_iter().map(|c| (c.name, c.ty.clickhouse())).collect();
+        let expected = [
+            ("doc", "JSON"),
+            ("maybe", "Nullable(JSON)"),
+            ("docs", "Array(JSON)"),
+            ("inner_by_key", "Map(String, JSON)"),
+            ("inner_plain", "String"),
+            ("plain", "String"),
+        ];
+        let expected: Vec<(String, String)> =
+            expected.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect();
+        assert_eq!(columns, expected);
     }
 
     // docs/configuration.md's table is MAPPING: each row names what `column_ty` makes of its types.
@@ -528,6 +662,7 @@ mod tests {
             (13, r#"{"type":"int","logicalType":"date"}"#, None),
             (14, r#"{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}"#, Some("12, 2")),
             (15, r#"{"type":"string","logicalType":"uuid"}"#, None),
+            (16, r#"{"type":"string","logicalType":"json"}"#, None),
         ];
         for &(row, ty, inner) in cases {
             let record =

@@ -38,6 +38,7 @@ pub(crate) fn convert(relative: &str, text: &str) -> Result<AvroRecord, Vec<Diag
                 .help("fix the schema so that it follows the Avro specification"),
         ]
     })?;
-    avro::convert(&parsed)
+    let json_strings = serde_json::from_str(text).map(|raw| avro::json_strings(&raw)).unwrap_or_default();
+    avro::convert(&parsed, &json_strings)
         .map_err(|found| super::schema_file::unsupported(&UNSUPPORTED, PATH, relative, "field", found))
 }

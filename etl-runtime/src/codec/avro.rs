@@ -242,6 +242,17 @@ pub fn decimal(bytes: &[u8]) -> Result<i128, DecodeError> {
     Ok(i128::from_be_bytes(wide))
 }
 
+/// A string of `"logicalType": "json"` for a `JSON` column: it must be a JSON object (checked,
+/// kept as written).
+#[inline]
+pub fn json_object(text: &str) -> Result<std::borrow::Cow<'_, str>, DecodeError> {
+    let mut doc = super::json_read::Reader::new(text.as_bytes());
+    match doc.json_object("").and_then(|object| doc.end().map(|()| object)) {
+        Ok(object) => Ok(object),
+        Err(_) => Err(invalid("Avro string of logicalType json is not a JSON object")),
+    }
+}
+
 /// A `uuid` string (`8-4-4-4-12` hex digits) as a number.
 #[inline]
 pub fn uuid(text: &str) -> Result<u128, DecodeError> {

@@ -496,6 +496,17 @@ fn random_len(rng: &mut StdRng, deep: bool) -> usize {
     }
 }
 
+/// `value` with every string in it replaced by a JSON object holding that string.
+fn json_objects(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(serde_json::json!({ "s": s }).to_string()),
+        Value::Union(i, inner) => Value::Union(i, Box::new(json_objects(*inner))),
+        Value::Array(items) => Value::Array(items.into_iter().map(json_objects).collect()),
+        Value::Map(entries) => Value::Map(entries.into_iter().map(|(k, v)| (k, json_objects(v))).collect()),
+        other => other,
+    }
+}
+
 /// A random value of `schema`; `names` resolves references to named types, `policy` says what
 /// the encoding can carry.
 pub(crate) fn random_value(
@@ -535,9 +546,18 @@ pub(crate) fn random_value(
             };
             Value::Union(index as u32, Box::new(inner(&variants[index], rng)))
         }
-        Schema::Record(record) => {
-            Value::Record(record.fields.iter().map(|f| (f.name.clone(), inner(&f.schema, rng))).collect())
-        }
+        Schema::Record(record) => Value::Record(
+            record
+                .fields
+                .iter()
+                .map(|f| {
+                    let value = inner(&f.schema, rng);
+                    // A string of logicalType json (`etl-gen` marks its field): a JSON object.
+                    let value = if f.custom_attributes.contains_key("etl_json") { json_objects(value) } else { value };
+                    (f.name.clone(), value)
+                })
+                .collect(),
+        ),
         Schema::Enum(e) => {
             let index = rng.random_range(0..e.symbols.len());
             Value::Enum(index as u32, e.symbols[index].clone())
