@@ -829,7 +829,7 @@ impl Chain for HeaderProbe {
     }
 }
 
-// Issue 42: a record's Kafka headers reach the chain as the producer wrote them (order, repeated
+// A record's Kafka headers reach the chain as the producer wrote them (order, repeated
 // names, binary and null values; none at all), `last` reads the last of a name, and a record
 // that fails keeps its own headers in the dead-letter topic beside the `etl.*` ones.
 #[test]
