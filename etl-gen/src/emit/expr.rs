@@ -349,49 +349,7 @@ fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
             let v = value(&args[0], scope);
             quote!(#v.is_none())
         }
-        Func::MapGet => {
-            let (map, key) = (&args[0], &args[1]);
-            // A field is read in place; anything else is evaluated first.
-            let entries = match &map.kind {
-                TKind::Field(name) => {
-                    let id = &scope[name];
-                    quote!(#id)
-                }
-                _ => {
-                    let v = value(map, scope);
-                    quote!((#v))
-                }
-            };
-            let key_value = match &key.kind {
-                // Typed by the map's key (typeck checked that it fits).
-                TKind::Lit(Lit::Int(v)) => {
-                    let v = Literal::i64_unsuffixed(*v);
-                    quote!(#v)
-                }
-                _ => value(key, scope),
-            };
-            let Ty::Map(_, value_ty) = map.ty.non_null() else { unreachable!("typeck takes a map") };
-            let pick = match value_ty.as_ref() {
-                Ty::Nullable(inner) if is_copy(inner) => quote!(.and_then(|(_, v)| *v)),
-                Ty::Nullable(_) => quote!(.and_then(|(_, v)| v.clone())),
-                // No Nullable(Array) or Nullable(Map): an absent key reads as empty.
-                Ty::Array(_) | Ty::Map(..) => quote!(.map(|(_, v)| v.clone()).unwrap_or_default()),
-                t if is_copy(t) => quote!(.map(|(_, v)| *v)),
-                _ => quote!(.map(|(_, v)| v.clone())),
-            };
-            // The last entry of a key is its value, as ClickHouse and the decoders keep it.
-            let find = quote!(#entries.iter().rev().find(|(k, _)| *k == key) #pick);
-            if key.ty.is_nullable() {
-                let absent = if matches!(value_ty.as_ref(), Ty::Array(_) | Ty::Map(..)) {
-                    quote!(::std::default::Default::default())
-                } else {
-                    quote!(None)
-                };
-                quote!(match #key_value { Some(key) => #find, None => #absent })
-            } else {
-                quote!({ let key = #key_value; #find })
-            }
-        }
+        Func::MapGet => map_get(&args[0], &args[1], scope),
         Func::Lower | Func::Upper => {
             let method = if func == Func::Lower { quote!(to_lowercase) } else { quote!(to_uppercase) };
             let a = &args[0];
@@ -448,32 +406,78 @@ fn call(func: Func, args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
                 ::std::borrow::Cow::<str>::Owned(s)
             })
         }
-        Func::Coalesce => {
-            // The first non-null argument; the last one is the fallback.
-            let last = args.len() - 1;
-            let mut out = {
-                let v = value(&args[last], scope);
-                if ty.is_nullable() || !args[last].ty.is_nullable() { v } else { quote!(#v) }
-            };
-            // A literal fallback has no effects and no `?`: `unwrap_or` says it plainly (and is
-            // what clippy asks for).
-            let literal = |e: &TExpr| match &e.kind {
-                TKind::Lit(_) => true,
-                TKind::Convert(inner) => matches!(inner.kind, TKind::Lit(_)),
-                _ => false,
-            };
-            for (i, a) in args[..last].iter().enumerate().rev() {
-                let v = value(a, scope);
-                let wrap = if ty.is_nullable() { quote!(Some(x)) } else { quote!(x) };
-                out = if a.ty.is_nullable() && !ty.is_nullable() && i + 1 == last && literal(&args[last]) {
-                    quote!(#v.unwrap_or(#out))
-                } else if a.ty.is_nullable() {
-                    quote!(match #v { Some(x) => #wrap, None => #out })
-                } else {
-                    quote!({ let x = #v; #wrap })
-                };
-            }
-            out
-        }
+        Func::Coalesce => coalesce(args, ty, scope),
     }
+}
+
+/// `m[key]`: the last entry of `key` in the map, as ClickHouse and the decoders keep it.
+fn map_get(map: &TExpr, key: &TExpr, scope: &Scope) -> TokenStream {
+    // A field is read in place; anything else is evaluated first.
+    let entries = match &map.kind {
+        TKind::Field(name) => {
+            let id = &scope[name];
+            quote!(#id)
+        }
+        _ => {
+            let v = value(map, scope);
+            quote!((#v))
+        }
+    };
+    let key_value = match &key.kind {
+        // Typed by the map's key (typeck checked that it fits).
+        TKind::Lit(Lit::Int(v)) => {
+            let v = Literal::i64_unsuffixed(*v);
+            quote!(#v)
+        }
+        _ => value(key, scope),
+    };
+    let Ty::Map(_, value_ty) = map.ty.non_null() else { unreachable!("typeck takes a map") };
+    let pick = match value_ty.as_ref() {
+        Ty::Nullable(inner) if is_copy(inner) => quote!(.and_then(|(_, v)| *v)),
+        Ty::Nullable(_) => quote!(.and_then(|(_, v)| v.clone())),
+        // No Nullable(Array) or Nullable(Map): an absent key reads as empty.
+        Ty::Array(_) | Ty::Map(..) => quote!(.map(|(_, v)| v.clone()).unwrap_or_default()),
+        t if is_copy(t) => quote!(.map(|(_, v)| *v)),
+        _ => quote!(.map(|(_, v)| v.clone())),
+    };
+    // The last entry of a key is its value, as ClickHouse and the decoders keep it.
+    let find = quote!(#entries.iter().rev().find(|(k, _)| *k == key) #pick);
+    if key.ty.is_nullable() {
+        let absent = if matches!(value_ty.as_ref(), Ty::Array(_) | Ty::Map(..)) {
+            quote!(::std::default::Default::default())
+        } else {
+            quote!(None)
+        };
+        quote!(match #key_value { Some(key) => #find, None => #absent })
+    } else {
+        quote!({ let key = #key_value; #find })
+    }
+}
+
+/// The first non-null argument; the last one is the fallback.
+fn coalesce(args: &[TExpr], ty: &Ty, scope: &Scope) -> TokenStream {
+    let last = args.len() - 1;
+    let mut out = {
+        let v = value(&args[last], scope);
+        if ty.is_nullable() || !args[last].ty.is_nullable() { v } else { quote!(#v) }
+    };
+    // A literal fallback has no effects and no `?`: `unwrap_or` says it plainly (and is
+    // what clippy asks for).
+    let literal = |e: &TExpr| match &e.kind {
+        TKind::Lit(_) => true,
+        TKind::Convert(inner) => matches!(inner.kind, TKind::Lit(_)),
+        _ => false,
+    };
+    for (i, a) in args[..last].iter().enumerate().rev() {
+        let v = value(a, scope);
+        let wrap = if ty.is_nullable() { quote!(Some(x)) } else { quote!(x) };
+        out = if a.ty.is_nullable() && !ty.is_nullable() && i + 1 == last && literal(&args[last]) {
+            quote!(#v.unwrap_or(#out))
+        } else if a.ty.is_nullable() {
+            quote!(match #v { Some(x) => #wrap, None => #out })
+        } else {
+            quote!({ let x = #v; #wrap })
+        };
+    }
+    out
 }
