@@ -166,7 +166,18 @@ fn avro_type(rng: &mut Rng, depth: u32, in_container: bool, names: &mut u32) -> 
         }
         13 => {
             let logical = ["time-millis", "time-micros", "local-timestamp-millis", "local-timestamp-micros"];
-            match rng.below(6) {
+            match rng.below(7) {
+                // A union of several scalars: a Variant (with null or not).
+                6 => {
+                    let mut branches = vec![json!("string"), json!("long")];
+                    if rng.one_in(2) {
+                        branches.push(json!("double"));
+                    }
+                    if rng.one_in(2) {
+                        branches.insert(rng.below(branches.len() as u64 + 1) as usize, json!("null"));
+                    }
+                    return json!(branches);
+                }
                 0..=3 => {
                     let l = logical[rng.below(4) as usize];
                     let base = if l == "time-millis" { "int" } else { "long" };
@@ -221,10 +232,13 @@ fn json_type(rng: &mut Rng, depth: u32, in_container: bool) -> Value {
                 .collect();
             json!({"type": "string", "enum": symbols})
         }
-        8 => match rng.below(5) {
+        8 => match rng.below(7) {
             0 => json!({"type": "string", "format": "ipv4"}),
             1 => json!({"type": "string", "format": "ipv6"}),
             2 => json!({"type": "object"}),
+            // Several scalar types: a Variant.
+            3 => json!({"type": ["string", "integer"]}),
+            4 => json!({"type": ["integer", "number", "boolean"]}),
             _ => json!({"type": "integer"}),
         },
         9 => json!({"type": "array", "items": json_type(rng, depth + 1, true)}),
@@ -234,8 +248,13 @@ fn json_type(rng: &mut Rng, depth: u32, in_container: bool) -> Value {
     // ClickHouse has no Nullable(Array/Map/Tuple): inside arrays and maps only scalars are nullable.
     let container = matches!(ty["type"].as_str(), Some("array" | "object"));
     if rng.one_in(4) && ty.get("enum").is_none() && !(in_container && container) {
-        let t = ty["type"].clone();
-        ty["type"] = json!([t, "null"]);
+        ty["type"] = match ty["type"].clone() {
+            serde_json::Value::Array(mut types) => {
+                types.push(json!("null"));
+                serde_json::Value::Array(types)
+            }
+            t => json!([t, "null"]),
+        };
     }
     ty
 }

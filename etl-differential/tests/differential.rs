@@ -341,8 +341,14 @@ mod avro {
             let column = format!("{prefix}{}", field.name);
             match (&field.schema, v) {
                 (Schema::Record(_), _) => flatten(&field.schema, v, &format!("{column}_"), out),
-                (Schema::Union(u), A::Union(_, inner)) => {
-                    let variant = u.variants().iter().find(|s| !matches!(s, Schema::Null)).unwrap();
+                (Schema::Union(u), A::Union(i, inner)) => {
+                    // The branch written (a union of several types is a Variant: its member).
+                    let variant = &u.variants()[*i as usize];
+                    let variant = if matches!(variant, Schema::Null) {
+                        u.variants().iter().find(|s| !matches!(s, Schema::Null)).unwrap()
+                    } else {
+                        variant
+                    };
                     match (variant, inner.as_ref()) {
                         (Schema::Record(_), A::Null) => nulls(variant, &format!("{column}_"), out),
                         (Schema::Record(_), inner) => flatten(variant, inner, &format!("{column}_"), out),
@@ -377,9 +383,9 @@ mod avro {
 
     fn leaf(schema: &Schema, value: &A) -> Value {
         match (schema, value) {
-            (Schema::Union(u), A::Union(_, inner)) => match inner.as_ref() {
+            (Schema::Union(u), A::Union(i, inner)) => match inner.as_ref() {
                 A::Null => Value::Null,
-                inner => leaf(u.variants().iter().find(|s| !matches!(s, Schema::Null)).unwrap(), inner),
+                inner => leaf(&u.variants()[*i as usize], inner),
             },
             (Schema::Array(a), A::Array(items)) => Value::Array(items.iter().map(|v| leaf(&a.items, v)).collect()),
             (Schema::Map(m), A::Map(entries)) => {
@@ -620,6 +626,27 @@ mod json_ref {
     }
 
     fn leaf(schema: &Value, v: &Value, column: &str) -> Result<Value, String> {
+        // Several types: a Variant, whose member the value's kind picks.
+        if let Value::Array(ts) = &schema["type"] {
+            let members: Vec<&str> = ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect();
+            if members.len() >= 2 {
+                let has = |t: &str| members.contains(&t);
+                return Ok(match v {
+                    Value::Null if ts.contains(&json!("null")) => Value::Null,
+                    Value::String(s) if has("string") => json!(s),
+                    Value::Bool(_) if has("boolean") => v.clone(),
+                    Value::Number(n) if has("integer") && (n.is_i64() || !has("number")) => match n.as_i64() {
+                        Some(i) => json!(i),
+                        None => match n.as_f64() {
+                            Some(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => json!(f as i64),
+                            _ => return Err(format!("{column}: not an integer: {v}")),
+                        },
+                    },
+                    Value::Number(n) if has("number") => f64_value(n.as_f64().unwrap()),
+                    _ => return Err(format!("{column}: no member takes {v}")),
+                });
+            }
+        }
         let (ty, nullable) = types(schema);
         if v.is_null() {
             return if nullable { Ok(empty(&ty, schema)) } else { Err(format!("{column}: null")) };

@@ -78,14 +78,17 @@ fn create_output(
     sql.push_str(&lines.join(",\n"));
     sql.push_str(&format!("\n)\nENGINE = {}\n", form.engine(database, name)));
     // Order by the shard key when there is one, else by the first column that can be a
-    // sorting key (not nullable, not a container).
+    // sorting key (not nullable, not a container, not JSON or a Variant, which ClickHouse does
+    // not sort by).
     let order = output
         .shard_key
         .clone()
         .or_else(|| {
             columns
                 .iter()
-                .find(|c| !matches!(c.ty, Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Record(_)))
+                .find(|c| {
+                    !matches!(c.ty, Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) | Ty::Json | Ty::Variant(_))
+                })
                 .map(|c| c.name.clone())
         })
         .map(|name| quote_ident(&name))

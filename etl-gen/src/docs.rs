@@ -281,6 +281,10 @@ const EXPRESSIONS: &str = "
   nullable bytes (null when there is none or its value is null); `header_str('name')` is the
   same as a nullable string, and a value that is not UTF-8 is a record error. The name is a
   literal. The last one wins because a producer that adds a header again means to replace it.
+- **Variants**: `v.Int64` is the member of that ClickHouse type (its name without arguments:
+  `v.String`, `v.Float64`, `v.DateTime64`) when the variant holds it, else null; so
+  `!is_null(v.String)` tests which member a value is. A variant column is copied whole by
+  `map` and `select`.
 - **Maps**: `m[key]` is the value of the map's entry with that key, nullable (null when the
   key is absent; an absent array or map value reads as empty), and `length(m)` its number of
   entries. The key is an expression of the map's key type (`attrs['color']`,

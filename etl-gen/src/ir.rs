@@ -75,6 +75,35 @@ pub(crate) enum Ty {
     Ipv6,
     /// `JSON`: an object kept whole; values are its text as it arrived (checked, not rebuilt).
     Json,
+    /// `Variant(T1, T2, ...)`: a value of one of the members, or NULL (ClickHouse has no
+    /// `Nullable(Variant)`: NULL is the variant's own). Members are scalars, in ClickHouse's
+    /// order (sorted by type name), which numbers them on the wire; see [`variant`]. Values are
+    /// an `Option` of the generated enum of the members.
+    Variant(Vec<Ty>),
+}
+
+/// A `Variant` of `members`, in ClickHouse's order; why not, when two members are one ClickHouse
+/// type or share the name expressions read them by, or a member is not a scalar.
+pub(crate) fn variant(members: Vec<Ty>) -> Result<Ty, String> {
+    let mut members = members;
+    for m in &members {
+        if matches!(
+            m,
+            Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) | Ty::Variant(_) | Ty::Enum { .. } | Ty::Json
+        ) {
+            return Err(format!("a {m} cannot be a member of a Variant (members are scalars)"));
+        }
+    }
+    members.sort_by_key(Ty::clickhouse);
+    for pair in members.windows(2) {
+        if pair[0].clickhouse() == pair[1].clickhouse() {
+            return Err(format!("two members are both ClickHouse {}", pair[0].clickhouse()));
+        }
+        if pair[0].member_name() == pair[1].member_name() {
+            return Err(format!("two members are both read as `.{}`", pair[0].member_name()));
+        }
+    }
+    Ok(Ty::Variant(members))
 }
 
 /// How an enum is written (`sink.clickhouse.enum`).
@@ -111,6 +140,7 @@ pub(crate) fn with_enum_column(record: &mut RecordTy, column: EnumColumn) {
         match t {
             Ty::Enum { column: c, .. } => *c = column,
             Ty::Array(t) | Ty::Map(_, t) | Ty::Nullable(t) => ty(t, column),
+            Ty::Variant(members) => members.iter_mut().for_each(|m| ty(m, column)),
             Ty::Record(r) => with_enum_column(r, column),
             _ => {}
         }
@@ -174,7 +204,14 @@ impl Ty {
             Ty::Int32 | Ty::UInt32 | Ty::Float32 | Ty::Date | Ty::Ipv4 => 4,
             Ty::Int64 | Ty::UInt64 | Ty::Float64 | Ty::Timestamp(_) | Ty::Time(_) => 8,
             Ty::Enum { column: EnumColumn::Enum, symbols, .. } => u64::from(enum_bits(symbols.len()) / 8),
-            Ty::String | Ty::Bytes | Ty::Json | Ty::Enum { .. } | Ty::Array(_) | Ty::Map(..) | Ty::Nullable(_) => 1,
+            Ty::String
+            | Ty::Bytes
+            | Ty::Json
+            | Ty::Enum { .. }
+            | Ty::Array(_)
+            | Ty::Map(..)
+            | Ty::Nullable(_)
+            | Ty::Variant(_) => 1,
             Ty::Record(r) => r.fields.iter().map(|f| f.ty.min_rowbinary_bytes()).sum(),
             Ty::Decimal { precision, .. } => match precision {
                 0..=9 => 4,
@@ -218,6 +255,10 @@ impl Ty {
             Ty::Ipv4 => "IPv4".into(),
             Ty::Ipv6 => "IPv6".into(),
             Ty::Json => "JSON".into(),
+            Ty::Variant(members) => {
+                let members: Vec<String> = members.iter().map(Ty::clickhouse).collect();
+                format!("Variant({})", members.join(", "))
+            }
         }
     }
 
@@ -234,11 +275,18 @@ impl Ty {
         }
     }
 
+    /// The name an expression reads a variant member by (`v.Int64`, `v.DateTime64`): its
+    /// ClickHouse type's name without arguments.
+    pub(crate) fn member_name(&self) -> String {
+        let full = self.clickhouse();
+        full.split('(').next().unwrap_or_default().to_owned()
+    }
+
     /// `Nullable(self)`, unless values already may be null or the type has no Nullable form in
-    /// ClickHouse (arrays and maps: an absent one reads as empty).
+    /// ClickHouse (arrays and maps: an absent one reads as empty; a variant: NULL is its own).
     pub(crate) fn or_null(self) -> Ty {
         match self {
-            Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) => self,
+            Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Variant(_) => self,
             ty => Ty::Nullable(Box::new(ty)),
         }
     }
@@ -281,6 +329,10 @@ impl fmt::Display for Ty {
             Ty::Array(t) => write!(f, "array of {t}"),
             Ty::Map(k, v) if **k == Ty::String => write!(f, "map of {v}"),
             Ty::Map(k, v) => write!(f, "map of {k} to {v}"),
+            Ty::Variant(members) => {
+                let members: Vec<String> = members.iter().map(ToString::to_string).collect();
+                write!(f, "variant of {}", members.join(", "))
+            }
             Ty::Decimal { precision, scale } => write!(f, "decimal({precision}, {scale})"),
             other => f.write_str(match other {
                 Ty::Bool => "bool",

@@ -1,6 +1,6 @@
 //! ClickHouse's newer column types end to end against the real server: Avro's time and
 //! local-timestamp logical types, JSON Schema's `ipv4`/`ipv6`, enums as `Enum8` columns
-//! (`sink.clickhouse.enum: enum`), Kafka headers as columns, nested records as tuples
+//! (`sink.clickhouse.enum: enum`), Avro unions as Variants, Kafka headers as columns, nested records as tuples
 //! (`nested: tuple`) or flattened, read as `a.b` either way, and Protobuf maps that keep their
 //! key types, read by `m[key]` and `length(m)`. Each test writes records, runs
 //! the generated chain on them, inserts its rows through the ClickHouse sink into the table
@@ -35,43 +35,40 @@ use support::{Row, clickhouse_urls, exec, run_pipeline, runtime_config, select, 
 
 const FORMATS: [InsertFormat; 2] = [InsertFormat::Native, InsertFormat::RowBinary];
 
-/// The RowBinary row `chain` makes of each payload (with its headers).
-fn chain_rows(chain: &mut impl etl_runtime::Chain, records: &[(Vec<u8>, Vec<rt::OwnedHeader>)]) -> Vec<Row> {
-    records
-        .iter()
-        .enumerate()
-        .map(|(offset, (payload, headers))| {
-            let mut harness = rt::ChainHarness::new(1);
-            let record = rt::Record {
-                payload: Some(payload),
-                key: None,
-                topic: "events",
-                partition: 0,
-                offset: offset as i64,
-                timestamp_ms: Some(0),
-                headers: rt::Headers::owned(headers),
-            };
-            let n = harness.process(chain, &record).unwrap_or_else(|e| panic!("record {offset}: {e}"));
-            assert_eq!(n, 1, "one row per record");
-            (None, harness.take_output())
-        })
-        .collect()
-}
-
-/// The record error `chain` makes of `payload`, or its row.
-fn chain_rows_result(chain: &mut impl etl_runtime::Chain, payload: &[u8]) -> Result<Vec<u8>, String> {
+/// The rows `chain` makes of one record (`payload` with `headers`, at `offset`) and their
+/// encoding, or its record error.
+fn process(
+    chain: &mut impl etl_runtime::Chain,
+    offset: i64,
+    payload: &[u8],
+    headers: &[rt::OwnedHeader],
+) -> Result<(u32, Vec<u8>), String> {
     let mut harness = rt::ChainHarness::new(1);
     let record = rt::Record {
         payload: Some(payload),
         key: None,
         topic: "events",
         partition: 0,
-        offset: 0,
+        offset,
         timestamp_ms: Some(0),
-        headers: rt::Headers::NONE,
+        headers: rt::Headers::owned(headers),
     };
-    harness.process(chain, &record).map_err(|e| e.to_string())?;
-    Ok(harness.take_output())
+    let n = harness.process(chain, &record).map_err(|e| e.to_string())?;
+    Ok((n, harness.take_output()))
+}
+
+/// The RowBinary row `chain` makes of each payload (with its headers).
+fn chain_rows(chain: &mut impl etl_runtime::Chain, records: &[(Vec<u8>, Vec<rt::OwnedHeader>)]) -> Vec<Row> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(offset, (payload, headers))| {
+            let (n, row) = process(chain, offset as i64, payload, headers)
+                .unwrap_or_else(|e| panic!("record {offset}: {e}"));
+            assert_eq!(n, 1, "one row per record");
+            (None, row)
+        })
+        .collect()
 }
 
 /// Creates the table `gen --ddl` prints for `pipeline` (under a fresh name), inserts `rows`
@@ -154,6 +151,9 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
                 ),
                 ("doc", A::String(r#"{"a": {"b": [1, 2]}, "c": "d"}"#.into())),
                 ("maybe_doc", A::Union(1, Box::new(A::String("{}".into())))),
+                ("value", A::Union(2, Box::new(A::Long(7)))),
+                ("either", A::Union(0, Box::new(A::String("s".into())))),
+                ("values", A::Array(vec![A::Union(0, Box::new(A::Long(1))), A::Union(1, Box::new(A::String("two".into())))])),
             ]),
             vec![header("tenant", Some(b"acme")), header("trace", Some(b"t-1")), header("tenant", Some(b"beta"))],
         ),
@@ -181,6 +181,9 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
                 ("items", A::Array(vec![])),
                 ("doc", A::String(r#"{"x": true}"#.into())),
                 ("maybe_doc", A::Union(0, Box::new(A::Null))),
+                ("value", A::Union(1, Box::new(A::String("text".into())))),
+                ("either", A::Union(1, Box::new(A::Long(-3)))),
+                ("values", A::Array(vec![])),
             ]),
             vec![header("empty", None)],
         ),
@@ -193,7 +196,7 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
     let at = bad.windows(good.len()).position(|w| w == good).expect("the doc's text");
     bad[at] = b'[';
     #[allow(clippy::default_constructed_unit_structs)]
-    let error = chain_rows_result(&mut avro_chain::Chain::default(), &bad).expect_err("not a JSON object");
+    let error = process(&mut avro_chain::Chain::default(), 0, &bad, &[]).expect_err("not a JSON object");
     assert!(error.contains("not a JSON object"), "{error}");
     let expected = vec![
         json!({
@@ -204,6 +207,7 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
             "address": {"city": "Oslo", "geo": {"lat": 59.9, "lon": 10.7}}, "billing": {"street": "Main 1", "zip": 150},
             "items": [{"sku": "a", "qty": 2}], "city_upper": "OSLO", "lat": 59.9, "street": "Main 1",
             "doc": {"a": {"b": [1, 2]}, "c": "d"}, "maybe_doc": {},
+            "value": 7, "either": "s", "values": [1, "two"], "value_long": 7, "value_text": null,
         }),
         json!({
             "id": 2, "level": "debug", "previous": null, "seen": [],
@@ -213,6 +217,7 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
             "address": {"city": "", "geo": {"lat": -0.5, "lon": 0}}, "billing": {"street": null, "zip": null},
             "items": [], "city_upper": "", "lat": -0.5, "street": null,
             "doc": {"x": true}, "maybe_doc": null,
+            "value": "text", "either": -3, "values": [], "value_long": null, "value_text": "TEXT",
         }),
     ];
     for format in FORMATS {
@@ -225,10 +230,10 @@ fn json_addresses_quoted_enum_symbols_and_json_objects_land_as_written() {
     let documents = [
         r#"{"id": 1, "client": "192.0.2.1", "server": "2001:DB8::1", "kind": "it's", "at": "2024-05-01T12:00:00.25+02:00",
             "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "caf\u00e9"},
-            "origin": {"country": "NO", "geo": {"lat": 1.25}}}"#,
+            "origin": {"country": "NO", "geo": {"lat": 1.25}}, "value": "s1", "amount": 5, "flag_or_day": true}"#,
         r#"{"id": 2, "client": "255.255.255.255", "server": "10.0.0.1", "kind": "ü", "at": "1969-12-31T23:59:59Z",
-            "attrs": {}, "payload": null}"#,
-        r#"{"id": 3, "client": "0.0.0.0", "kind": "low", "at": "2024-02-29T00:00:00.000001Z", "attrs": {"n": 1.5}}"#,
+            "attrs": {}, "payload": null, "value": 42, "amount": 2.5, "flag_or_day": "2024-02-29"}"#,
+        r#"{"id": 3, "client": "0.0.0.0", "kind": "low", "at": "2024-02-29T00:00:00.000001Z", "attrs": {"n": 1.5}, "value": null}"#,
     ];
     let records: Vec<(Vec<u8>, Vec<rt::OwnedHeader>)> =
         documents.iter().map(|d| (d.as_bytes().to_vec(), Vec::new())).collect();
@@ -237,11 +242,14 @@ fn json_addresses_quoted_enum_symbols_and_json_objects_land_as_written() {
     let expected = vec![
         json!({"id": 1, "client": "192.0.2.1", "server": "2001:db8::1", "kind": "it's", "at": "2024-05-01 10:00:00.250000",
             "attrs": {"color": "red", "size": {"w": 2, "h": 3}, "tags": ["a", "b"]}, "payload": {"k": "café"},
-            "origin_country": "NO", "origin_geo_lat": 1.25, "country": "NO", "lat": 1.25}),
+            "origin_country": "NO", "origin_geo_lat": 1.25, "country": "NO", "lat": 1.25,
+            "value": "s1", "amount": 5, "flag_or_day": true, "value_num": null, "amount_f": null}),
         json!({"id": 2, "client": "255.255.255.255", "server": "::ffff:10.0.0.1", "kind": "ü", "at": "1969-12-31 23:59:59.000000",
-            "attrs": {}, "payload": null, "origin_country": null, "origin_geo_lat": null, "country": null, "lat": null}),
+            "attrs": {}, "payload": null, "origin_country": null, "origin_geo_lat": null, "country": null, "lat": null,
+            "value": 42, "amount": 2.5, "flag_or_day": "2024-02-29", "value_num": 42, "amount_f": 2.5}),
         json!({"id": 3, "client": "0.0.0.0", "server": null, "kind": "low", "at": "2024-02-29 00:00:00.000001",
-            "attrs": {"n": 1.5}, "payload": null, "origin_country": null, "origin_geo_lat": null, "country": null, "lat": null}),
+            "attrs": {"n": 1.5}, "payload": null, "origin_country": null, "origin_geo_lat": null, "country": null, "lat": null,
+            "value": null, "amount": null, "flag_or_day": null, "value_num": null, "amount_f": null}),
     ];
     for format in FORMATS {
         assert_eq!(land("modern_types/json.yaml", &rows, format), expected, "{format:?}");
@@ -260,19 +268,18 @@ fn a_malformed_address_or_a_json_value_that_is_no_object_is_a_record_error_namin
             json!({"id": 1, "client": "1.2.3.4", "server": "2001:db8::g", "kind": "low", "at": "2024-05-01T00:00:00Z"}),
             "server",
         ),
+        (json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": [1]}), "attrs"),
+        (
+            json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "payload": 7}),
+            "payload",
+        ),
+        (json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "value": true}), "value"),
+        (
+            json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "amount": null}),
+            "amount",
+        ),
     ] {
-        let payload = doc.to_string().into_bytes();
-        let mut harness = rt::ChainHarness::new(1);
-        let record = rt::Record {
-            payload: Some(&payload),
-            key: None,
-            topic: "events",
-            partition: 0,
-            offset: 0,
-            timestamp_ms: Some(0),
-            headers: rt::Headers::NONE,
-        };
-        let error = harness.process(&mut chain, &record).expect_err("a bad address").to_string();
+        let error = process(&mut chain, 0, doc.to_string().as_bytes(), &[]).expect_err("a bad value");
         assert!(error.contains(field), "{error}");
     }
 }
@@ -369,7 +376,7 @@ fn protobuf_maps_keep_their_key_types_and_expressions_read_them() {
     delimited(8, &double(2, 2.0), &mut third);
     let records = vec![(first, Vec::new()), (second, Vec::new())];
     #[allow(clippy::default_constructed_unit_structs)]
-    let error = chain_rows_result(&mut protobuf_chain::Chain::default(), &third).expect_err("a number Value");
+    let error = process(&mut protobuf_chain::Chain::default(), 0, &third, &[]).expect_err("a number Value");
     assert!(error.contains("extra") && error.contains("neither a struct nor null"), "{error}");
     #[allow(clippy::default_constructed_unit_structs)]
     let rows = chain_rows(&mut protobuf_chain::Chain::default(), &records);

@@ -108,6 +108,8 @@ const ALL_TYPES: &[(&str, &str)] = &[
     ("ip6", "IPv6"),
     ("doc", "JSON"),
     ("maybe_doc", "Nullable(JSON)"),
+    ("var", "Variant(Int64, String)"),
+    ("vars", "Array(Variant(Float64, String))"),
 ];
 
 /// A MergeTree ordered by `id`; `extra` goes into the column list (a constraint), `settings` after
@@ -193,6 +195,14 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
     rb::string(&mut first, br#"{"a": 1, "b": {"c": ["x", "y"]}, "s": "h\u00e9"}"#);
     rb::null_marker(&mut first, false);
     rb::string(&mut first, b"{}");
+    first.push(0); // Variant member 0: Int64
+    rb::i64(&mut first, -42);
+    rb::varint(&mut first, 3);
+    first.push(1); // String
+    rb::string(&mut first, b"x");
+    first.push(255); // NULL
+    first.push(0); // Float64
+    rb::f64(&mut first, 2.5);
 
     let mut second = Vec::new();
     rb::i64(&mut second, 2);
@@ -224,6 +234,8 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
     rb::ipv6(&mut second, 0xffff_0102_0304); // ::ffff:1.2.3.4
     rb::string(&mut second, b"{}");
     rb::null_marker(&mut second, true);
+    second.push(255); // NULL
+    rb::varint(&mut second, 0);
 
     let sink = ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, ALL_TYPES) }).unwrap();
     block_on(sink.check()).expect("the table made from the mapping passes the check");
@@ -247,6 +259,7 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
             "level": "it's", "maybe_level": "b", "t_ms": "12:34:56.789", "t_us": "23:59:59.999999",
             "ip4": "192.0.2.1", "ip6": "2001:db8::1",
             "doc": {"a": 1, "b": {"c": ["x", "y"]}, "s": "hé"}, "maybe_doc": {},
+            "var": -42, "vars": ["x", null, 2.5],
         }),
         "{format:?}"
     );
@@ -261,7 +274,7 @@ fn every_type_round_trips_in(url: &str, format: InsertFormat) {
             "uid": "ffffffff-ffff-ffff-ffff-ffffffffffff",
             "level": "error", "maybe_level": null, "t_ms": "00:00:00.000", "t_us": "00:00:00.000001",
             "ip4": "255.255.255.255", "ip6": "::ffff:1.2.3.4",
-            "doc": {}, "maybe_doc": null,
+            "doc": {}, "maybe_doc": null, "var": null, "vars": [],
         }),
         "{format:?}"
     );

@@ -75,9 +75,29 @@ pub enum JType {
     },
     /// The type and `null`.
     Nullable(Box<JType>),
+    /// Several scalar types (`type: [string, integer]`, a `oneOf` of scalars) → Variant. At
+    /// most one member of each kind of JSON value (a string, a number, a boolean; integer and
+    /// number may be both), so that the value picks its member.
+    Variant(Vec<JType>),
 }
 
 impl JType {
+    /// Whether it is a scalar (a Variant's member may be one).
+    pub fn is_scalar(&self) -> bool {
+        matches!(
+            self,
+            JType::Integer
+                | JType::Number
+                | JType::Boolean
+                | JType::String
+                | JType::DateTime
+                | JType::Date
+                | JType::Uuid
+                | JType::Ipv4
+                | JType::Ipv6
+        )
+    }
+
     /// The type without `Nullable`.
     pub fn non_null(&self) -> &JType {
         match self {
@@ -271,12 +291,25 @@ impl<'a> Walker<'a> {
                 return None;
             }
             several => {
-                self.unsupported(
-                    path,
-                    format!("a value of several types ({}) is not supported", several.join(", ")),
-                    "a column has one type: pick one, or split the property",
-                );
-                return None;
+                let mut members = Vec::new();
+                for t in several {
+                    members.push(match *t {
+                        "integer" => JType::Integer,
+                        "number" => JType::Number,
+                        "boolean" => JType::Boolean,
+                        "string" => JType::String,
+                        _ => {
+                            self.unsupported(
+                                path,
+                                format!("a value of several types ({}) that are not all scalars", several.join(", ")),
+                                "a Variant's members are integer, number, boolean and string: pick one type for an array or object",
+                            );
+                            return None;
+                        }
+                    });
+                }
+                let variant = self.variant(members, path)?;
+                return Some(if nullable { JType::Nullable(Box::new(variant)) } else { variant });
             }
         };
         let inner = match ty {
@@ -491,11 +524,53 @@ impl<'a> Walker<'a> {
                 t => JType::Nullable(Box::new(t)),
             });
         }
+        // Several scalar schemas (and maybe null): a Variant.
+        if let J::Arr(list) = alternatives {
+            let nullable = list.iter().any(is_null);
+            let mut members = Vec::new();
+            for (i, alternative) in list.iter().filter(|a| !is_null(a)).enumerate() {
+                let member = self.shape(alternative, &format!("{path}.{keyword}[{i}]"), hint)?;
+                if !member.is_scalar() {
+                    self.unsupported(
+                        path,
+                        format!("`{keyword}` of schemas that are not all scalars"),
+                        "a Variant's members are scalars (integer, number, boolean, string and its formats)",
+                    );
+                    return None;
+                }
+                members.push(member);
+            }
+            if members.len() >= 2 {
+                let variant = self.variant(members, path)?;
+                return Some(if nullable { JType::Nullable(Box::new(variant)) } else { variant });
+            }
+        }
         self.unsupported(
             path,
-            format!("`{keyword}` is supported only for one schema and `{{\"type\": \"null\"}}` (nullability)"),
+            format!("`{keyword}` is supported for several scalar schemas (a Variant) or one schema and `{{\"type\": \"null\"}}`"),
             "a column has one type: pick one schema, or split the property",
         );
         None
+    }
+
+    /// A Variant of `members`, unless two would take the same JSON values.
+    fn variant(&mut self, members: Vec<JType>, path: &str) -> Option<JType> {
+        let kind = |t: &JType| match t {
+            JType::Integer => 1,
+            JType::Number => 2,
+            JType::Boolean => 3,
+            _ => 4,
+        };
+        for (i, m) in members.iter().enumerate() {
+            if members[..i].iter().any(|n| kind(n) == kind(m)) {
+                self.unsupported(
+                    path,
+                    "two members of a Variant take the same JSON values (two strings, or a type twice)".into(),
+                    "keep one member per kind of value: one string type, one boolean, integer and/or number",
+                );
+                return None;
+            }
+        }
+        Some(JType::Variant(members))
     }
 }

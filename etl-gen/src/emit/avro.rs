@@ -8,7 +8,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 
 use super::expr::Scope;
-use super::rust_types::{field_ident, local_ty, record_ident_named};
+use super::rust_types::{field_ident, local_ty, member_ident, record_ident_named, variant_ident};
 use crate::ir::{Column, Ty, flat_name};
 use crate::model::Wire;
 use crate::readers::avro::{AvroField, AvroRecord, AvroType};
@@ -29,6 +29,22 @@ fn decode(avro: &AvroType) -> TokenStream {
         AvroType::Bytes => quote!(::std::borrow::Cow::Borrowed(rt::avro::bytes(&mut buf)?)),
         AvroType::Uuid => quote!(rt::avro::uuid(rt::avro::string(&mut buf)?)?),
         AvroType::Json => quote!(rt::avro::json_object(rt::avro::string(&mut buf)?)?),
+        AvroType::Variant { branches } => {
+            let name = variant_ident(&crate::readers::avro::column_ty(avro));
+            let n = Literal::u32_unsuffixed(branches.len() as u32);
+            let arms = branches.iter().enumerate().map(|(i, b)| {
+                let i = Literal::u32_unsuffixed(i as u32);
+                match b {
+                    None => quote!(#i => None,),
+                    Some(t) => {
+                        let id = member_ident(&crate::readers::avro::column_ty(t));
+                        let read = decode(t);
+                        quote!(#i => Some(#name::#id(#read)),)
+                    }
+                }
+            });
+            quote!(match rt::avro::union_index(&mut buf, #n)? { #(#arms)* _ => unreachable!("union_index checks the range") })
+        }
         AvroType::Enum { symbols, .. } => {
             let n = Literal::u32_unsuffixed(symbols.len() as u32);
             quote!(rt::avro::enum_index(&mut buf, #n)?)
@@ -132,6 +148,17 @@ fn skip(avro: &AvroType) -> TokenStream {
         AvroType::Enum { symbols, .. } => {
             let n = Literal::u32_unsuffixed(symbols.len() as u32);
             quote!(rt::avro::enum_index(&mut buf, #n)?;)
+        }
+        AvroType::Variant { branches } => {
+            let n = Literal::u32_unsuffixed(branches.len() as u32);
+            let arms = branches.iter().enumerate().filter_map(|(i, b)| {
+                let i = Literal::u32_unsuffixed(i as u32);
+                b.as_ref().map(|t| {
+                    let skip = skip(t);
+                    quote!(#i => { #skip })
+                })
+            });
+            quote!(match rt::avro::union_index(&mut buf, #n)? { #(#arms)* _ => {} })
         }
         AvroType::Nullable { inner, null_index } => {
             let inner = skip(inner);

@@ -62,6 +62,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     let exprs = chain_exprs(plan);
     let meta_stmts = metadata_locals(&exprs, &mut scope, &mut fresh);
     let record_defs = record_structs(plan);
+    let variant_defs = variant_enums(plan);
 
     // The operators, innermost last: flat_map opens a loop that the rest runs inside.
     let mut row: Vec<Column> = plan.input.clone();
@@ -94,6 +95,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<ChainItems, Error> {
     let rest = quote! {
         #symbol_consts
         #(#record_defs)*
+        #(#variant_defs)*
         #rows_mod
         #(#user_mods)*
 
@@ -218,6 +220,29 @@ fn compose_tuples(
         scope.insert(name, id);
     }
     out
+}
+
+/// The enum of each variant type a column holds: one enum variant per member.
+fn variant_enums(plan: &crate::plan::Plan) -> Vec<TokenStream> {
+    let mut variants = Vec::new();
+    for c in plan.decoded.iter().chain(&plan.input).chain(plan.output_columns()) {
+        super::rust_types::nested_variants(&c.ty, &mut variants);
+    }
+    variants
+        .iter()
+        .map(|v| {
+            let Ty::Variant(members) = v else { unreachable!("variants") };
+            let name = super::rust_types::variant_ident(v);
+            let arms = members.iter().map(|m| {
+                let id = super::rust_types::member_ident(m);
+                let ty = rust_ty(m);
+                quote!(#id(#ty))
+            });
+            let doc = format!("A value of ClickHouse `{}` (NULL is `None` around it).", v.clickhouse());
+            let generics = if borrows(v) { quote!(<'a>) } else { TokenStream::new() };
+            quote!(#[doc = #doc] #[derive(Clone, Debug, PartialEq)] pub enum #name #generics { #(#arms,)* })
+        })
+        .collect()
 }
 
 fn record_structs(plan: &crate::plan::Plan) -> Vec<TokenStream> {

@@ -256,7 +256,7 @@ fn serde_ty(t: &JType, hint: &str, out: &mut Vec<TokenStream>) -> (TokenStream, 
         }
         // A hand-written consumer would keep it as `RawValue`, which needs serde_json's
         // `raw_value` feature; skipping checks the same structure.
-        JType::Json => (quote!(serde::de::IgnoredAny), false),
+        JType::Json | JType::Variant(_) => (quote!(serde::de::IgnoredAny), false),
         JType::Object { fields, .. } => {
             let nested = serde_struct(&format!("{hint}Object"), fields, out);
             (quote!(#nested<'a>), true)

@@ -5,7 +5,7 @@
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 
-use super::rust_types::{enum_table, field_ident};
+use super::rust_types::{enum_table, field_ident, member_ident, variant_ident};
 use crate::ir::{EnumColumn, Ty, enum_bits};
 
 /// A value an encoder writes: a place (a local, or a field of one), or a reference to a value (a
@@ -153,6 +153,18 @@ pub(super) fn rowbinary(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> Token
             let parts = r.fields.iter().map(|c| rowbinary(&c.ty, &v.field(&field_ident(&c.name)), enums));
             quote!({ #(#parts)* })
         }
+        // The member's number in ClickHouse's order, then its value; 255 is NULL.
+        Ty::Variant(members) => {
+            let name = variant_ident(ty);
+            let arms = members.iter().enumerate().map(|(i, m)| {
+                let id = member_ident(m);
+                let d = Literal::u8_unsuffixed(i as u8);
+                let inner = rowbinary(m, &x, enums);
+                quote!(Some(#name::#id(x)) => { buf.push(#d); #inner })
+            });
+            let r = v.reference();
+            quote!(match #r { None => buf.push(255), #(#arms)* })
+        }
     }
 }
 
@@ -255,6 +267,16 @@ pub(super) fn json(ty: &Ty, v: &Val, enums: &mut Vec<Vec<String>>) -> TokenStrea
                 quote!(buf.extend_from_slice(#key); #value)
             });
             quote!({ #(#parts)* buf.push(b'}'); })
+        }
+        Ty::Variant(members) => {
+            let name = variant_ident(ty);
+            let arms = members.iter().map(|m| {
+                let id = member_ident(m);
+                let inner = json(m, &x, enums);
+                quote!(Some(#name::#id(x)) => { #inner })
+            });
+            let r = v.reference();
+            quote!(match #r { None => rt::json::null(buf), #(#arms)* })
         }
     }
 }

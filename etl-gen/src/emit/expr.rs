@@ -49,6 +49,14 @@ pub(super) fn value(e: &TExpr, scope: &Scope) -> TokenStream {
             // copies its pointer).
             if is_copy(&e.ty) { quote!(#id) } else { quote!(#id.clone()) }
         }
+        // A variant's member: the value when the variant holds that member, else null.
+        TKind::Member(base, member) if matches!(base.ty, Ty::Variant(_)) => {
+            let place = place(base, scope);
+            let name = super::rust_types::variant_ident(&base.ty);
+            let id = quote::format_ident!("{}", member);
+            let pick = if is_copy(&e.ty) { quote!(*x) } else { quote!(x.clone()) };
+            quote!(match &#place { Some(#name::#id(x)) => Some(#pick), _ => None })
+        }
         TKind::Member(..) => {
             let place = place(e, scope);
             if is_copy(&e.ty) { place } else { quote!(#place.clone()) }
@@ -152,7 +160,7 @@ pub(super) fn condition(e: &TExpr, scope: &Scope) -> TokenStream {
 pub(super) fn is_copy(ty: &Ty) -> bool {
     match ty {
         Ty::Nullable(t) => is_copy(t),
-        Ty::String | Ty::Bytes | Ty::Json | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) => false,
+        Ty::String | Ty::Bytes | Ty::Json | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) | Ty::Variant(_) => false,
         _ => true,
     }
 }

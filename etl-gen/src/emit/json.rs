@@ -13,7 +13,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 
 use super::expr::Scope;
-use super::rust_types::{enum_table, field_ident, local_ty, record_ident};
+use super::rust_types::{enum_table, field_ident, local_ty, member_ident, record_ident, variant_ident};
 use crate::ir::{Column, RecordTy};
 use crate::readers::json::{JField, JType};
 
@@ -272,6 +272,10 @@ impl Object {
                             Absent::Empty,
                             quote!(#id = Some(if doc.null() { ::std::vec::Vec::new() } else { #read });),
                         ),
+                        // Its value is an Option already (null: the variant's NULL).
+                        JType::Variant(_) if optional => {
+                            (Absent::Null, quote!(#id = Some(if doc.null() { None } else { #read });))
+                        }
                         _ if optional => {
                             (Absent::Null, quote!(#id = Some(if doc.null() { None } else { Some(#read) });))
                         }
@@ -285,6 +289,51 @@ impl Object {
             }
         }
     }
+}
+
+/// A Variant's value: the member the value's kind picks (`Some(VariantX::Int64(..))`); a value no
+/// member takes (`null` included: a nullable variant reads it before) is a record error.
+fn variant(
+    members: &[JType],
+    path: &str,
+    fresh: &mut impl FnMut(&str) -> proc_macro2::Ident,
+    enums: &mut Vec<Vec<String>>,
+) -> TokenStream {
+    let ty = crate::readers::json::column_type(&JType::Variant(members.to_vec()));
+    let name = variant_ident(&ty);
+    let member = |m: &JType| member_ident(&crate::readers::json::column_type(m));
+    let number = members.iter().find(|m| **m == JType::Number);
+    let mut arms = Vec::new();
+    let mut expected = Vec::new();
+    for m in members {
+        let (id, read) = (member(m), value(m, path, fresh, enums));
+        match m {
+            JType::Boolean => {
+                expected.push("a boolean");
+                arms.push((1, quote!(rt::json_read::Kind::Bool => Some(#name::#id(#read)),)));
+            }
+            JType::Integer if number.is_some() => {
+                expected.push("an integer");
+                // Before the number's arm, which takes the rest.
+                arms.push((0, quote!(rt::json_read::Kind::Number if doc.integral() => Some(#name::#id(#read)),)));
+            }
+            JType::Integer | JType::Number => {
+                expected.push(if *m == JType::Integer { "an integer" } else { "a number" });
+                arms.push((1, quote!(rt::json_read::Kind::Number => Some(#name::#id(#read)),)));
+            }
+            _ => {
+                expected.push("a string");
+                arms.push((1, quote!(rt::json_read::Kind::String => Some(#name::#id(#read)),)));
+            }
+        }
+    }
+    arms.sort_by_key(|(order, _)| *order);
+    let arms = arms.into_iter().map(|(_, arm)| arm);
+    let expected = format!("expected {}", expected.join(" or "));
+    quote!(match doc.kind() {
+        #(#arms)*
+        _ => return Err(doc.not_a_member(#path, #expected).into()),
+    })
 }
 
 /// An expression that reads one value of `t` (never absent: a container's element, or a present
@@ -315,10 +364,16 @@ fn value(
             });
             quote!(doc.symbol_by(#path, |text| match text { #(#cases)* _ => None })?)
         }
+        // A variant's value is already an Option: null is its own NULL.
+        JType::Nullable(inner) if matches!(**inner, JType::Variant(_)) => {
+            let inner = value(inner, path, fresh, enums);
+            quote!(if doc.null() { None } else { #inner })
+        }
         JType::Nullable(inner) => {
             let inner = value(inner, path, fresh, enums);
             quote!(if doc.null() { None } else { Some(#inner) })
         }
+        JType::Variant(members) => variant(members, path, fresh, enums),
         JType::Array(item) => {
             let item_path = format!("{path}[]");
             let item = value(item, &item_path, fresh, enums);

@@ -52,6 +52,36 @@ fn rust_ty_with(ty: &Ty, lt: &TokenStream) -> TokenStream {
         }
         Ty::Decimal { .. } => quote!(i128),
         Ty::Uuid | Ty::Ipv6 => quote!(u128),
+        Ty::Variant(_) => {
+            let name = variant_ident(ty);
+            if borrows(ty) { quote!(::std::option::Option<#name<#lt>>) } else { quote!(::std::option::Option<#name>) }
+        }
+    }
+}
+
+/// The generated enum of a variant's members (`VariantInt64String`), one variant per member
+/// named by [`Ty::member_name`].
+pub(super) fn variant_ident(ty: &Ty) -> proc_macro2::Ident {
+    let Ty::Variant(members) = ty else { unreachable!("a variant") };
+    let mut name = String::from("Variant");
+    for m in members {
+        name.extend(m.clickhouse().chars().filter(char::is_ascii_alphanumeric));
+    }
+    format_ident!("{}", name)
+}
+
+/// The enum variant of `member` in its variant's enum.
+pub(super) fn member_ident(member: &Ty) -> proc_macro2::Ident {
+    format_ident!("{}", member.member_name())
+}
+
+/// Every variant type in `ty` (its containers and records included).
+pub(super) fn nested_variants(ty: &Ty, out: &mut Vec<Ty>) {
+    match ty {
+        Ty::Array(t) | Ty::Map(_, t) | Ty::Nullable(t) => nested_variants(t, out),
+        Ty::Record(r) => r.fields.iter().for_each(|c| nested_variants(&c.ty, out)),
+        Ty::Variant(_) if !out.contains(ty) => out.push(ty.clone()),
+        _ => {}
     }
 }
 
@@ -61,6 +91,7 @@ pub(super) fn borrows(ty: &Ty) -> bool {
     match ty {
         Ty::String | Ty::Bytes | Ty::Json => true,
         Ty::Map(k, v) => borrows(k) || borrows(v),
+        Ty::Variant(members) => members.iter().any(borrows),
         Ty::Array(t) | Ty::Nullable(t) => borrows(t),
         Ty::Record(r) => r.fields.iter().any(|c| borrows(&c.ty)),
         _ => false,
@@ -132,6 +163,7 @@ pub(super) fn rust_ty_doc(ty: &Ty) -> String {
         Ty::Record(r) => record_ident(r).to_string(),
         Ty::Decimal { .. } => "i128 (unscaled)".into(),
         Ty::Uuid => "u128".into(),
+        Ty::Variant(_) => format!("Option<{}> (None: NULL)", variant_ident(ty)),
     }
 }
 

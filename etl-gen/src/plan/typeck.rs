@@ -390,9 +390,25 @@ impl Typer<'_> {
     fn nested(&mut self, name: &str, span: &std::ops::Range<usize>) -> Option<TExpr> {
         let mut parts = name.split('.');
         let head = parts.next().unwrap_or_default();
-        if let Some(Ty::Record(_)) = self.field(head) {
+        if let Some(Ty::Record(_) | Ty::Variant(_)) = self.field(head) {
             let mut e = TExpr { kind: TKind::Field(head.to_owned()), ty: self.field(head)? };
             for part in parts {
+                if let Ty::Variant(members) = &e.ty {
+                    let Some(m) = members.iter().find(|m| m.member_name() == part) else {
+                        let known: Vec<String> = members.iter().map(Ty::member_name).collect();
+                        self.error(
+                            &rules::TYPE_MISMATCH,
+                            span,
+                            format!("`{name}`: the variant has no member `{part}`"),
+                            &format!("its members are {}", known.join(", ")),
+                        );
+                        return None;
+                    };
+                    // Null unless the variant holds this member.
+                    let ty = m.clone().or_null();
+                    e = TExpr { kind: TKind::Member(Box::new(e), part.to_owned()), ty };
+                    continue;
+                }
                 let Ty::Record(r) = e.ty.clone() else {
                     self.error(
                         &rules::TYPE_MISMATCH,

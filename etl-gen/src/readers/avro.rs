@@ -68,6 +68,11 @@ pub(crate) enum AvroType {
     TimeMicros,
     /// `string` with logicalType `json` (ours: apache-avro keeps no unknown logical type)
     Json,
+    /// A union of several non-null types (null among them or not) → Variant.
+    Variant {
+        /// The branches in the schema's order (their numbers on the wire): `None` for null.
+        branches: Vec<Option<AvroType>>,
+    },
 }
 
 impl AvroType {
@@ -140,6 +145,10 @@ pub(crate) fn column_ty(avro: &AvroType) -> Ty {
         AvroType::TimeMillis => Ty::Time(TimeUnit::Millis),
         AvroType::TimeMicros => Ty::Time(TimeUnit::Micros),
         AvroType::Json => Ty::Json,
+        AvroType::Variant { branches } => {
+            let members = branches.iter().flatten().map(column_ty).collect();
+            crate::ir::variant(members).expect("the reader checked the members")
+        }
     }
 }
 
@@ -152,6 +161,10 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ("`string`, `bytes`", "`String`"),
     ("`enum`", "`LowCardinality(String)`, or `Enum8`/`Enum16` with `sink.clickhouse.enum: enum`"),
     ("`[\"null\", T]`", "`Nullable(T)`"),
+    (
+        "a union of several non-null types, with or without `null` (`[\"null\", \"string\", \"long\"]`)",
+        "`Variant(Int64, String)`: the members in ClickHouse's order, `null` the variant's NULL; members are scalars (no enums, records, arrays or maps), each a different ClickHouse type; expressions read a member as `v.Int64` (null unless the variant holds it)",
+    ),
     ("`array<T>` / `map<T>`", "`Array(T)` / `Map(String, T)`; a key written twice keeps its last value"),
     (
         "`[\"null\", array<T>]` / `[\"null\", map<T>]`",
@@ -395,12 +408,34 @@ impl Converter {
                 }
                 Some(AvroType::Nullable { inner: Box::new(inner), null_index: null_index as u8 })
             }
+            (n, null) if n - usize::from(null.is_some()) >= 2 => {
+                let names: Vec<String> = variants.iter().map(describe).collect();
+                let mut branches = Vec::with_capacity(n);
+                for v in variants {
+                    branches.push(match v {
+                        Schema::Null => None,
+                        v => Some(self.convert(v, path)?),
+                    });
+                }
+                let members = branches.iter().flatten().map(column_ty).collect();
+                match crate::ir::variant(members) {
+                    Ok(_) => Some(AvroType::Variant { branches }),
+                    Err(why) => {
+                        self.unsupported(
+                            path,
+                            format!("a union of [{}] has no Variant column: {why}", names.join(", ")),
+                            "keep a union's members scalars of different ClickHouse types, or split the field",
+                        );
+                        None
+                    }
+                }
+            }
             _ => {
                 let names: Vec<String> = variants.iter().map(describe).collect();
                 self.unsupported(
                     path,
                     format!("a union of [{}] is not supported", names.join(", ")),
-                    "only a union of null and one other type ([\"null\", T]) maps to a column; split the field or use a record",
+                    "a union is [\"null\", T] (Nullable) or of several scalar types (a Variant)",
                 );
                 None
             }

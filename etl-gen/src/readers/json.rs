@@ -72,7 +72,19 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
             JType::Array(t) => json!({"type": "array", "items": ty(t)}),
             JType::Map(t) => json!({"type": "map", "values": ty(t)}),
             JType::Object { name, fields } => record(name, fields),
-            JType::Nullable(t) => json!(["null", ty(t)]),
+            JType::Nullable(t) => or_null(ty(t)),
+            // A union of the members: datagen picks one and writes it as its JSON.
+            JType::Variant(members) => Value::Array(members.iter().map(ty).collect()),
+        }
+    }
+    // `null` joins a union rather than nesting one (Avro has no union of unions).
+    fn or_null(t: Value) -> Value {
+        match t {
+            Value::Array(mut branches) => {
+                branches.insert(0, json!("null"));
+                Value::Array(branches)
+            }
+            t => json!(["null", t]),
         }
     }
     fn record(name: &str, fields: &[JField]) -> Value {
@@ -81,7 +93,7 @@ pub(crate) fn datagen_schema(fields: &[JField]) -> String {
             .map(|f| {
                 let t = match &f.ty {
                     JType::Nullable(_) => ty(&f.ty),
-                    t if !f.required => json!(["null", ty(t)]),
+                    t if !f.required => or_null(ty(t)),
                     t => ty(t),
                 };
                 let mut field = json!({"name": f.name, "type": t});
@@ -110,7 +122,7 @@ fn is_avro_name(s: &str) -> bool {
 }
 
 /// The column type of a value inside a container (where presence is not a question).
-fn column_type(t: &JType) -> Ty {
+pub(crate) fn column_type(t: &JType) -> Ty {
     match t {
         JType::Integer => Ty::Int64,
         JType::Number => Ty::Float64,
@@ -121,6 +133,8 @@ fn column_type(t: &JType) -> Ty {
         JType::Uuid => Ty::Uuid,
         JType::Ipv4 => Ty::Ipv4,
         JType::Json => Ty::Json,
+        JType::Variant(members) => crate::ir::variant(members.iter().map(column_type).collect())
+            .expect("etl-schema keeps one member per kind of value"),
         JType::Ipv6 => Ty::Ipv6,
         JType::Enum { name, symbols } => {
             Ty::Enum { name: name.clone(), symbols: symbols.clone(), column: EnumColumn::default() }
@@ -171,6 +185,10 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     (
         "`object` with no `properties` and no `additionalProperties` schema, or any schema with `\"x-clickhouse-type\": \"JSON\"`",
         "`JSON`: the object as it arrived (another kind of value is a record error); see [the JSON type](#the-json-type)",
+    ),
+    (
+        "`type: [string, integer]` (several of `integer`, `number`, `boolean`, `string`), or a `oneOf`/`anyOf` of such scalar schemas (`string` with a format included)",
+        "`Variant(...)` of their types (`Variant(Int64, String)`): the value's kind picks the member (a number written without a fraction or exponent is the integer member when there is one); `null`, when allowed, is the variant's NULL; one member per kind of value",
     ),
 ];
 

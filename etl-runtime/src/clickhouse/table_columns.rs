@@ -25,6 +25,8 @@ pub(crate) enum Ty {
     Map(Box<Ty>, Box<Ty>),
     /// The elements one after another.
     Tuple(Vec<Ty>),
+    /// A member's number (255: NULL), then that member's value.
+    Variant(Vec<Ty>),
 }
 
 impl Ty {
@@ -73,9 +75,16 @@ impl Ty {
                 }
                 Some(at)
             }
+            Ty::Variant(members) => match *bytes.first()? {
+                NULL_DISCRIMINATOR => Some(1),
+                d => Some(1 + members.get(usize::from(d))?.skip(&bytes[1..])?),
+            },
         }
     }
 }
+
+/// The discriminator of a NULL `Variant` value.
+pub(crate) const NULL_DISCRIMINATOR: u8 = 255;
 
 /// The row layout of the columns the pipeline writes, in order.
 #[derive(Debug, Clone)]
@@ -238,6 +247,21 @@ impl Parser<'_> {
                 let value = self.ty()?;
                 return self.eat(b')').then(|| Ty::Map(Box::new(key), Box::new(value)));
             }
+            "Variant" => {
+                if !self.eat(b'(') {
+                    return None;
+                }
+                let mut members = Vec::new();
+                loop {
+                    members.push(self.ty()?);
+                    if self.eat(b')') {
+                        return Some(Ty::Variant(members));
+                    }
+                    if !self.eat(b',') {
+                        return None;
+                    }
+                }
+            }
             "Tuple" => {
                 if !self.eat(b'(') {
                     return None;
@@ -362,7 +386,7 @@ mod tests {
         assert!(mentions_json("Array(Nullable(JSON))"));
         assert!(!mentions_json("Enum8('JSON' = 0)"));
         assert!(!mentions_json("MyJSONish"));
-        assert_eq!(Ty::parse("Variant(String)"), None);
+        assert_eq!(Ty::parse("Variant(Int64, String)"), Some(Ty::Variant(vec![Ty::Fixed(8), Ty::String])));
         assert_eq!(Ty::parse("Int32 extra"), None);
     }
 

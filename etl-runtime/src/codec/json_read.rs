@@ -539,6 +539,33 @@ impl<'a> Reader<'a> {
         )
     }
 
+    /// What kind of value comes next: how a Variant's decoder picks its member.
+    #[inline]
+    pub fn kind(&mut self) -> Kind {
+        match self.peek() {
+            Some(b'n') => Kind::Null,
+            Some(b't' | b'f') => Kind::Bool,
+            Some(b'-' | b'0'..=b'9') => Kind::Number,
+            Some(b'"') => Kind::String,
+            _ => Kind::Other,
+        }
+    }
+
+    /// Whether the number that comes next is written as a plain integer (no fraction, no
+    /// exponent): a Variant with an integer and a number member reads it as the integer.
+    #[inline]
+    pub fn integral(&mut self) -> bool {
+        self.peek();
+        number_extent(self.buf, self.pos).is_some_and(|(_, simple)| simple)
+    }
+
+    /// The error for a value that no member of a Variant takes (`expected` names them).
+    #[cold]
+    pub fn not_a_member(&mut self, field: &'static str, expected: &'static str) -> JsonError {
+        self.peek();
+        self.mismatch(expected, field)
+    }
+
     /// An object as the text it arrived in, for a ClickHouse `JSON` column: its structure is
     /// checked (as a skipped value's is) and it is borrowed, not rebuilt.
     #[inline]
@@ -1016,6 +1043,21 @@ fn parse_uuid(s: &[u8]) -> Option<u128> {
         return None;
     }
     s.iter().filter(|&&b| b != b'-').try_fold(0u128, |acc, &b| Some(acc << 4 | u128::from((b as char).to_digit(16)?)))
+}
+
+/// The kind of a JSON value, as [`Reader::kind`] sees its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `null`
+    Null,
+    /// `true` or `false`
+    Bool,
+    /// A number.
+    Number,
+    /// A string.
+    String,
+    /// An object, an array, or not JSON.
+    Other,
 }
 
 /// An address in its text form (ASCII; std's parsers refuse leading zeros and zone ids).

@@ -133,6 +133,9 @@ fn types(r: &JType, w: &JType, path: &str, optional: bool, out: &mut Vec<Found>)
         | (JType::DateTime, JType::DateTime)
         | (JType::Date, JType::Date)
         | (JType::Uuid, JType::Uuid) => true,
+        // Every member the writer may send is one the reader's Variant has.
+        (JType::Variant(rs), JType::Variant(ws)) => ws.iter().all(|w| rs.contains(w)),
+        (JType::Variant(rs), w) => rs.contains(w),
         (JType::Enum { symbols: rs, .. }, JType::Enum { symbols: ws, .. }) => {
             let missing: Vec<&str> = ws.iter().filter(|s| !rs.contains(s)).map(String::as_str).collect();
             if !missing.is_empty() {
@@ -189,6 +192,10 @@ fn describe(t: &JType) -> String {
         JType::Uuid => "a uuid string".into(),
         JType::Ipv4 => "an ipv4 string".into(),
         JType::Json => "a JSON object".into(),
+        JType::Variant(members) => {
+            let members: Vec<String> = members.iter().map(describe).collect();
+            format!("one of {}", members.join(", "))
+        }
         JType::Ipv6 => "an ipv6 string".into(),
         JType::Enum { .. } => "an enum".into(),
         JType::Array(item) => format!("an array of {}", describe(item.non_null())),
