@@ -87,7 +87,10 @@ fn create_output(
             columns
                 .iter()
                 .find(|c| {
-                    !matches!(c.ty, Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) | Ty::Json | Ty::Variant(_))
+                    !matches!(
+                        c.ty,
+                        Ty::Nullable(_) | Ty::Array(_) | Ty::Map(..) | Ty::Record(_) | Ty::Json | Ty::Variant(_)
+                    )
                 })
                 .map(|c| c.name.clone())
         })

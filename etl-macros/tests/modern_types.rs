@@ -63,8 +63,8 @@ fn chain_rows(chain: &mut impl etl_runtime::Chain, records: &[(Vec<u8>, Vec<rt::
         .iter()
         .enumerate()
         .map(|(offset, (payload, headers))| {
-            let (n, row) = process(chain, offset as i64, payload, headers)
-                .unwrap_or_else(|e| panic!("record {offset}: {e}"));
+            let (n, row) =
+                process(chain, offset as i64, payload, headers).unwrap_or_else(|e| panic!("record {offset}: {e}"));
             assert_eq!(n, 1, "one row per record");
             (None, row)
         })
@@ -153,7 +153,10 @@ fn avro_times_local_timestamps_enums_headers_and_tuples_land_as_written() {
                 ("maybe_doc", A::Union(1, Box::new(A::String("{}".into())))),
                 ("value", A::Union(2, Box::new(A::Long(7)))),
                 ("either", A::Union(0, Box::new(A::String("s".into())))),
-                ("values", A::Array(vec![A::Union(0, Box::new(A::Long(1))), A::Union(1, Box::new(A::String("two".into())))])),
+                (
+                    "values",
+                    A::Array(vec![A::Union(0, Box::new(A::Long(1))), A::Union(1, Box::new(A::String("two".into())))]),
+                ),
             ]),
             vec![header("tenant", Some(b"acme")), header("trace", Some(b"t-1")), header("tenant", Some(b"beta"))],
         ),
@@ -273,7 +276,10 @@ fn a_malformed_address_or_a_json_value_that_is_no_object_is_a_record_error_namin
             json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "payload": 7}),
             "payload",
         ),
-        (json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "value": true}), "value"),
+        (
+            json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "value": true}),
+            "value",
+        ),
         (
             json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "amount": null}),
             "amount",

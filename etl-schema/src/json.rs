@@ -565,7 +565,7 @@ impl<'a> Walker<'a> {
             if members[..i].iter().any(|n| kind(n) == kind(m)) {
                 self.unsupported(
                     path,
-                    "two members of a Variant take the same JSON values (two strings, or a type twice)".into(),
+                    "two members of a Variant take the same JSON values (two strings, or a type twice)",
                     "keep one member per kind of value: one string type, one boolean, integer and/or number",
                 );
                 return None;

@@ -266,10 +266,10 @@ mod tests {
     fn lists_every_unsupported_construct_with_its_path() {
         let errs = errors(
             r##"{"type": "object", "properties": {
-            "a": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            "a": {"oneOf": [{"type": "string"}, {"type": "object", "properties": {"x": {"type": "string"}}}]},
             "b": {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
             "c": {"$ref": "https://example.com/s.json"},
-            "d": {"type": "array", "items": {"type": "object", "properties": {"e": {"type": ["string", "integer"]}}}},
+            "d": {"type": "array", "items": {"type": "object", "properties": {"e": {"type": ["string", "array"]}}}},
             "f": {"$ref": "#/$defs/Node"}},
             "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}}}"##,
         );

@@ -532,6 +532,8 @@ mod tests {
         Array(Vec<Value>),
         Map(Vec<(Value, Value)>),
         Tuple(Vec<Value>),
+        /// A member's number and its value; `None`: NULL.
+        Variant(Option<(u8, Box<Value>)>),
     }
 
     impl Value {
@@ -557,6 +559,11 @@ mod tests {
                         v.rowbinary(out);
                     }
                 }
+                Value::Variant(None) => out.push(NULL_DISCRIMINATOR),
+                Value::Variant(Some((d, v))) => {
+                    out.push(*d);
+                    v.rowbinary(out);
+                }
             }
         }
     }
@@ -569,7 +576,8 @@ mod tests {
                     .prop_map(|t| Ty::Nullable(Box::new(t))),
                 inner.clone().prop_map(|t| Ty::Array(Box::new(t))),
                 (inner.clone(), inner.clone()).prop_map(|(k, v)| Ty::Map(Box::new(k), Box::new(v))),
-                prop::collection::vec(inner, 1..3).prop_map(Ty::Tuple),
+                prop::collection::vec(inner.clone(), 1..3).prop_map(Ty::Tuple),
+                prop::collection::vec(inner, 2..4).prop_map(Ty::Variant),
             ]
         })
     }
@@ -584,6 +592,31 @@ mod tests {
             Ty::Array(inner) => prop::collection::vec(arb_value(inner), 0..4).prop_map(Value::Array).boxed(),
             Ty::Map(k, v) => prop::collection::vec((arb_value(k), arb_value(v)), 0..4).prop_map(Value::Map).boxed(),
             Ty::Tuple(items) => items.iter().map(arb_value).collect::<Vec<_>>().prop_map(Value::Tuple).boxed(),
+            Ty::Variant(members) => {
+                let held = members
+                    .iter()
+                    .enumerate()
+                    .map(|(d, m)| arb_value(m).prop_map(move |v| Value::Variant(Some((d as u8, Box::new(v))))).boxed());
+                prop::strategy::Union::new(held.chain([Just(Value::Variant(None)).boxed()])).boxed()
+            }
+        }
+    }
+
+    /// Skips a column's serialization prefixes (a Variant's mode, which must be 0: basic).
+    fn skip_prefixes(ty: &Ty, bytes: &[u8], at: &mut usize) {
+        match ty {
+            Ty::Fixed(_) | Ty::String => {}
+            Ty::Nullable(inner) | Ty::Array(inner) => skip_prefixes(inner, bytes, at),
+            Ty::Map(k, v) => {
+                skip_prefixes(k, bytes, at);
+                skip_prefixes(v, bytes, at);
+            }
+            Ty::Tuple(items) => items.iter().for_each(|t| skip_prefixes(t, bytes, at)),
+            Ty::Variant(members) => {
+                assert_eq!(bytes[*at..*at + 8], 0u64.to_le_bytes(), "a Variant's discriminators mode");
+                *at += 8;
+                members.iter().for_each(|t| skip_prefixes(t, bytes, at));
+            }
         }
     }
 
@@ -644,6 +677,25 @@ mod tests {
                 let columns: Vec<Vec<Vec<u8>>> = items.iter().map(|t| read_column(t, bytes, at, rows)).collect();
                 (0..rows).map(|r| columns.iter().flat_map(|c| c[r].clone()).collect()).collect()
             }
+            Ty::Variant(members) => {
+                let discriminators = fixed(at, rows);
+                // Each member's column holds the rows of that member, in row order.
+                let mut held: Vec<std::vec::IntoIter<Vec<u8>>> = members
+                    .iter()
+                    .enumerate()
+                    .map(|(d, m)| {
+                        let count = discriminators.iter().filter(|&&x| usize::from(x) == d).count();
+                        read_column(m, bytes, at, count).into_iter()
+                    })
+                    .collect();
+                discriminators
+                    .iter()
+                    .map(|&d| match d {
+                        NULL_DISCRIMINATOR => vec![d],
+                        d => [vec![d], held[usize::from(d)].next().unwrap()].concat(),
+                    })
+                    .collect()
+            }
         }
     }
 
@@ -663,6 +715,7 @@ mod tests {
                     let (len, head) = varint(&blocks[at..]).unwrap();
                     at += head + len as usize;
                 }
+                skip_prefixes(ty, blocks, &mut at);
                 columns.push(read_column(ty, blocks, &mut at, rows as usize));
             }
             for r in 0..rows as usize {
