@@ -281,7 +281,7 @@ fn a_malformed_address_or_a_json_value_that_is_no_object_is_a_record_error_namin
             "value",
         ),
         (
-            json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "amount": null}),
+            json!({"id": 1, "client": "1.2.3.4", "kind": "low", "at": "2024-05-01T00:00:00Z", "attrs": {}, "amount": "5"}),
             "amount",
         ),
     ] {
