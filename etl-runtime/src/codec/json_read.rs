@@ -552,7 +552,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Whether the number that comes next is written as a plain integer (no fraction, no
-    /// exponent) that fits an Int64: a Variant with an integer and a number member reads it as
+    /// exponent, not `-0`) that fits an Int64: a Variant with an integer and a number member reads it as
     /// the integer, and anything else (`1.0`, `1e3`, `1e400`'s digits written out) as the number.
     #[inline]
     pub fn integral(&mut self) -> bool {
@@ -560,8 +560,10 @@ impl<'a> Reader<'a> {
         match number_extent(self.buf, self.pos) {
             Some((end, true)) => {
                 let digits = &self.buf[self.pos..end];
-                // 18 digits always fit; longer ones are parsed to know.
-                digits.len() <= 18 || std::str::from_utf8(digits).is_ok_and(|d| d.parse::<i64>().is_ok())
+                // `-0` is a negative zero, which no integer holds (serde_json reads it as a
+                // float too); 18 digits always fit; longer ones are parsed to know.
+                digits != b"-0"
+                    && (digits.len() <= 18 || std::str::from_utf8(digits).is_ok_and(|d| d.parse::<i64>().is_ok()))
             }
             _ => false,
         }
