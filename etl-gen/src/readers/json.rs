@@ -188,7 +188,7 @@ pub(crate) const MAPPING: &[(&str, &str)] = &[
     ),
     (
         "`type: [string, integer]` (several of `integer`, `number`, `boolean`, `string`), or a `oneOf`/`anyOf` of such scalar schemas (`string` with a format included)",
-        "`Variant(...)` of their types (`Variant(Int64, String)`): the value's kind picks the member (a number written without a fraction or exponent is the integer member when there is one); `null`, when allowed, is the variant's NULL; one member per kind of value",
+        "`Variant(...)` of their types (`Variant(Int64, String)`): the value's kind picks the member (a number written without a fraction or exponent that fits Int64, `-0` excepted, is the integer member when there is one, as serde_json reads it); `null`, when allowed, is the variant's NULL; one member per kind of value",
     ),
 ];
 
