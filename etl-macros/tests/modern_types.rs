@@ -28,6 +28,11 @@ mod protobuf_chain {
     etl_macros::pipeline!("modern_types/protobuf.yaml");
 }
 
+#[allow(dead_code, clippy::all)]
+mod events_chain {
+    etl_macros::pipeline!("../../examples/events_with_json/pipeline.yaml");
+}
+
 #[path = "../../etl-runtime/tests/support/clickhouse.rs"]
 mod support;
 
@@ -72,7 +77,8 @@ fn chain_rows(chain: &mut impl etl_runtime::Chain, records: &[(Vec<u8>, Vec<rt::
 }
 
 /// Creates the table `gen --ddl` prints for `pipeline` (under a fresh name), inserts `rows`
-/// through the sink in `format`, and returns the table ordered by `id`, as ClickHouse renders it.
+/// through the sink in `format`, and returns the table ordered by its first column (the id), as
+/// ClickHouse renders it.
 fn land(pipeline: &str, rows: &[Row], format: InsertFormat) -> Vec<Value> {
     let (url, _) = clickhouse_urls();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(pipeline);
@@ -99,7 +105,7 @@ fn land(pipeline: &str, rows: &[Row], format: InsertFormat) -> Vec<Value> {
     let sink = ClickhouseSink::new(ClickhouseSinkConfig { format, ..sink_config(&[&url], &table, &borrowed) }).unwrap();
     let end = run_pipeline(runtime_config(1), sink, vec![rows.to_vec()], None, Duration::from_secs(30));
     assert_eq!(end.fatal, None, "{pipeline} in {format:?}");
-    let landed = select(&url, &format!("SELECT * FROM default.`{table}` ORDER BY id"));
+    let landed = select(&url, &format!("SELECT * FROM default.`{table}` ORDER BY 1"));
     exec(&url, &format!("DROP TABLE default.`{table}`"));
     landed
 }
@@ -287,6 +293,63 @@ fn a_malformed_address_or_a_json_value_that_is_no_object_is_a_record_error_namin
     ] {
         let error = process(&mut chain, 0, doc.to_string().as_bytes(), &[]).expect_err("a bad value");
         assert!(error.contains(field), "{error}");
+    }
+}
+
+// examples/events_with_json: a tuple, a map, a JSON column, a variant and Kafka headers (repeated,
+// binary, absent) in one pipeline; xtask/tests/e2e.rs runs its binary from Kafka.
+#[test]
+fn the_events_with_json_example_lands_its_tuple_map_json_variant_and_headers_as_written() {
+    let header =
+        |name: &str, value: Option<&[u8]>| -> rt::OwnedHeader { (name.as_bytes().into(), value.map(Into::into)) };
+    let records: Vec<(Vec<u8>, Vec<rt::OwnedHeader>)> = vec![
+        (
+            json!({"event_id": 1, "at": "2024-05-01T12:00:00.25+02:00", "kind": "purchase",
+                "user": {"id": 7, "country": "NO"}, "labels": {"env": "prod", "team": "web"},
+                "props": {"cart": {"items": 2, "skus": ["a", "b"]}, "coupon": "x"}, "value": 1250})
+            .to_string()
+            .into_bytes(),
+            vec![
+                header("source", Some(b"web")),
+                header("trace-id", Some(b"\x01ab")),
+                // A header set again replaces the first.
+                header("source", Some(b"app")),
+            ],
+        ),
+        (
+            json!({"event_id": 2, "at": "1969-12-31T23:59:59Z", "kind": "view", "user": {"id": -1},
+                "value": "sku-9", "props": {}})
+            .to_string()
+            .into_bytes(),
+            vec![header("trace-id", None)],
+        ),
+        (
+            json!({"event_id": 3, "at": "2024-02-29T00:00:00.000001Z", "kind": "click",
+                "user": {"id": 0, "country": null}, "labels": {}, "value": null})
+            .to_string()
+            .into_bytes(),
+            Vec::new(),
+        ),
+    ];
+    #[allow(clippy::default_constructed_unit_structs)]
+    let rows = chain_rows(&mut events_chain::Chain::default(), &records);
+    let expected = vec![
+        json!({"event_id": 1, "at": "2024-05-01 10:00:00.250000", "kind": "purchase",
+            "user": {"id": 7, "country": "NO"}, "country": "NO",
+            "labels": {"env": "prod", "team": "web"}, "env": "prod",
+            "props": {"cart": {"items": 2, "skus": ["a", "b"]}, "coupon": "x"},
+            "value": 1250, "amount": 1250, "source": "app", "trace": "\u{1}ab",
+            "headers": {"source": "app", "trace-id": "\u{1}ab"}}),
+        json!({"event_id": 2, "at": "1969-12-31 23:59:59.000000", "kind": "view",
+            "user": {"id": -1, "country": null}, "country": null, "labels": {}, "env": null,
+            "props": {}, "value": "sku-9", "amount": null, "source": null, "trace": null,
+            "headers": {"trace-id": ""}}),
+        json!({"event_id": 3, "at": "2024-02-29 00:00:00.000001", "kind": "click",
+            "user": {"id": 0, "country": null}, "country": null, "labels": {}, "env": null,
+            "props": null, "value": null, "amount": null, "source": null, "trace": null, "headers": {}}),
+    ];
+    for format in FORMATS {
+        assert_eq!(land("../../examples/events_with_json/pipeline.yaml", &rows, format), expected, "{format:?}");
     }
 }
 
