@@ -89,10 +89,29 @@ impl Producer {
 
     /// Sends one message; `tag` identifies it in [`Produced::offsets`].
     pub fn send(&self, tag: usize, partition: i32, key: &[u8], payload: Option<&[u8]>) {
+        self.send_with_headers(tag, partition, key, payload, &[]);
+    }
+
+    /// [`Producer::send`] with Kafka headers, in order (a name may repeat; a value may be null).
+    pub fn send_with_headers(
+        &self,
+        tag: usize,
+        partition: i32,
+        key: &[u8],
+        payload: Option<&[u8]>,
+        headers: &[(&str, Option<Vec<u8>>)],
+    ) {
         let mut record: BaseRecord<'_, [u8], [u8], Box<usize>> =
             BaseRecord::with_opaque_to(&self.topic, Box::new(tag)).partition(partition).key(key);
         if let Some(payload) = payload {
             record = record.payload(payload);
+        }
+        if !headers.is_empty() {
+            let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(headers.len());
+            for (key, value) in headers {
+                owned = owned.insert(rdkafka::message::Header { key, value: value.as_deref() });
+            }
+            record = record.headers(owned);
         }
         loop {
             match self.inner.send(record) {

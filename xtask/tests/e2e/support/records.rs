@@ -232,6 +232,82 @@ pub fn shop_event_rows(ids: std::ops::Range<i64>) -> (i64, i64, i64) {
     })
 }
 
+/// Product event `id` of examples/events_with_json (schemas/event.schema.json) as a JSON document,
+/// its Kafka headers, and the row the example's table holds for it, as ClickHouse's JSONEachRow
+/// renders it (64-bit integers unquoted). Events vary by `id`: a user without a country, labels
+/// absent or empty, props absent, empty or nested, a value that is an integer, a string or null,
+/// headers absent, repeated (the last one counts) or null.
+pub fn product_event(id: i64) -> (Vec<u8>, Vec<(&'static str, Option<Vec<u8>>)>, serde_json::Value) {
+    use serde_json::{Value, json};
+    let (day, hour, minute, second, micros) = (1 + id % 28, id % 24, id % 60, (id * 7) % 60, (id * 13) % 1_000_000);
+    let at = format!("2024-05-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}Z");
+    let kind = ["view", "click", "purchase"][(id % 3) as usize];
+    let country = (id % 4 != 0).then(|| ["NO", "SE", "DK"][(id % 3) as usize]);
+    let mut doc = json!({"event_id": id, "at": at, "kind": kind, "user": {"id": id % 97}});
+    if let Some(c) = country {
+        doc["user"]["country"] = json!(c);
+    }
+    let labels = match id % 5 {
+        0 => None,
+        1 => Some(json!({})),
+        _ => Some(json!({"env": if id % 2 == 0 { "prod" } else { "dev" }, "n": id.to_string()})),
+    };
+    if let Some(l) = &labels {
+        doc["labels"] = l.clone();
+    }
+    let props = match id % 6 {
+        0 => None,
+        1 => Some(json!({})),
+        _ => Some(json!({"cart": {"items": id % 10, "skus": ["a", format!("s{id}")]}, "note": format!("é{id}")})),
+    };
+    if let Some(p) = &props {
+        doc["props"] = p.clone();
+    }
+    let value = match id % 3 {
+        0 => json!(id * 10),
+        1 => json!(format!("v{id}")),
+        _ => Value::Null,
+    };
+    doc["value"] = value.clone();
+    let trace = vec![1, b'a' + (id % 26) as u8];
+    let headers: Vec<(&'static str, Option<Vec<u8>>)> = match id % 7 {
+        0 => Vec::new(),
+        1 => vec![("source", Some(b"web".to_vec())), ("trace-id", None)],
+        2 => vec![
+            ("source", Some(b"web".to_vec())),
+            ("trace-id", Some(trace.clone())),
+            ("source", Some(b"app".to_vec())),
+        ],
+        _ => vec![("trace-id", Some(trace.clone()))],
+    };
+    let last = |name: &str| headers.iter().rev().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+    let text = |v: Option<Option<Vec<u8>>>| match v.flatten() {
+        Some(bytes) => json!(String::from_utf8(bytes).expect("UTF-8 headers")),
+        None => Value::Null,
+    };
+    let header_map: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(n, _)| ((*n).to_owned(), json!(String::from_utf8(last(n).flatten().unwrap_or_default()).unwrap())))
+        .collect();
+    let env = labels.as_ref().and_then(|l| l.get("env")).cloned().unwrap_or(Value::Null);
+    let row = json!({
+        "event_id": id,
+        "at": format!("2024-05-{day:02} {hour:02}:{minute:02}:{second:02}.{micros:06}"),
+        "kind": kind,
+        "user": {"id": id % 97, "country": country},
+        "country": country,
+        "labels": labels.unwrap_or_else(|| json!({})),
+        "env": env,
+        "props": props.unwrap_or(Value::Null),
+        "value": value,
+        "amount": if id % 3 == 0 { json!(id * 10) } else { Value::Null },
+        "source": text(last("source")),
+        "trace": text(last("trace-id")),
+        "headers": header_map,
+    });
+    (doc.to_string().into_bytes(), headers, row)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

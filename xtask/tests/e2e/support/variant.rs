@@ -9,7 +9,7 @@ use super::clickhouse::ch_exec;
 use super::{root, xtask};
 
 /// How many [`Variant`]s there are.
-pub const VARIANTS: usize = 20;
+pub const VARIANTS: usize = 21;
 
 /// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
 /// sizing knobs are compiled in).
@@ -60,6 +60,9 @@ pub enum Variant {
     /// `examples/route_to_tables/pipeline.yaml`: shop events of two topics split into three
     /// tables by `outputs`, exactly once per table (scenario 40).
     Routes,
+    /// `examples/events_with_json/pipeline.yaml`: a tuple, a map, a JSON column, a variant and
+    /// Kafka headers (scenario 41).
+    Events,
 }
 
 impl Variant {
@@ -85,6 +88,7 @@ impl Variant {
             Variant::OutageEo => "pipeline-outage-eo.yaml",
             Variant::Regional => return root().join("examples/regional_topics/pipeline.yaml"),
             Variant::Routes => return root().join("examples/route_to_tables/pipeline.yaml"),
+            Variant::Events => return root().join("examples/events_with_json/pipeline.yaml"),
         };
         root().join("xtask/tests/e2e").join(file)
     }
@@ -111,6 +115,7 @@ impl Variant {
             Variant::OutageEo => "e2e_orders_outage_eo",
             Variant::Regional => "regional_orders",
             Variant::Routes => "shop_orders",
+            Variant::Events => "events_with_json",
         }
     }
 
