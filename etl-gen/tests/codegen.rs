@@ -48,6 +48,7 @@ fn generated_code_snapshots() {
         "examples/protobuf_to_clickhouse/pipeline.yaml",
         "etl-gen/tests/pipelines/protobuf/pipeline.yaml",
         "examples/route_to_tables/pipeline.yaml",
+        "examples/events_with_json/pipeline.yaml",
     ] {
         let v = load(rel);
         // Inside the workspace, so the relative paths in the code do not depend on where
