@@ -232,12 +232,15 @@ pub fn shop_event_rows(ids: std::ops::Range<i64>) -> (i64, i64, i64) {
     })
 }
 
+/// Kafka headers in the order they are sent: a name may repeat, a value may be null.
+pub type KafkaHeaders = Vec<(&'static str, Option<Vec<u8>>)>;
+
 /// Product event `id` of examples/events_with_json (schemas/event.schema.json) as a JSON document,
 /// its Kafka headers, and the row the example's table holds for it, as ClickHouse's JSONEachRow
 /// renders it (64-bit integers unquoted). Events vary by `id`: a user without a country, labels
 /// absent or empty, props absent, empty or nested, a value that is an integer, a string or null,
 /// headers absent, repeated (the last one counts) or null.
-pub fn product_event(id: i64) -> (Vec<u8>, Vec<(&'static str, Option<Vec<u8>>)>, serde_json::Value) {
+pub fn product_event(id: i64) -> (Vec<u8>, KafkaHeaders, serde_json::Value) {
     use serde_json::{Value, json};
     let (day, hour, minute, second, micros) = (1 + id % 28, id % 24, id % 60, (id * 7) % 60, (id * 13) % 1_000_000);
     let at = format!("2024-05-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}Z");
@@ -270,7 +273,7 @@ pub fn product_event(id: i64) -> (Vec<u8>, Vec<(&'static str, Option<Vec<u8>>)>,
     };
     doc["value"] = value.clone();
     let trace = vec![1, b'a' + (id % 26) as u8];
-    let headers: Vec<(&'static str, Option<Vec<u8>>)> = match id % 7 {
+    let headers: KafkaHeaders = match id % 7 {
         0 => Vec::new(),
         1 => vec![("source", Some(b"web".to_vec())), ("trace-id", None)],
         2 => vec![
