@@ -113,6 +113,115 @@ impl ChainHarness {
     }
 }
 
+/// What [`measure_parts`] measured: the CPU seconds of the fastest of its passes over the
+/// payloads, for the decoder alone and for the whole chain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartsMeasured {
+    /// Payloads per pass.
+    pub records: usize,
+    /// Payloads the decoder took (the rest are record errors).
+    pub decoded: usize,
+    /// Rows the chain made of them.
+    pub rows: u64,
+    /// RowBinary bytes the chain wrote for them.
+    pub row_bytes: u64,
+    /// The generated decoder alone (into its typed fields, nothing kept).
+    pub decode_cpu_seconds: f64,
+    /// The whole chain: decode, operators, row encoding into per-shard buffers.
+    pub chain_cpu_seconds: f64,
+}
+
+/// Measures the parts of a chain's work on `payloads` (a topic's own records), each in `passes`
+/// passes on this thread, keeping the least CPU time of each (what the machine's other work
+/// added least to): `decode` runs the generated decoder alone, then the chain runs through a
+/// [`ChainHarness`] of `shards` shards. `cargo xtask bench` compares their sum with the
+/// pipeline's CPU. A payload that is a record error is counted like any other (the pipeline pays
+/// for it too).
+pub fn measure_parts<C: Chain>(
+    payloads: &[Vec<u8>],
+    chain: &mut C,
+    shards: usize,
+    passes: usize,
+    mut decode: impl FnMut(&[u8]) -> bool,
+) -> PartsMeasured {
+    let mut measured = PartsMeasured {
+        records: payloads.len(),
+        decoded: 0,
+        rows: 0,
+        row_bytes: 0,
+        decode_cpu_seconds: f64::INFINITY,
+        chain_cpu_seconds: f64::INFINITY,
+    };
+    for _ in 0..passes.max(1) {
+        let started = thread_cpu_seconds();
+        let mut ok = 0usize;
+        for p in payloads {
+            ok += usize::from(std::hint::black_box(decode(p)));
+        }
+        measured.decoded = ok;
+        measured.decode_cpu_seconds = measured.decode_cpu_seconds.min(thread_cpu_seconds() - started);
+
+        let mut harness = ChainHarness::new(shards);
+        let (mut rows, mut row_bytes) = (0u64, 0u64);
+        let started = thread_cpu_seconds();
+        for (offset, p) in payloads.iter().enumerate() {
+            let record = Record {
+                payload: Some(p),
+                key: None,
+                topic: "bench",
+                partition: 0,
+                offset: offset as i64,
+                timestamp_ms: Some(0),
+                headers: crate::Headers::NONE,
+            };
+            let before: usize = harness.buffers.iter().map(|b| b.bytes.len()).sum();
+            // The harness empties a buffer past 256 KiB before the record, so `before` is what
+            // stays: the growth is this record's rows.
+            if let Ok(n) = harness.process(chain, &record) {
+                rows += u64::from(n);
+                let after: usize = harness.buffers.iter().map(|b| b.bytes.len()).sum();
+                row_bytes += after.saturating_sub(before) as u64;
+            }
+        }
+        measured.chain_cpu_seconds = measured.chain_cpu_seconds.min(thread_cpu_seconds() - started);
+        (measured.rows, measured.row_bytes) = (rows, row_bytes);
+    }
+    measured
+}
+
+/// The payloads of a file `cargo xtask bench-raw dump` wrote: each a 4-byte little-endian length
+/// and that many bytes.
+pub fn read_payload_file(path: &std::path::Path) -> std::io::Result<Vec<Vec<u8>>> {
+    let bytes = std::fs::read(path)?;
+    let mut payloads = Vec::new();
+    let mut rest = &bytes[..];
+    while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_le_bytes(*len) as usize;
+        let Some((payload, tail)) = tail.split_at_checked(len) else {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a payload runs past the file's end"));
+        };
+        payloads.push(payload.to_vec());
+        rest = tail;
+    }
+    Ok(payloads)
+}
+
+/// The CPU time this thread has used, in seconds: the scheduler's nanosecond count
+/// (`/proc/thread-self/schedstat`), else user + system time in clock ticks.
+pub fn thread_cpu_seconds() -> f64 {
+    if let Some(ns) = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+    {
+        return ns as f64 / 1e9;
+    }
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of proc(5), the 12th and 13th after the name.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// Runs `cases` random and mutated payloads through chains made by `make` and panics, naming
 /// the payload, if the chain panics on one: a record that does not decode must be a record
 /// error, whatever its bytes. Half the payloads are valid records of `schema` (encoded and framed

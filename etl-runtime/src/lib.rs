@@ -118,7 +118,10 @@ pub use run::{RunOutcome, init_logging, run};
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::chain_harness::{ChainHarness, fuzz_chain, interleaved, sample_payloads};
+    pub use crate::chain_harness::{
+        ChainHarness, PartsMeasured, fuzz_chain, interleaved, measure_parts, read_payload_file, sample_payloads,
+        thread_cpu_seconds,
+    };
     /// The RowBinary-to-Native transposition, for `cargo xtask bench`'s raw inserter.
     #[cfg(feature = "clickhouse")]
     pub use crate::clickhouse::native::{NATIVE_BLOCK_BYTES, NativeEncoder};

@@ -99,11 +99,20 @@ fn simulate(bound: Bound) {
     let total = sink.assert_exactly_once(&stored);
     assert!(total > 1000, "the pipeline made progress ({total} rows)");
     eprintln!("{bound:?}: {stats:?}, {rejections} rejections, {total} rows in {elapsed:?}");
-    // No lane starves while the others read (Invariant 6): each thread shares the budget and the
-    // queue room its lanes free in turn, so the least-read lane reads at least a third of what
-    // the most-read one does. (A fixed lane order gave the last lane a third to an eighth.)
+    // No lane starves while the others read (Invariant 6). Each thread shares the budget and the
+    // queue room its lanes free in turn, so on one thread the least-read lane reads at least a
+    // third of what the most-read one does (a fixed lane order gave the last lane a third to an
+    // eighth). Lanes are placed on the least-loaded thread as they are added: partitions 0 and 2
+    // on thread 0, 1 and 3 on thread 1. Between threads the share follows the CPU each thread
+    // gets, which the OS decides (under CI's load one thread ran a fifth as much); even then no
+    // lane may fall below an eighth of the most-read one.
+    for thread in 0..2 {
+        let on_thread: Vec<i64> = stored.iter().filter(|(p, _)| **p % 2 == thread).map(|(_, n)| *n).collect();
+        let (least, most) = (on_thread.iter().min().unwrap(), on_thread.iter().max().unwrap());
+        assert!(least * 3 >= *most, "a lane starves on thread {thread}: next offsets {stored:?}");
+    }
     let (least, most) = (stored.values().min().unwrap(), stored.values().max().unwrap());
-    assert!(least * 3 >= *most, "a lane starves: next offsets {stored:?}");
+    assert!(least * 8 >= *most, "a lane starves: next offsets {stored:?}");
     let finals: HashMap<i32, Option<i64>> =
         report.offsets.into_iter().map(|(lane, next)| (lane.partition, next)).collect();
     for (partition, next) in &stored {

@@ -5,7 +5,7 @@
 //! Named for what it runs rather than for its subcommand: `bench/` is the other benchmark, the
 //! whole pipeline against the local servers, and shares nothing with this one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
@@ -22,22 +22,7 @@ pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
     let root = crate::workspace::root();
     let pipeline =
         args.pipeline.clone().unwrap_or_else(|| root.join("examples/kafka_avro_to_clickhouse/pipeline.yaml"));
-    let outcome = etl_gen::validate_file(&pipeline, &etl_gen::Options::default())?;
-    let Some(v) = outcome.pipeline else {
-        bail!("{}", outcome.report.render());
-    };
-    let crate_dir = root.join("target/etl-bench").join(&v.model.pipeline.name);
-    let options = GenOptions {
-        source_name: pipeline.strip_prefix(&root).unwrap_or(&pipeline).display().to_string(),
-        crate_dir: crate_dir.clone(),
-        target_dir: root.join("target"),
-        runtime: RuntimeDep::Path(root.join("etl-runtime")),
-        lockfile: etl_gen::load::read_lockfile(&root.join("Cargo.lock"))?,
-        bench: true,
-        fault_injection: false,
-    };
-    let files = emit::generate(&v, &options).map_err(anyhow::Error::msg)?;
-    etl_gen::cli::write(&crate_dir, &files)?;
+    let crate_dir = generate(&pipeline)?;
     let status = Command::new(crate::workspace::cargo())
         .args(["bench", "--bench", "chain", "--manifest-path"])
         .arg(crate_dir.join("Cargo.toml"))
@@ -48,4 +33,28 @@ pub(crate) fn run(args: &BenchChainArgs) -> anyhow::Result<()> {
         bail!("the benchmark failed ({status})");
     }
     Ok(())
+}
+
+/// Writes the crate of `pipeline` with its benchmarks (`benches/chain.rs`, and the
+/// `benches/parts.rs` that `cargo xtask bench` runs) under target/etl-bench/; returns its
+/// directory.
+pub(crate) fn generate(pipeline: &Path) -> anyhow::Result<PathBuf> {
+    let root = crate::workspace::root();
+    let outcome = etl_gen::validate_file(pipeline, &etl_gen::Options::default())?;
+    let Some(v) = outcome.pipeline else {
+        bail!("{}", outcome.report.render());
+    };
+    let crate_dir = root.join("target/etl-bench").join(&v.model.pipeline.name);
+    let options = GenOptions {
+        source_name: pipeline.strip_prefix(&root).unwrap_or(pipeline).display().to_string(),
+        crate_dir: crate_dir.clone(),
+        target_dir: root.join("target"),
+        runtime: RuntimeDep::Path(root.join("etl-runtime")),
+        lockfile: etl_gen::load::read_lockfile(&root.join("Cargo.lock"))?,
+        bench: true,
+        fault_injection: false,
+    };
+    let files = emit::generate(&v, &options).map_err(anyhow::Error::msg)?;
+    etl_gen::cli::write(&crate_dir, &files)?;
+    Ok(crate_dir)
 }

@@ -1385,7 +1385,7 @@ fn durable_broker_restarted_and_killed() {
         create_topic(topic, PARTITIONS);
         deleted.push(DeletedAtEnd(topic.clone()));
     }
-    let (proxies, [url_1, url_2]) = throttle_both_shards(256 << 10);
+    let (proxies, [url_1, url_2]) = throttle_both_shards(128 << 10);
     let env =
         [("KAFKA_BROKERS", broker.as_str()), ("CLICKHOUSE_URL", url_1.as_str()), ("CLICKHOUSE_URL_2", url_2.as_str())];
     let mut end_offsets = vec![std::collections::BTreeMap::new(); runs.len()];

@@ -174,6 +174,7 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
     if options.bench {
         let bench = criterion::emit(v)?;
         files.push(GeneratedFile { path: "benches/chain.rs".into(), contents: bench.into_bytes() });
+        files.push(GeneratedFile { path: "benches/parts.rs".into(), contents: criterion::parts(v)?.into_bytes() });
         files.extend(format::benchmark_files(v));
     }
     files.push(GeneratedFile {

@@ -65,6 +65,66 @@ pub(crate) fn insert(args: &BenchArgs, infra: &Servers, main: &Variant, work: &P
     run_raw(infra, &mut insert, args.records)
 }
 
+/// How many of the topic's records the decoder and the chain are measured on (all of them up to
+/// this): a million gives stable figures in a few seconds a pass.
+const PARTS_RECORDS: u64 = 1_000_000;
+
+/// The generated crate of `main` with its benchmarks, compiled before anything is measured;
+/// returns its directory for [`chain_parts`].
+pub(crate) fn build_parts(main: &Variant) -> anyhow::Result<std::path::PathBuf> {
+    let crate_dir = crate::chain_criterion::generate(&main.yaml)?;
+    eprintln!("bench: building the parts benchmark of {}", main.yaml.display());
+    let status = parts_command(&crate_dir).arg("--no-run").status()?;
+    if !status.success() {
+        bail!("building {}'s benches/parts.rs failed ({status})", crate_dir.display());
+    }
+    Ok(crate_dir)
+}
+
+/// The parts that need the generated code, alone, on the topic's own payloads: its first
+/// [`PARTS_RECORDS`] written to a file by `bench-raw dump`, then the generated decoder alone and
+/// the whole chain (decode, operators, row encoding) over them, on one thread
+/// (`benches/parts.rs`). The values are per `records`.
+pub(crate) fn chain_parts(
+    args: &BenchArgs,
+    infra: &Servers,
+    crate_dir: &Path,
+    topic: &str,
+    work: &Path,
+) -> anyhow::Result<std::collections::BTreeMap<String, f64>> {
+    let records = args.records.min(PARTS_RECORDS);
+    let file = work.join("payloads.bin");
+    let dump = bench_raw()
+        .args(["dump", "--brokers", &infra.brokers, "--topic", topic])
+        .args(["--partitions", &args.partitions.to_string(), "--records", &records.to_string()])
+        .arg("--out")
+        .arg(&file)
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !dump.status.success() {
+        bail!("bench-raw dump failed ({})", dump.status);
+    }
+    let output = parts_command(crate_dir).env("ETL_BENCH_PAYLOADS", &file).stderr(Stdio::inherit()).output()?;
+    let _ = fs::remove_file(&file);
+    if !output.status.success() {
+        bail!("benches/parts.rs failed ({})", output.status);
+    }
+    let values = raw::parse_result(&String::from_utf8_lossy(&output.stdout))?;
+    if values["decoded"] < values["records"] {
+        bail!("the decoder took {} of the topic's {} payloads", values["decoded"], values["records"]);
+    }
+    Ok(values)
+}
+
+fn parts_command(crate_dir: &Path) -> Command {
+    let mut command = Command::new(crate::workspace::cargo());
+    command
+        .args(["bench", "--bench", "parts", "--manifest-path"])
+        .arg(crate_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", crate::workspace::root().join("target"));
+    command
+}
+
 /// A raw measurement: the child's `bench-result` values and the phase's load.
 pub(crate) struct Raw {
     pub(crate) records: u64,

@@ -11,7 +11,11 @@
 //!    scraped every 50 ms (a sample kept every 250 ms for the plot), CPU time and VmHWM read from
 //!    /proc before SIGTERM;
 //! 4. the raw sink limit: the rows the pipeline wrote, read back per shard as RowBinary and
-//!    inserted by `bench-raw insert` (a child process) into a table of the same columns;
+//!    inserted by `bench-raw insert` (a child process) into a table of the same columns; before
+//!    its clock starts, the child measures the Native transposition and the lz4 compression of
+//!    those rows alone; then the generated decoder and chain alone, on the topic's first million
+//!    payloads (`bench-raw dump`, then the generated crate's `benches/parts.rs`): the parts whose
+//!    sum the pipeline's CPU is compared with (`parts`), by thread too;
 //! 5. the sizing rule's reason: the same saturated run with the smallest budget the rule allows,
 //!    then with one that breaks it (`--unsafe-budget`, built with `--allow-unsafe-sizing`);
 //! 6. the cost of exactly-once: the flagship with `exactly_once: true` (and the budget the sizing
@@ -30,13 +34,15 @@
 //! This file runs the phases in that order; each job has its own module: `servers` (the addresses
 //! and pids of `infra up`), `variants` (the pipelines built), `limits` (the raw children's side
 //! here; `raw` is the children), `pipeline` (one pipeline run), `cpu_time` (what else used the cores),
-//! `rates`, and the output: `report` (Markdown) and `figures` (the SVG plots). What `soak` needs
+//! `rates`, and the output: `report` (Markdown), `parts` (the sum of the parts, the CPU by
+//! thread and report.json) and `figures` (the SVG plots). What `soak` needs
 //! too (the release xtask, `infra up`, tables and topic, the flagship built and started, HTTP,
 //! /metrics, /proc and the plotting) is in `crate::lab`.
 
 mod cpu_time;
 mod figures;
 mod limits;
+mod parts;
 mod pipeline;
 mod rates;
 pub(crate) mod raw;
@@ -192,6 +198,7 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
         codecs
     };
     let main = &built[0];
+    let parts_crate = limits::build_parts(main)?;
     let partitions = u64::from(args.partitions);
     let memory_text = etl_gen::memory::render(&main.validated, partitions);
     let memory_bound = etl_gen::memory::total(&main.validated, partitions);
@@ -211,7 +218,12 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     }
     let produce_seconds = started.elapsed().as_secs_f64();
     let places = Places { work: work.to_owned(), logs, plots: plots.clone() };
-    let cases = Cases { exactly_once: exactly_once.as_ref(), outputs: outputs.as_ref(), compressions: &compressions };
+    let cases = Cases {
+        exactly_once: exactly_once.as_ref(),
+        outputs: outputs.as_ref(),
+        compressions: &compressions,
+        parts_crate: &parts_crate,
+    };
     let result = measure(args, &infra, &built, &cases, &topic, &places);
     // Free the broker's memory (Tansu keeps topics in memory) and ClickHouse's disk either way.
     if let Err(e) = delete_topic(&infra.brokers, &topic) {
@@ -227,6 +239,8 @@ fn run_with(args: &BenchArgs, root: &Path, work: &Path, logs: PathBuf, plots: Pa
     let measured = result?;
     let report = report::report(args, &measured, &built, memory_bound, produce_seconds, &memory_text);
     fs::write(work.join("report.md"), &report)?;
+    let json = parts::json(&measured, args.records, args.partitions, &report::git_state());
+    fs::write(work.join("report.json"), serde_json::to_string_pretty(&json)? + "\n")?;
     println!("{report}");
     eprintln!("bench: report in {}, plots in {}", work.join("report.md").display(), plots.display());
     Ok(())
@@ -248,12 +262,16 @@ struct Cases<'a> {
     exactly_once: Option<&'a Variant>,
     outputs: Option<&'a Variant>,
     compressions: &'a [Variant],
+    /// The generated crate whose `benches/parts.rs` measures the decoder and chain alone.
+    parts_crate: &'a Path,
 }
 
 /// Everything one run measured.
 struct Measured {
     consume: Raw,
     insert: Raw,
+    /// `benches/parts.rs`'s values: the decoder and the chain alone on the topic's payloads.
+    chain_parts: Option<std::collections::BTreeMap<String, f64>>,
     pipeline: Run,
     /// The runs of the sizing comparison, in the order of the variants after the first.
     sizing: Vec<Run>,
@@ -273,7 +291,7 @@ fn measure(
     topic: &str,
     places: &Places,
 ) -> anyhow::Result<Measured> {
-    let Cases { exactly_once, outputs, compressions } = *cases;
+    let Cases { exactly_once, outputs, compressions, parts_crate } = *cases;
     let Places { work, logs, plots } = places;
     let main = &variants[0];
     // 2. The raw source limit.
@@ -294,6 +312,8 @@ fn measure(
     for shard in 0..infra.clickhouse.len() {
         let _ = fs::remove_file(work.join(format!("rows-{shard}.bin")));
     }
+    eprintln!("bench: the decoder and the chain alone");
+    let chain_parts = Some(limits::chain_parts(args, infra, parts_crate, topic, work)?);
 
     figures::end_to_end(args, plots, main, &pipeline)?;
 
@@ -320,7 +340,7 @@ fn measure(
         Some(v) => Some((run_pipeline(v, infra, topic, args.records, logs)?, v.budget())),
         None => None,
     };
-    Ok(Measured { consume, insert, pipeline, sizing, exactly_once, compressions: compressed, outputs })
+    Ok(Measured { consume, insert, chain_parts, pipeline, sizing, exactly_once, compressions: compressed, outputs })
 }
 
 fn cores() -> u64 {

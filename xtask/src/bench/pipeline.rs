@@ -56,6 +56,8 @@ pub(crate) struct Run {
     pub(crate) pauses: f64,
     pub(crate) batch_rows_mean: f64,
     pub(crate) cpu_seconds: f64,
+    /// Each live thread's name and CPU seconds, read with `cpu_seconds`.
+    pub(crate) threads: Vec<(String, f64)>,
     pub(crate) peak_rss: u64,
     pub(crate) exit: String,
     pub(crate) load: Load,
@@ -134,7 +136,7 @@ pub(crate) fn run_pipeline(
     let (mut samples, mut first_in, mut kept_at) = (Vec::new(), None, f64::NEG_INFINITY);
     let (mut progress, mut progress_at) = (0.0, Instant::now());
     let shown = crate::progress::Progress::records(&format!("bench: {}", v.label), records);
-    let (last, cpu_seconds, peak_rss) = loop {
+    let (last, cpu_seconds, threads, peak_rss) = loop {
         if let Some(status) = child.0.try_wait()? {
             bail!("{} exited ({status}) before the end:\n{}", v.label, tail());
         }
@@ -157,7 +159,7 @@ pub(crate) fn run_pipeline(
             if finished {
                 // Before SIGTERM: the shutdown is not part of the work.
                 let cpu = procfs::cpu_seconds(pid).unwrap_or(0.0);
-                break (scrape, cpu, procfs::peak_rss(pid));
+                break (scrape, cpu, procfs::thread_cpu_seconds(pid), procfs::peak_rss(pid));
             }
         }
         if progress_at.elapsed() > Duration::from_secs(120) {
@@ -200,6 +202,7 @@ pub(crate) fn run_pipeline(
         pauses: end.pauses - pauses_before,
         batch_rows_mean,
         cpu_seconds,
+        threads,
         peak_rss,
         exit,
         load,

@@ -1,14 +1,19 @@
 //! The raw limits of `cargo xtask bench`, each run by the bench as its own child process
-//! (`cargo xtask bench-raw consume|insert`) so that its CPU time and peak RSS are its own, read
+//! (`cargo xtask bench-raw consume|insert|dump`) so that its CPU time and peak RSS are its own, read
 //! the same way as the pipeline's. Each prints one `bench-result key=value ...` line last.
 //!
 //! - `consume`: librdkafka consume-and-discard of the topic, read the way the Kafka source reads it
 //!   (its prefetch settings, one split queue per partition read in batches with the source's own
 //!   `PartitionBatches`, polled without blocking by as many threads as the pipeline has), from the
-//!   first message to the last: what the broker and librdkafka can deliver.
+//!   first message to the last: what the broker and librdkafka can deliver. Its librdkafka
+//!   threads' CPU is reported apart, beside the pipeline's.
 //! - `insert`: the rows the pipeline wrote, read back as RowBinary, inserted with the `clickhouse`
 //!   crate the way the sink inserts (lz4, `wait_end_of_query`, a deduplication token, as many
 //!   inserts in flight per shard as the pipeline allows), in batches of the pipeline's maximum size.
+//!   Before the clock starts it also measures two parts of the pipeline alone: the Native
+//!   transposition of those batches and their lz4 compression (the clickhouse crate's framing).
+//! - `dump`: the payloads of the topic's first records into a file, on which the generated crate's
+//!   `benches/parts.rs` measures the decoder and the chain alone.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,6 +37,25 @@ pub(crate) enum RawCommand {
     Consume(ConsumeArgs),
     /// Insert RowBinary files (one per shard) into a table.
     Insert(InsertArgs),
+    /// Write the payloads of a topic's first `--records` messages to a file (for the parts
+    /// measured alone; not timed).
+    Dump(DumpArgs),
+}
+
+/// `bench-raw dump` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DumpArgs {
+    #[arg(long)]
+    brokers: String,
+    #[arg(long)]
+    topic: String,
+    #[arg(long)]
+    partitions: i32,
+    #[arg(long)]
+    records: u64,
+    /// The file: each payload as a 4-byte little-endian length and its bytes.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 /// `bench-raw consume` arguments.
@@ -79,6 +103,7 @@ pub(crate) fn run(command: RawCommand) -> anyhow::Result<()> {
     let result = match command {
         RawCommand::Consume(args) => consume(&args)?,
         RawCommand::Insert(args) => insert(&args)?,
+        RawCommand::Dump(args) => dump(&args)?,
     };
     println!("{}", result_line(&result));
     Ok(())
@@ -200,7 +225,51 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         ("seconds", (ended - first).as_secs_f64()),
         ("cpu_seconds", procfs::own_cpu_seconds()),
         ("peak_rss", procfs::peak_rss(std::process::id()) as f64),
+        // librdkafka's threads, read while the consumer is alive (beside the pipeline's).
+        ("cpu_librdkafka_seconds", librdkafka_seconds(|name| name.starts_with("rdk:"))),
+        ("cpu_librdkafka_broker_seconds", librdkafka_seconds(|name| name.starts_with("rdk:broker"))),
     ]))
+}
+
+/// CPU seconds of this process's live threads whose name `matches`.
+fn librdkafka_seconds(matches: impl Fn(&str) -> bool) -> f64 {
+    procfs::thread_cpu_seconds(std::process::id()).iter().filter(|(name, _)| matches(name)).map(|(_, s)| s).sum()
+}
+
+fn dump(args: &DumpArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
+    use rdkafka::Message as _;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("group.id", format!("bench-dump-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .context("creating the consumer")?;
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..args.partitions {
+        assignment.add_partition_offset(&args.topic, partition, Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
+    );
+    let (mut count, mut bytes, mut idle_since) = (0u64, 0u64, Instant::now());
+    while count < args.records {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                idle_since = Instant::now();
+                let Some(payload) = message.payload() else { continue };
+                std::io::Write::write_all(&mut out, &(payload.len() as u32).to_le_bytes())?;
+                std::io::Write::write_all(&mut out, payload)?;
+                (count, bytes) = (count + 1, bytes + payload.len() as u64);
+            }
+            Some(Err(e)) => bail!("consuming {}: {e}", args.topic),
+            None if idle_since.elapsed() > Duration::from_secs(60) => bail!("no message for 60 s after {count}"),
+            None => {}
+        }
+    }
+    std::io::Write::flush(&mut out)?;
+    Ok(BTreeMap::from([("records", count as f64), ("payload_bytes", bytes as f64)]))
 }
 
 fn insert(args: &InsertArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
@@ -230,13 +299,21 @@ fn insert(args: &InsertArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     );
     let mut shards = Vec::new();
     let (mut rows, mut total_bytes, mut batch_count) = (0usize, 0usize, 0usize);
+    // The parts the pipeline does before an insert, each measured alone on this thread before the
+    // clock starts: the Native transposition (zero for RowBinary) and the compression.
+    let (mut native_cpu, mut compress_cpu, mut compressed_bytes) = (0.0, 0.0, 0usize);
     for (url, path) in args.url.iter().zip(&args.data) {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let batches = rowbinary::batches(&data, &types, args.batch_bytes, args.batch_rows)?;
+        let cpu = etl_runtime::__private::thread_cpu_seconds();
         let (data, batches) = match native.clone() {
             None => (data, batches),
             Some(encoder) => to_native(encoder, &data, batches)?,
         };
+        native_cpu += etl_runtime::__private::thread_cpu_seconds() - cpu;
+        let cpu = etl_runtime::__private::thread_cpu_seconds();
+        compressed_bytes += lz4_frames(&data);
+        compress_cpu += etl_runtime::__private::thread_cpu_seconds() - cpu;
         rows += batches.iter().map(|(_, n)| n).sum::<usize>();
         total_bytes += data.len();
         batch_count += batches.len();
@@ -271,6 +348,9 @@ fn insert(args: &InsertArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         ("batches", batch_count as f64),
         ("seconds", seconds),
         ("cpu_seconds", procfs::own_cpu_seconds() - cpu_before),
+        ("native_cpu_seconds", native_cpu),
+        ("compress_cpu_seconds", compress_cpu),
+        ("compressed_bytes", compressed_bytes as f64),
         // Including reading and cutting the files, for the phase's load accounting.
         ("cpu_total_seconds", procfs::own_cpu_seconds()),
         ("peak_rss", procfs::peak_rss(std::process::id()) as f64),
@@ -282,6 +362,26 @@ type Cut = (std::ops::Range<usize>, usize);
 
 /// Each batch of `data` (RowBinary rows) as the sink sends it under `format: native`: Native blocks
 /// of the sink's block size; the batches' ranges in the returned bytes.
+/// Compresses `data` as the clickhouse crate does an insert body with lz4: frames of up to
+/// 256 KiB (the sink's write size), each lz4-compressed behind a 9-byte header and a 16-byte
+/// CityHash128 of header and data. Returns the compressed size.
+fn lz4_frames(data: &[u8]) -> usize {
+    const FRAME: usize = 256 * 1024;
+    const META: usize = 16 + 9;
+    let mut buffer = vec![0u8; META + lz4_flex::block::get_maximum_output_size(FRAME)];
+    let mut total = 0;
+    for frame in data.chunks(FRAME) {
+        let n = lz4_flex::block::compress_into(frame, &mut buffer[META..]).expect("the buffer fits the frame");
+        buffer[16] = 0x82;
+        buffer[17..21].copy_from_slice(&((9 + n) as u32).to_le_bytes());
+        buffer[21..25].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        let checksum = cityhash_rs::cityhash_102_128(&buffer[16..META + n]).rotate_right(64);
+        buffer[..16].copy_from_slice(&checksum.to_le_bytes());
+        total += std::hint::black_box(META + n);
+    }
+    total
+}
+
 fn to_native(mut encoder: NativeEncoder, data: &[u8], batches: Vec<Cut>) -> anyhow::Result<(Vec<u8>, Vec<Cut>)> {
     let mut out = Vec::with_capacity(data.len() + data.len() / 4);
     let mut ranges = Vec::with_capacity(batches.len());

@@ -1,5 +1,6 @@
 //! The Markdown report of `cargo xtask bench`: the three cases side by side, the ratios
-//! docs/BENCHMARKS.md quotes, the exactly-once and sizing-rule comparisons, and the memory bound.
+//! docs/BENCHMARKS.md quotes, the exactly-once and sizing-rule comparisons, the sum of the parts
+//! and the CPU by thread (from `parts`), and the memory bound.
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -149,6 +150,7 @@ pub(crate) fn report(
         );
     }
     whole_box(&mut out, args.records, m);
+    super::parts::markdown(&mut out, m, args.records);
     if let Some(fit) = m.sizing.first() {
         let _ = writeln!(out, "\nSizing rule (the same saturated run, {} records):\n", args.records);
         let _ = writeln!(
@@ -264,7 +266,7 @@ fn whole_box(out: &mut String, records: u64, m: &Measured) {
 }
 
 /// The commit measured, and whether the work tree had changes on top of it (what was built).
-fn git_state() -> String {
+pub(crate) fn git_state() -> String {
     let output =
         Command::new("git").current_dir(crate::workspace::root()).args(["describe", "--always", "--dirty"]).output();
     output

@@ -35,6 +35,25 @@ pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(stat_ticks(&stat)? as f64 / ticks_per_second())
 }
 
+/// The name (`comm`, at most 15 bytes) in the text of a `stat` file: between the first `(` and
+/// the last `)`.
+pub(crate) fn stat_name(stat: &str) -> Option<&str> {
+    Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
+}
+
+/// Each live thread of process `pid`: its name and the CPU seconds it used so far, from
+/// `/proc/<pid>/task/*/stat`. Threads that already ended are not listed (their time is in
+/// [`cpu_seconds`] only).
+pub(crate) fn thread_cpu_seconds(pid: u32) -> Vec<(String, f64)> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .filter_map(|task| {
+            let stat = fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            Some((stat_name(&stat)?.to_owned(), stat_ticks(&stat)? as f64 / ticks_per_second()))
+        })
+        .collect()
+}
+
 /// This process's CPU seconds.
 pub(crate) fn own_cpu_seconds() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(0.0)
@@ -71,7 +90,9 @@ mod tests {
         let stat = "4242 (orders (x) y) S 1 4242 4242 0 -1 4194560 2786 0 0 0 1234 567 0 0 20 0 9 0 \
                     3337 1066065920 8300 18446744073709551615 1 1 0 0 0 0 0 4096 17630 0 0 0 17 1 0 0 0 0 0";
         assert_eq!(stat_ticks(stat), Some(1234 + 567));
+        assert_eq!(stat_name(stat), Some("orders (x) y"));
         assert_eq!(stat_ticks("garbage"), None);
+        assert_eq!(stat_name("garbage"), None);
     }
 
     #[test]
