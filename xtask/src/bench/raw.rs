@@ -42,9 +42,9 @@ pub(crate) enum RawCommand {
     Dump(DumpArgs),
 }
 
-/// `bench-raw dump` arguments.
+/// The topic a child reads from its beginning, and how many of its records.
 #[derive(Debug, clap::Args)]
-pub(crate) struct DumpArgs {
+pub(crate) struct TopicArgs {
     #[arg(long)]
     brokers: String,
     #[arg(long)]
@@ -53,6 +53,13 @@ pub(crate) struct DumpArgs {
     partitions: i32,
     #[arg(long)]
     records: u64,
+}
+
+/// `bench-raw dump` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DumpArgs {
+    #[command(flatten)]
+    source: TopicArgs,
     /// The file: each payload as a 4-byte little-endian length and its bytes.
     #[arg(long)]
     out: PathBuf,
@@ -61,14 +68,8 @@ pub(crate) struct DumpArgs {
 /// `bench-raw consume` arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ConsumeArgs {
-    #[arg(long)]
-    brokers: String,
-    #[arg(long)]
-    topic: String,
-    #[arg(long)]
-    partitions: i32,
-    #[arg(long)]
-    records: u64,
+    #[command(flatten)]
+    source: TopicArgs,
     /// Threads polling the partitions' queues (the pipeline's `pipeline.threads`).
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -136,7 +137,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     // ahead the same way; no group membership or commits, which the source pays for separately.
     let consumer: Arc<BaseConsumer> = Arc::new(
         ClientConfig::new()
-            .set("bootstrap.servers", &args.brokers)
+            .set("bootstrap.servers", &args.source.brokers)
             .set("group.id", format!("bench-raw-{}", std::process::id()))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
@@ -150,12 +151,12 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     let threads = args.threads.max(1);
     let mut queues: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
     let mut assignment = TopicPartitionList::new();
-    for partition in 0..args.partitions {
+    for partition in 0..args.source.partitions {
         // Split before assigning, so no message of the partition lands in the main queue.
         let queue =
-            PartitionBatches::split(&consumer, &args.topic, partition).context("splitting a partition queue")?;
+            PartitionBatches::split(&consumer, &args.source.topic, partition).context("splitting a partition queue")?;
         queues[partition as usize % threads].push(queue);
-        assignment.add_partition_offset(&args.topic, partition, Offset::Beginning)?;
+        assignment.add_partition_offset(&args.source.topic, partition, Offset::Beginning)?;
     }
     consumer.assign(&assignment)?;
     let started = Instant::now();
@@ -165,7 +166,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     let workers: Vec<_> = queues
         .into_iter()
         .map(|queues| {
-            let (count, first, bytes, records) = (count.clone(), first.clone(), bytes.clone(), args.records);
+            let (count, first, bytes, records) = (count.clone(), first.clone(), bytes.clone(), args.source.records);
             std::thread::spawn(move || -> anyhow::Result<()> {
                 // The pipeline thread's loop (etl-runtime/src/engine/pipeline/turn.rs) over the
                 // lanes' batched queues: up to 256 records per lane per round without blocking, a
@@ -199,18 +200,18 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
         .collect();
     // The main queue carries only events now, but librdkafka needs it served.
     let (mut seen, mut progress_at) = (0u64, Instant::now());
-    while count.load(Ordering::Relaxed) < args.records {
+    while count.load(Ordering::Relaxed) < args.source.records {
         if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
-            bail!("consuming {}: {e}", args.topic);
+            bail!("consuming {}: {e}", args.source.topic);
         }
-        if workers.iter().any(|w| w.is_finished()) && count.load(Ordering::Relaxed) < args.records {
+        if workers.iter().any(|w| w.is_finished()) && count.load(Ordering::Relaxed) < args.source.records {
             break;
         }
         let now = count.load(Ordering::Relaxed);
         if now != seen {
             (seen, progress_at) = (now, Instant::now());
         } else if progress_at.elapsed() > Duration::from_secs(60) {
-            bail!("no message for 60 s after {now} of {}", args.records);
+            bail!("no message for 60 s after {now} of {}", args.source.records);
         }
     }
     let ended = Instant::now();
@@ -239,22 +240,22 @@ fn librdkafka_seconds(matches: impl Fn(&str) -> bool) -> f64 {
 fn dump(args: &DumpArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
     use rdkafka::Message as _;
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
+        .set("bootstrap.servers", &args.source.brokers)
         .set("group.id", format!("bench-dump-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .create()
         .context("creating the consumer")?;
     let mut assignment = TopicPartitionList::new();
-    for partition in 0..args.partitions {
-        assignment.add_partition_offset(&args.topic, partition, Offset::Beginning)?;
+    for partition in 0..args.source.partitions {
+        assignment.add_partition_offset(&args.source.topic, partition, Offset::Beginning)?;
     }
     consumer.assign(&assignment)?;
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
     );
     let (mut count, mut bytes, mut idle_since) = (0u64, 0u64, Instant::now());
-    while count < args.records {
+    while count < args.source.records {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 idle_since = Instant::now();
@@ -263,7 +264,7 @@ fn dump(args: &DumpArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
                 std::io::Write::write_all(&mut out, payload)?;
                 (count, bytes) = (count + 1, bytes + payload.len() as u64);
             }
-            Some(Err(e)) => bail!("consuming {}: {e}", args.topic),
+            Some(Err(e)) => bail!("consuming {}: {e}", args.source.topic),
             None if idle_since.elapsed() > Duration::from_secs(60) => bail!("no message for 60 s after {count}"),
             None => {}
         }
