@@ -164,6 +164,8 @@ pub struct KafkaSource {
     // written before the key existed keep their hash: a new hash re-inserts exactly-once batches
     // written above the committed offset (docs/adr/0001-exactly-once.md, 8).
     #[serde(default = "defaults::stall_timeout", skip_serializing_if = "defaults::is_stall_timeout")]
+    // schemars leaves out a default that `skip_serializing_if` skips: the docs would say "none".
+    #[schemars(extend("default" = "1m"))]
     pub stall_timeout: Duration,
     /// Raw librdkafka properties, checked by librdkafka's own parser at gen time, then
     /// applied verbatim. Properties the framework owns are rejected (docs/diagnostics.md).
@@ -1131,5 +1133,35 @@ mod defaults {
 
     fn template(text: &str) -> Template {
         Template::parse(text).expect("default templates are valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::{PipelineFile, defaults};
+
+    /// The first `default` stated for a property named `name` anywhere in the schema.
+    fn schema_default(schema: &Value, name: &str) -> Option<Value> {
+        match schema {
+            Value::Object(map) => {
+                if let Some(default) = map.get("properties").and_then(|p| p.get(name)).and_then(|p| p.get("default")) {
+                    return Some(default.clone());
+                }
+                map.values().find_map(|v| schema_default(v, name))
+            }
+            Value::Array(items) => items.iter().find_map(|v| schema_default(v, name)),
+            _ => None,
+        }
+    }
+
+    /// `stall_timeout`'s default is stated by hand in the schema (schemars leaves out a default
+    /// that `skip_serializing_if` skips): it must be the one the model applies.
+    #[test]
+    fn the_schema_states_the_stall_timeout_default_the_model_applies() {
+        let schema = serde_json::to_value(schemars::schema_for!(PipelineFile)).unwrap();
+        let stated = schema_default(&schema, "stall_timeout").expect("the schema states a default");
+        assert_eq!(stated, Value::String(defaults::stall_timeout().to_string()));
     }
 }

@@ -2286,21 +2286,28 @@ fn registry_judges_writer_schemas(
 /// batch as one object and answers a fetch with the batches it could list and read within the
 /// fetch's `fetch.wait.max.ms`; with the 100 ms this source used to ask for, both binaries crawled
 /// at a few records a second after the restart (docs/INVARIANTS.md, Invariant 9). They must read
-/// the rest at the broker's pace: about 1,100 records/s each with the machine to themselves
-/// (docs/BENCHMARKS.md, "Fetch wait and object-store brokers"), 330 to 2,300 in `cargo xtask test`,
-/// where the other tests' builds share the two cores with moto; asserted at no less than
-/// [`AFTER_RESTART_FLOOR`]. Nothing is lost; exactly once under `exactly_once`.
+/// the rest at the broker's pace; asserted at no less than [`AFTER_RESTART_FLOOR`]. Nothing is
+/// lost; exactly once under `exactly_once`.
+///
+/// The broker's pace is moto's: Tansu lists a partition's objects (400 here) for every batch it
+/// reads, and moto, one Python process, lists 400 keys in 120 to 160 ms on this machine today
+/// (200 ms a thousand keys when issue 37 measured 1,100 records/s a binary alone; 225 and 233 on
+/// 2026-12-06, alone, the machine being slower). Beside release builds and heavy scenarios it was
+/// 158 to 240 in `cargo xtask test`, and a CI run read too slowly to finish in ten minutes. So the
+/// scenario runs as [`Load::Heavy`], alone among the heavy and timed ones, and no binary is built
+/// while it runs ([`no_builds`]): it measures the broker and the binaries, not the neighbours.
 #[test]
 fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     /// Records a second each restarted binary reads at least, from its first record to the last:
-    /// far above the crawl this guards against (0 to 20 records/s with a 100 ms fetch wait: none
-    /// in five minutes here), and far enough below the rate under CI's load (330 to 2,300) that a
-    /// slower machine does not fail a healthy pipeline (300, the floor before, left 10%).
-    const AFTER_RESTART_FLOOR: f64 = 150.0;
+    /// well above the crawl this guards against (0 to 20 records/s with a 100 ms fetch wait: none
+    /// in five minutes here), and three times below the rate measured alone (225), since that rate
+    /// is a Python process's on a shared machine, not the pipeline's.
+    const AFTER_RESTART_FLOOR: f64 = 75.0;
     const N: i64 = 80_000;
-    let _scope = scope_durable(Load::Timed, &[Variant::Skip, Variant::Exactly]);
+    let _scope = scope_durable(Load::Heavy, &[Variant::Skip, Variant::Exactly]);
     prepare(Variant::Skip);
     prepare(Variant::Exactly);
+    let _quiet = no_builds();
     let _t = Timer::start("durable broker and binaries killed, read at the broker's pace");
     let broker = durable_brokers()[0].clone();
     let mut rng = Rng::from_time();
@@ -2344,6 +2351,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     }
     // From each binary's first record after the restart until its group has committed all of them.
     let mut timing: Vec<Option<(Instant, i64)>> = vec![None; second.len()];
+    let at_restart: Vec<i64> = groups.iter().map(|group| committed_total(group, &topic, PARTITIONS)).collect();
     let mut rates = vec![0.0; second.len()];
     let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(N as f64 / AFTER_RESTART_FLOOR);
     while Instant::now() < deadline && rates.contains(&0.0) {
@@ -2371,11 +2379,17 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
         }
     }
     eprintln!("crawl: records/s after the restart (at-least-once, exactly-once): {rates:.0?}");
-    for (p, rate) in second.iter().zip(&rates) {
-        assert!(
-            *rate > 0.0,
-            "[{}] did not commit all {N} records at {AFTER_RESTART_FLOOR} records/s or more:\n{}",
+    for (((p, rate), group), from) in second.iter_mut().zip(&rates).zip(&groups).zip(&at_restart) {
+        if *rate > 0.0 {
+            continue;
+        }
+        // What it did read tells a crawl from a standstill.
+        let read = p.metrics().map(|m| m.sum("etl_records_in_total"));
+        panic!(
+            "[{}] did not commit all {N} records at {AFTER_RESTART_FLOOR} records/s or more: {from} committed at \
+             the restart, {} now; {read:?} records read since\n{}",
             p.label,
+            committed_total(group, &topic, PARTITIONS),
             p.log_tail()
         );
     }

@@ -2,11 +2,21 @@
 //! per test binary with their tables (re)created from `gen --ddl`.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::clickhouse::ch_exec;
 use super::{root, xtask};
+
+/// One build at a time: they share the target directory (and two cores).
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// While the guard lives, no binary is built (a build under way finishes first): for a scenario
+/// that measures a pace a build's two cores would distort. Take it after the scenario's
+/// [`super::scope`] and after preparing its variants, like the build itself does.
+pub fn no_builds() -> MutexGuard<'static, ()> {
+    BUILD.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// How many [`Variant`]s there are.
 pub const VARIANTS: usize = 21;
@@ -137,9 +147,7 @@ impl Variant {
         static BINARIES: [OnceLock<PathBuf>; VARIANTS] = [const { OnceLock::new() }; VARIANTS];
         BINARIES[self.index()]
             .get_or_init(|| {
-                // One build at a time: they share the target directory (and two cores).
-                static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-                let _build = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+                let _build = no_builds();
                 let started = Instant::now();
                 // The fault points (`ETL_FAULT`) are compiled in only on request; every e2e binary
                 // gets them, so all variants share one build of the runtime. Static, like the
