@@ -2290,18 +2290,19 @@ fn registry_judges_writer_schemas(
 /// lost; exactly once under `exactly_once`.
 ///
 /// The broker's pace is moto's: Tansu lists a partition's objects (400 here) for every batch it
-/// reads, and moto, one Python process, lists 400 keys in 120 to 160 ms on this machine today
-/// (200 ms a thousand keys when issue 37 measured 1,100 records/s a binary alone; 225 and 233 on
-/// 2026-12-06, alone, the machine being slower). Beside release builds and heavy scenarios it was
-/// 158 to 240 in `cargo xtask test`, and a CI run read too slowly to finish in ten minutes. So the
-/// scenario runs as [`Load::Heavy`], alone among the heavy and timed ones, and no binary is built
-/// while it runs ([`no_builds`]): it measures the broker and the binaries, not the neighbours.
+/// reads, and moto, one Python process, lists 400 keys in 120 to 160 ms on the machine of
+/// 2026-12-06 (docs/BENCHMARKS.md measured 200 ms a thousand keys before, with 1,100 records/s a
+/// binary). Over four partitions that was 225 and 233 records/s alone, 158 to 240 beside release
+/// builds and heavy scenarios in `cargo xtask test`, and too slow to finish in ten minutes in a CI
+/// run; over these two, 378 and 393 alone and 324 and 330 in `cargo xtask test`. So the scenario
+/// runs as [`Load::Heavy`], alone among the heavy and timed ones, and no binary is built while it
+/// runs ([`no_builds`]): it measures the broker and the binaries, not the neighbours.
 #[test]
 fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     /// Records a second each restarted binary reads at least, from its first record to the last:
     /// well above the crawl this guards against (0 to 20 records/s with a 100 ms fetch wait: none
-    /// in five minutes here), and three times below the rate measured alone (225), since that rate
-    /// is a Python process's on a shared machine, not the pipeline's.
+    /// in five minutes here), and three times below the slowest rate measured alone (225, over four
+    /// partitions), since that rate is a Python process's on a shared machine, not the pipeline's.
     const AFTER_RESTART_FLOOR: f64 = 75.0;
     const N: i64 = 40_000;
     /// Two partitions of 400 batch objects each: a listing as long as the four of 400 that showed
