@@ -165,7 +165,7 @@ pub struct KafkaSource {
     // written above the committed offset (docs/adr/0001-exactly-once.md, 8).
     #[serde(default = "defaults::stall_timeout", skip_serializing_if = "defaults::is_stall_timeout")]
     // schemars leaves out a default that `skip_serializing_if` skips: the docs would say "none".
-    #[schemars(extend("default" = "1m"))]
+    #[schemars(extend("default" = defaults::stall_timeout().to_string()))]
     pub stall_timeout: Duration,
     /// Raw librdkafka properties, checked by librdkafka's own parser at gen time, then
     /// applied verbatim. Properties the framework owns are rejected (docs/diagnostics.md).
@@ -1156,8 +1156,8 @@ mod tests {
         }
     }
 
-    /// `stall_timeout`'s default is stated by hand in the schema (schemars leaves out a default
-    /// that `skip_serializing_if` skips): it must be the one the model applies.
+    /// `stall_timeout`'s default is added to the schema by hand (schemars leaves out a default
+    /// that `skip_serializing_if` skips): it must be there, and be the one the model applies.
     #[test]
     fn the_schema_states_the_stall_timeout_default_the_model_applies() {
         let schema = serde_json::to_value(schemars::schema_for!(PipelineFile)).unwrap();
