@@ -2281,8 +2281,8 @@ fn registry_judges_writer_schemas(
 }
 
 /// Scenario 37: a durable broker SIGKILLed while an at-least-once and an exactly-once binary read
-/// a backlog of many small batches from it (two partitions of 400), the binaries SIGKILLed 8 s later with the broker still
-/// down, the broker and the binaries started again 12 s after that. Tansu stores each produced
+/// a backlog of many small batches from it (two partitions of 400), the binaries SIGKILLed 8 s
+/// later with the broker still down, the broker and the binaries started again 12 s after that. Tansu stores each produced
 /// batch as one object and answers a fetch with the batches it could list and read within the
 /// fetch's `fetch.wait.max.ms`; with the 100 ms this source used to ask for, both binaries crawled
 /// at a few records a second after the restart (docs/INVARIANTS.md, Invariant 9). They must read
@@ -2296,7 +2296,7 @@ fn registry_judges_writer_schemas(
 /// builds and heavy scenarios in `cargo xtask test`, and too slow to finish in ten minutes in a CI
 /// run; over these two, 378 and 393 alone and 324 and 330 in `cargo xtask test`. So the scenario
 /// runs as [`Load::Heavy`], alone among the heavy and timed ones, and no binary is built while it
-/// runs ([`no_builds`]): it measures the broker and the binaries, not the neighbours.
+/// runs ([`build_lock`]): it measures the broker and the binaries, not the neighbours.
 #[test]
 fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     /// Records a second each restarted binary reads at least, from its first record to the last:
@@ -2311,7 +2311,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     let _scope = scope_durable(Load::Heavy, &[Variant::Skip, Variant::Exactly]);
     prepare(Variant::Skip);
     prepare(Variant::Exactly);
-    let _quiet = no_builds();
+    let _no_builds = build_lock();
     let _t = Timer::start("durable broker and binaries killed, read at the broker's pace");
     let broker = durable_brokers()[0].clone();
     let mut rng = Rng::from_time();
@@ -2323,6 +2323,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
     let producer = Producer::with_batches(&topic, 50);
     producer.send_orders_over(0..N, 30, None, CRAWL_PARTITIONS);
     producer.finish();
+    let committed_now = |group: &str| committed_total(group, &topic, CRAWL_PARTITIONS);
     let runs = [(Variant::Skip, "crawl-alo"), (Variant::Exactly, "crawl-eo")];
     let groups: Vec<String> = runs.iter().map(|(_, label)| unique(label)).collect();
     // Throttled inserts, so that the binaries are killed with most of the topic still to write.
@@ -2350,12 +2351,12 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
         .map(|((variant, label), group)| spawn(*variant, &format!("{label}-2"), &topic, group, &env))
         .collect();
     for (p, group) in second.iter_mut().zip(&groups) {
-        let committed = committed_total(group, &topic, CRAWL_PARTITIONS);
-        assert!(committed < N / 2, "[{}] the kills land mid-stream: {committed} of {N} committed", p.label);
+        let at_kill = committed_now(group);
+        assert!(at_kill < N / 2, "[{}] the kills land mid-stream: {at_kill} of {N} committed", p.label);
     }
     // From each binary's first record after the restart until its group has committed all of them.
     let mut timing: Vec<Option<(Instant, i64)>> = vec![None; second.len()];
-    let at_restart: Vec<i64> = groups.iter().map(|group| committed_total(group, &topic, CRAWL_PARTITIONS)).collect();
+    let at_restart: Vec<i64> = groups.iter().map(|group| committed_now(group)).collect();
     let mut rates = vec![0.0; second.len()];
     let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(N as f64 / AFTER_RESTART_FLOOR);
     while Instant::now() < deadline && rates.contains(&0.0) {
@@ -2364,11 +2365,11 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
             assert!(p.try_exit().is_none(), "[{}] exited after the restart:\n{}", p.label, p.log_tail());
             let Some((since, from)) = timing[i] else {
                 if p.metrics().is_some_and(|m| m.sum("etl_records_in_total") > 0.0) {
-                    timing[i] = Some((Instant::now(), committed_total(group, &topic, CRAWL_PARTITIONS)));
+                    timing[i] = Some((Instant::now(), committed_now(group)));
                 }
                 continue;
             };
-            if rates[i] == 0.0 && committed_total(group, &topic, CRAWL_PARTITIONS) >= N {
+            if rates[i] == 0.0 && committed_now(group) >= N {
                 rates[i] = (N - from) as f64 / since.elapsed().as_secs_f64();
                 let limit = (N - from) as f64 / AFTER_RESTART_FLOOR;
                 assert!(
@@ -2393,7 +2394,7 @@ fn durable_broker_and_binaries_killed_then_read_at_the_brokers_pace() {
             "[{}] did not commit all {N} records at {AFTER_RESTART_FLOOR} records/s or more: {from} committed at \
              the restart, {} now; {read:?} records read since\n{}",
             p.label,
-            committed_total(group, &topic, CRAWL_PARTITIONS),
+            committed_now(group),
             p.log_tail()
         );
     }

@@ -9,7 +9,7 @@
 //! 2. the durable brokers, for the scenarios that restart or kill them, or read at their pace;
 //! 3. the table of each pipeline variant it uses, in [`Variant`] order: every scenario empties
 //!    its tables and counts every row in them;
-//! 4. last, the build lock ([`super::no_builds`]): building a variant's binary takes it, and so
+//! 4. last, the build lock ([`super::build_lock`]): building a variant's binary takes it, and so
 //!    does a scenario that measures the broker's pace.
 //!
 //! Nothing else is shared that a scenario changes: topics and groups are unique, the Kafka

@@ -11,10 +11,10 @@ use super::{root, xtask};
 /// One build at a time: they share the target directory (and two cores).
 static BUILD: Mutex<()> = Mutex::new(());
 
-/// While the guard lives, no binary is built (a build under way finishes first): for a scenario
-/// that measures a pace a build's two cores would distort. Take it after the scenario's
-/// [`super::scope`] and after preparing its variants, like the build itself does.
-pub fn no_builds() -> MutexGuard<'static, ()> {
+/// The build lock: held by each build, and by a scenario that measures a pace a build's two cores
+/// would distort (while it lives no binary is built; a build under way finishes first). Take it
+/// after the scenario's [`super::scope`] and after preparing its variants, as a build does.
+pub fn build_lock() -> MutexGuard<'static, ()> {
     BUILD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -147,7 +147,7 @@ impl Variant {
         static BINARIES: [OnceLock<PathBuf>; VARIANTS] = [const { OnceLock::new() }; VARIANTS];
         BINARIES[self.index()]
             .get_or_init(|| {
-                let _build = no_builds();
+                let _build = build_lock();
                 let started = Instant::now();
                 // The fault points (`ETL_FAULT`) are compiled in only on request; every e2e binary
                 // gets them, so all variants share one build of the runtime. Static, like the
