@@ -1495,19 +1495,24 @@ fn durable_broker_restarted_and_killed() {
     }
     let rebalances: Vec<f64> =
         pipelines.iter().map(|p| p.metrics().expect("running").get("etl_source_revocations_total")).collect();
+    // Records a revocation's drain gave up on (its drain_timeout ran out behind the throttled
+    // proxies): their batches may still be inserted after the partitions were assigned again, so
+    // the samples above cannot see them. Each is written at most once more.
+    let abandoned = pipelines[0].abandoned();
     for p in &mut pipelines {
         p.stop_cleanly();
     }
     let alo = assert_all_arrived(Variant::Skip.table(), n);
     let eo = assert_exactly_once(n);
     eprintln!(
-        "durable: at-least-once {alo:?} ({} duplicates, at most {at_risk} durable past the commits); exactly-once {eo:?}; revocations \
-         {rebalances:?}",
+        "durable: at-least-once {alo:?} ({} duplicates, at most {at_risk} durable past the commits and {abandoned} \
+         abandoned by a drain); exactly-once {eo:?}; revocations {rebalances:?}",
         alo.duplicates()
     );
     assert!(
-        alo.duplicates() <= at_risk,
-        "duplicates only from rows made durable past the committed offsets while commits could not land"
+        alo.duplicates() <= at_risk + abandoned,
+        "duplicates only from rows made durable past the committed offsets while commits could not land, or \
+         abandoned by a drain that timed out"
     );
 }
 
