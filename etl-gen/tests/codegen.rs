@@ -369,6 +369,26 @@ fn kafka_examples_compile_and_check_their_environment() {
     }
 }
 
+/// Every generated binary allocates with mimalloc, librdkafka's C code included, and commits its
+/// arenas on demand unless the environment says otherwise (docs/BENCHMARKS.md, "The allocator
+/// under librdkafka"). mimalloc prints its options at start-up when `MIMALLOC_VERBOSE` is set; a
+/// binary still on glibc's malloc prints none.
+#[test]
+fn generated_binaries_allocate_with_mimalloc() {
+    let (_, binary) = build("examples/kafka_avro_to_clickhouse/pipeline.yaml");
+    let options = |env: &[(&str, &str)]| {
+        let run =
+            Command::new(&binary).arg("--version").env("MIMALLOC_VERBOSE", "1").envs(env.iter().copied()).output();
+        let run = run.unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        String::from_utf8_lossy(&run.stderr).into_owned()
+    };
+    let defaults = options(&[]);
+    assert!(defaults.contains("option 'arena_eager_commit': 0"), "mimalloc, arenas committed on demand:\n{defaults}");
+    let overridden = options(&[("MIMALLOC_ARENA_EAGER_COMMIT", "1")]);
+    assert!(overridden.contains("option 'arena_eager_commit': 1"), "the environment wins:\n{overridden}");
+}
+
 /// A stub Confluent-API registry on loopback answering every `/schemas/ids/N` with
 /// `answer` (a status line and a body).
 fn stub_registry(status: &'static str, body: String) -> String {

@@ -68,6 +68,9 @@
 //! at the root.
 
 mod admin;
+// Unsafe for mimalloc's option defaults, set by a constructor before its first arena.
+#[allow(unsafe_code)]
+mod allocator;
 mod chain_harness;
 #[cfg(feature = "clickhouse")]
 mod clickhouse;

@@ -240,7 +240,7 @@ fn sources(v: &Validated, options: &GenOptions, files: &mut Vec<GeneratedFile>) 
 }
 
 /// The etl-runtime features the crate enables: only what the pipeline uses (a datagen → file
-/// pipeline does not link librdkafka).
+/// pipeline does not link librdkafka), and the allocator.
 fn runtime_features(v: &Validated, options: &GenOptions) -> String {
     let mut features = Vec::new();
     if matches!(v.model.source, crate::model::Source::Kafka(_)) {
@@ -253,6 +253,8 @@ fn runtime_features(v: &Validated, options: &GenOptions) -> String {
     if format.uses_registry() {
         features.push(format::registry_feature(v));
     }
+    // Every binary: glibc's malloc costs librdkafka's hand-off of each message a lock.
+    features.push("\"mimalloc\"");
     if options.fault_injection {
         features.push("\"fault-injection\"");
     }

@@ -101,7 +101,8 @@
 //! (`*password*`, `*secret*`, `ssl.key.*`, `sasl.oauthbearer.config`) are masked in the configuration
 //! log line, in `Debug` output and in configuration errors.
 
-// The runtime's only unsafe code: librdkafka's batch consumption, which rdkafka does not wrap.
+// Unsafe code: librdkafka's batch consumption, which rdkafka does not wrap (and, in
+// `allocator`, mimalloc's option defaults).
 #[allow(unsafe_code)]
 mod batches;
 mod context;
