@@ -993,6 +993,12 @@ pub struct Admin {
     /// The address of /metrics, /healthz and /readyz.
     #[serde(default = "defaults::listen")]
     pub listen: Template,
+    /// Serve `POST /admin/pause` and `POST /admin/resume` (a pause for maintenance: the member
+    /// stays in its group, what was read is written and committed, nothing more is read until
+    /// resumed; not kept across a restart). Off by default: the admin port has no
+    /// authentication, so anyone who reaches it could stop the pipeline.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub control: bool,
 }
 
 macro_rules! default_impls {
@@ -1023,7 +1029,7 @@ default_impls! {
     }
     Checkpoint { drain_timeout: defaults::drain_timeout() }
     Errors { policy: ErrorPolicy::Skip, dlq_topic: None, tombstones: TombstonePolicy::Skip }
-    Admin { listen: defaults::listen() }
+    Admin { listen: defaults::listen(), control: false }
 }
 
 /// The defaults (docs/configuration.md); with them the sizing rule holds for 1 to 3 shards.

@@ -42,6 +42,8 @@ pub struct RuntimeConfig {
     pub tombstones: TombstonePolicy,
     /// `admin.listen`; `None` runs without the admin server (tests).
     pub admin_listen: Option<SocketAddr>,
+    /// `admin.control`: `POST /admin/pause` and `POST /admin/resume` are served.
+    pub admin_control: bool,
     /// `sink.clickhouse.exactly_once`: batches per (partition, shard), spans recorded in the
     /// sink's ledger before each insert, replays re-cut at the recorded spans.
     pub exactly_once: bool,
@@ -152,6 +154,7 @@ impl Default for RuntimeConfig {
             error_policy: ErrorPolicy::Skip,
             tombstones: TombstonePolicy::Skip,
             admin_listen: None,
+            admin_control: false,
             exactly_once: false,
             unavailable_timeout: defaults::REGISTRY_TIMEOUT,
             memory_bound: None,

@@ -533,6 +533,7 @@ fn runtime_config(inputs: &MainInputs<'_>, settings: &Settings, shard_count: usi
         TombstonePolicy::Fail => quote!(rt::TombstonePolicy::Fail),
     };
     let admin_listen = settings.index("admin.listen")?;
+    let admin_control = m.admin.control;
     Ok(quote!(
     let admin_listen = match resolved.socket_addr(#admin_listen) {
         Ok(addr) => addr,
@@ -567,6 +568,7 @@ fn runtime_config(inputs: &MainInputs<'_>, settings: &Settings, shard_count: usi
         error_policy: #policy,
         tombstones: #tombstones,
         admin_listen: Some(admin_listen),
+        admin_control: #admin_control,
         exactly_once: #exactly_once_runtime,
         unavailable_timeout: ::std::time::Duration::from_millis(#registry_timeout),
         stall_timeout: ::std::time::Duration::from_millis(#stall_timeout),

@@ -61,6 +61,12 @@ const CATALOGUE: &[MetricDoc] = &[
         help: "1 while at least one lane is paused by backpressure, else 0.",
     },
     MetricDoc {
+        name: "etl_admin_paused",
+        kind: "gauge",
+        labels: &[],
+        help: "1 while the operator has paused the pipeline (POST /admin/pause, admin.control: true) and until POST /admin/resume, else 0. Its lanes are paused at the source, so etl_backpressure_paused is 1 too.",
+    },
+    MetricDoc {
         name: "etl_backpressure_pause_events_total",
         kind: "counter",
         labels: &[],
@@ -339,6 +345,7 @@ pub(crate) struct Metrics {
     pub(crate) queue_depth: Vec<IntGauge>,
     pub(crate) queue_full: Vec<IntCounter>,
     pub(crate) paused: IntGauge,
+    pub(crate) admin_paused: IntGauge,
     pub(crate) pause_events: IntCounter,
     pub(crate) inflight_bytes: IntGauge,
     pub(crate) lag_records: IntGaugeVec,
@@ -386,6 +393,7 @@ impl Metrics {
         let per_shard_gauge = IntGaugeVec::new(opts("etl_queue_depth"), SLOT)?;
         let queue_full = IntCounterVec::new(opts("etl_queue_full_events_total"), SLOT)?;
         let paused = IntGauge::with_opts(opts("etl_backpressure_paused"))?;
+        let admin_paused = IntGauge::with_opts(opts("etl_admin_paused"))?;
         let pause_events = IntCounter::with_opts(opts("etl_backpressure_pause_events_total"))?;
         let inflight_bytes = IntGauge::with_opts(opts("etl_backpressure_inflight_bytes"))?;
         let lag_records = IntGaugeVec::new(opts("etl_source_lag_records"), &["topic", "partition"])?;
@@ -437,6 +445,7 @@ impl Metrics {
         reg(Box::new(per_shard_gauge.clone()))?;
         reg(Box::new(queue_full.clone()))?;
         reg(Box::new(paused.clone()))?;
+        reg(Box::new(admin_paused.clone()))?;
         reg(Box::new(pause_events.clone()))?;
         reg(Box::new(inflight_bytes.clone()))?;
         reg(Box::new(lag_records.clone()))?;
@@ -486,6 +495,7 @@ impl Metrics {
             queue_depth: labels.iter().map(|[o, s]| per_shard_gauge.with_label_values(&[o, s])).collect(),
             queue_full: each(&|l| queue_full.with_label_values(l)),
             paused,
+            admin_paused,
             pause_events,
             inflight_bytes,
             lag_records,

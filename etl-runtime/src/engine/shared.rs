@@ -56,6 +56,9 @@ pub(crate) struct Shared {
     pub(crate) stopping: AtomicBool,
     /// A graceful stop was asked for (a signal); set before the stop message is sent.
     pub(crate) shutdown_requested: AtomicBool,
+    /// Paused by `POST /admin/pause` until `POST /admin/resume`: every lane pauses at the source
+    /// through the pause controller, after writing what it read.
+    pub(crate) operator_paused: AtomicBool,
     /// Per shard, since when its writes fail (see [`ShardHealth`]).
     pub(crate) shard_health: Vec<ShardHealth>,
 }
@@ -154,7 +157,23 @@ impl Shared {
     }
 
     /// Why the pipeline is not ready, in words for `/readyz`; `None` when it is.
+    /// Whether the operator paused the pipeline (`POST /admin/pause`).
+    pub(crate) fn operator_paused(&self) -> bool {
+        self.operator_paused.load(Ordering::Acquire)
+    }
+
+    /// Pauses (`true`) or resumes the pipeline for the operator; returns whether that changed
+    /// anything.
+    pub(crate) fn set_operator_paused(&self, paused: bool) -> bool {
+        let changed = self.operator_paused.swap(paused, Ordering::AcqRel) != paused;
+        self.metrics.admin_paused.set(i64::from(paused));
+        changed
+    }
+
     pub(crate) fn not_ready_because(&self) -> Option<String> {
+        if self.operator_paused() {
+            return Some("paused by POST /admin/pause; POST /admin/resume resumes it".into());
+        }
         if !self.source_ready.load(Ordering::Acquire) {
             return Some("the source has not joined its group".into());
         }

@@ -156,6 +156,7 @@ impl SinkSide {
             paused_lanes: AtomicUsize::new(0),
             stalled_lanes: AtomicUsize::new(0),
             shutdown_requested: AtomicBool::new(false),
+            operator_paused: AtomicBool::new(false),
             max_loop_gap_ns: AtomicU64::new(0),
             track_row_sources,
             dead_letter,

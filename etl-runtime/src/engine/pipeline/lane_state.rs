@@ -34,6 +34,8 @@ pub(super) struct LaneState {
     /// budget: the exact resume point of the lane, sent before its next record is taken.
     pub(super) pending: VecDeque<Chunk>,
     pub(super) paused_since: Option<Instant>,
+    /// Under the operator's pause, the lane has sealed what it read (once per pause).
+    pub(super) sealed_for_operator: bool,
     /// Since when `pending` has not emptied (a delivery that holds lanes on a full queue).
     pub(super) held_since: Option<Instant>,
     /// The drain this lane belongs to, and its deadline.
@@ -81,6 +83,7 @@ impl LaneState {
             pending: VecDeque::new(),
             held_since: None,
             paused_since: None,
+            sealed_for_operator: false,
             drain: None,
             drain_flushed: false,
             failed: false,
@@ -106,6 +109,7 @@ impl LaneState {
 
     pub(super) fn resume(&mut self, shared: &Shared) {
         if self.paused_since.take().is_some() {
+            self.sealed_for_operator = false;
             self.lane.resume();
             shared.paused_lanes.fetch_sub(1, Ordering::AcqRel);
         }

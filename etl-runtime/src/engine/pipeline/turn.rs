@@ -78,7 +78,16 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             }
             // Processed at last: the lane resumes on a later turn, once the pause controller agrees.
         }
+        let operator_paused = self.shared.operator_paused();
         if let Some(since) = self.lanes[i].paused_since {
+            if operator_paused {
+                // Paused for maintenance: what the lane read is written (and its offsets then
+                // stored) while it waits, rather than when it resumes. Under exactly-once the
+                // batches still end at their linger.
+                let started = !std::mem::replace(&mut self.lanes[i].sealed_for_operator, true);
+                self.cut(i, At::Held { started });
+                return false;
+            }
             let lane = &self.lanes[i];
             let ready = lane.pending.is_empty()
                 && self.shared.budget.below_low()
@@ -88,8 +97,9 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             }
             self.lanes[i].resume(&self.shared);
         }
-        if high {
-            // The budget is at its high watermark: every producing lane pauses (Invariant 6).
+        if high || operator_paused {
+            // The budget is at its high watermark: every producing lane pauses (Invariant 6). Or
+            // the operator paused the pipeline: the same pause, so the member stays in its group.
             self.lanes[i].pause(&self.shared);
             return false;
         }
