@@ -666,7 +666,10 @@ fn assert_fatal_poison(
 }
 
 /// Scenario 7: SIGTERM mid-stream drains and commits within drain_timeout and exits 0; what is
-/// committed is exactly what was written; a restart of the same group writes no duplicates.
+/// committed is exactly what was written; a restart of the same group writes no duplicates. The
+/// restarted binary is paused for maintenance mid-stream (`POST /admin/pause`): it reads nothing
+/// more, commits everything it read, says so on /readyz and `etl_admin_paused`, keeps its
+/// partitions, and goes on after `POST /admin/resume`.
 #[test]
 fn sigterm_drains_and_restart_adds_no_duplicates() {
     let _scope = scope(Load::Timed, &[Variant::Skip]);
@@ -674,6 +677,8 @@ fn sigterm_drains_and_restart_adds_no_duplicates() {
     let _t = Timer::start("sigterm");
     let config = Config::of(Variant::Skip);
     const N: i64 = 300_000;
+    // Orders produced while the restarted binary is paused.
+    const PAUSED: i64 = 10_000;
     let (topic, group) = (unique("e2e-sigterm"), unique("e2e-sigterm"));
     create_topic(&topic, PARTITIONS);
     let (_, producer) = produce_in_background(&topic, 0..N, 0, 30_000);
@@ -697,14 +702,72 @@ fn sigterm_drains_and_restart_adds_no_duplicates() {
     assert_eq!(committed, written.uniq, "the final commit covers exactly what was written");
 
     let mut again = spawn(Variant::Skip, "sigterm-restart", &topic, &group, &[]);
-    let produced = producer.join().unwrap();
-    await_rows(Variant::Skip.table(), N, Duration::from_secs(120));
-    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(30));
+    again.await_metrics("records read after the restart", Duration::from_secs(60), |m| {
+        m.sum("etl_records_in_total") > 0.0
+    });
+    let during_pause = pause_for_maintenance(&again, &group, &topic, committed, N..N + PAUSED);
+    let mut end_offsets = producer.join().unwrap().end_offsets;
+    merge_end_offsets(&mut end_offsets, &during_pause);
+    await_rows(Variant::Skip.table(), N + PAUSED, Duration::from_secs(120));
+    await_committed(&group, &topic, &end_offsets, Duration::from_secs(30));
     let (status, _) = again.terminate(Duration::from_secs(60));
     assert!(status.success(), "SIGTERM exits 0: {status}");
     again.assert_no_panic();
-    let stats = assert_all_arrived(Variant::Skip.table(), N);
-    assert_eq!(stats.count, N, "the restart wrote no duplicates ({stats:?})");
+    let stats = assert_all_arrived(Variant::Skip.table(), N + PAUSED);
+    assert_eq!(stats.count, N + PAUSED, "the restart wrote no duplicates ({stats:?})");
+}
+
+/// Pauses `p` through its admin server, produces the orders `ids` meanwhile, checks what the
+/// pause promises, and resumes it; returns what it produced. `committed_before` is the group's
+/// committed total when `p` started.
+fn pause_for_maintenance(
+    p: &Process,
+    group: &str,
+    topic: &str,
+    committed_before: i64,
+    ids: std::ops::Range<i64>,
+) -> Produced {
+    let (status, body) = p.admin_post("/admin/pause");
+    assert_eq!((status, body.as_str()), (200, "paused\n"), "[{}] POST /admin/pause", p.label);
+    let paused = Instant::now();
+    // The lanes pause at their next turn; what they took is sealed then, written after
+    // `batch.linger` and committed at the next commit interval.
+    std::thread::sleep(Duration::from_secs(1));
+    let read = |p: &Process| p.metrics().expect("running").sum("etl_records_in_total") as i64;
+    let at_pause = read(p);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut committed = committed_total(group, topic, PARTITIONS);
+    while committed < committed_before + at_pause && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        committed = committed_total(group, topic, PARTITIONS);
+    }
+    // Records that a running pipeline would fetch within a second.
+    let produced = produce_now(topic, ids, 0);
+    std::thread::sleep(Duration::from_secs(2));
+    let (still, in_topic) = (read(p), log_end_total(topic, PARTITIONS));
+    let metrics = p.metrics().expect("running");
+    let (ready, why) = p.readyz();
+    eprintln!(
+        "pause: {at_pause} records read at the pause, {still} {:.1} s later, with {in_topic} in the topic; \
+         committed {committed} (from {committed_before}); /readyz {ready} {}",
+        paused.elapsed().as_secs_f64(),
+        why.trim()
+    );
+    assert!(in_topic > committed_before + still, "the pause lands while records wait in the topic");
+    assert_eq!(still, at_pause, "a paused pipeline reads nothing more");
+    assert_eq!(committed, committed_before + at_pause, "everything read before the pause is committed during it");
+    assert_eq!((ready, why.contains("paused by POST /admin/pause")), (503, true), "/readyz says paused: {why}");
+    assert_eq!(metrics.get("etl_admin_paused"), 1.0);
+    assert_eq!(metrics.get("etl_source_revocations_total"), 0.0, "the member keeps its partitions");
+    let (status, body) = p.admin_post("/admin/resume");
+    assert_eq!((status, body.as_str()), (200, "resumed\n"), "[{}] POST /admin/resume", p.label);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read(p) == at_pause && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(read(p) > at_pause, "[{}] reads again after POST /admin/resume:\n{}", p.label, p.log_tail());
+    assert_eq!(p.metrics().expect("running").get("etl_admin_paused"), 0.0);
+    produced
 }
 
 /// Scenario 7 with the sink hung: SIGTERM while both ClickHouse servers are frozen. The drain

@@ -124,6 +124,12 @@ pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
     committed(group, topic, partitions).values().sum()
 }
 
+/// Records in the topic: the sum of its partitions' high watermarks (fresh topics start at 0).
+pub fn log_end_total(topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = kafka_config(topic).create().expect("a consumer");
+    (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).sum()
+}
+
 /// Waits until the group's committed offsets equal `end`; panics with both maps if they do not
 /// within `timeout` (a caller that forgot to compare would otherwise pass on a timeout).
 pub fn await_committed(group: &str, topic: &str, end: &BTreeMap<i32, i64>, timeout: Duration) {

@@ -147,6 +147,18 @@ impl Process {
             .unwrap_or_else(|| panic!("[{}] /metrics was never scraped:\n{}", self.label, self.log_tail()))
     }
 
+    /// `POST path` on the admin server (`/admin/pause`, `/admin/resume`): status and body.
+    pub fn admin_post(&self, path: &str) -> (u16, String) {
+        http(&self.admin.to_string(), "POST", path, b"")
+            .unwrap_or_else(|e| panic!("[{}] POST {path}: {e}\n{}", self.label, self.log_tail()))
+    }
+
+    /// `GET /readyz`: status and body.
+    pub fn readyz(&self) -> (u16, String) {
+        http(&self.admin.to_string(), "GET", "/readyz", b"")
+            .unwrap_or_else(|e| panic!("[{}] GET /readyz: {e}\n{}", self.label, self.log_tail()))
+    }
+
     /// What /readyz answers: `Some(true)` for 200, `Some(false)` for 503, `None` while the admin
     /// server is not up.
     pub fn ready(&self) -> Option<bool> {
