@@ -156,7 +156,6 @@ impl Shared {
         self.not_ready_because().is_none()
     }
 
-    /// Why the pipeline is not ready, in words for `/readyz`; `None` when it is.
     /// Whether the operator paused the pipeline (`POST /admin/pause`).
     pub(crate) fn operator_paused(&self) -> bool {
         self.operator_paused.load(Ordering::Acquire)
@@ -170,6 +169,7 @@ impl Shared {
         changed
     }
 
+    /// Why the pipeline is not ready, in words for `/readyz`; `None` when it is.
     pub(crate) fn not_ready_because(&self) -> Option<String> {
         if self.operator_paused() {
             return Some("paused by POST /admin/pause; POST /admin/resume resumes it".into());
