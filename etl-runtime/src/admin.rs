@@ -156,6 +156,7 @@ mod tests {
         false
     }
 
+    /// A pipeline with its admin server on a free port; its source not ready yet.
     fn served(admin_control: bool) -> (Pipeline, std::net::SocketAddr) {
         let mut config = crate::RuntimeConfig { admin_control, ..crate::testing::config(1, 1) };
         // A budget the slow lane never fills: only the operator pauses it.
@@ -164,7 +165,6 @@ mod tests {
         let listener = pipeline.runtime().block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         pipeline.runtime().spawn(super::serve(listener, pipeline.shared().clone()));
-        pipeline.handle().set_source_ready(true);
         (pipeline, addr)
     }
 
@@ -175,6 +175,7 @@ mod tests {
     #[test]
     fn the_operator_pauses_and_resumes_through_the_pause_controller() {
         let (pipeline, addr) = served(true);
+        pipeline.handle().set_source_ready(true);
         let lane = Watched::default();
         pipeline.handle().add_lane(EndlessLane::new(&lane));
         assert!(eventually(|| lane.taken.load(Ordering::SeqCst) > 1_000), "the lane runs");
@@ -206,6 +207,7 @@ mod tests {
         pipeline.shutdown(Duration::from_secs(1));
 
         let (pipeline, addr) = served(false);
+        pipeline.handle().set_source_ready(true);
         let lane = Watched::default();
         pipeline.handle().add_lane(EndlessLane::new(&lane));
         let (status, body) = post(addr, "/admin/pause");
@@ -239,11 +241,7 @@ mod tests {
     // turns from 503 to 200 once the source reports ready (the null sink's check passes at once).
     #[test]
     fn admin_endpoints() {
-        let pipeline = Pipeline::start(crate::testing::config(1, 1), || PassThrough, NullSink, None).unwrap();
-        let listener = pipeline.runtime().block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-        let addr = listener.local_addr().unwrap();
-        pipeline.runtime().spawn(super::serve(listener, pipeline.shared().clone()));
-
+        let (pipeline, addr) = served(false);
         assert_eq!(get(addr, "/healthz").0, 200);
         let (status, body) = get(addr, "/metrics");
         assert_eq!(status, 200);
