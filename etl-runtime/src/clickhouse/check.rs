@@ -84,14 +84,6 @@ impl ClickhouseSink {
         Ok(())
     }
 
-    /// Why the target table does not deduplicate inserts on one replica of each shard (empty: it
-    /// does everywhere), each problem prefixed with its shard. A table that does not remembers no
-    /// insert token, so a retry of an insert whose answer was lost after the server committed it
-    /// lands twice.
-    async fn deduplication_problems(&self) -> Result<Vec<String>, SinkError> {
-        Ok(self.deduplication().await?.problems)
-    }
-
     /// What the target table's engine on one replica of each shard means for deduplication.
     async fn deduplication(&self) -> Result<Deduplication, SinkError> {
         let mut found = Deduplication::default();
@@ -115,10 +107,11 @@ impl ClickhouseSink {
             if let Ok(row) = serde_json::from_slice::<serde_json::Value>(&definition) {
                 let engine = row["engine"].as_str().unwrap_or_default();
                 let create = row["create_table_query"].as_str().unwrap_or_default();
+                // A table that does not deduplicate cannot drop a retry as a duplicate, so the
+                // crash caveat is about deduplicating tables only.
                 if let Some(problem) = ledger_table::deduplication_problem(engine, create) {
                     found.problems.push(format!("{at}: {problem}"));
-                }
-                if let Some(caveat) = ledger_table::crash_caveat(engine) {
+                } else if let Some(caveat) = ledger_table::crash_caveat(engine) {
                     found.crash_caveats.push(format!("{at}: {caveat}"));
                 }
             }
@@ -127,23 +120,29 @@ impl ClickhouseSink {
     }
 
     /// At-least-once: a table that does not deduplicate inserts still works, but a retried insert
-    /// may land twice, so the start-up check warns (and does not refuse). Not being able to tell
-    /// (no grant on `system.tables`, a slow answer) is not a reason to refuse either.
+    /// may land twice, so the start-up check warns (and does not refuse). One that deduplicates on
+    /// a non-replicated engine can lose a batch to a crash of its server (see
+    /// [`ledger_table::crash_caveat`]), which is worth a warning too. Not being able to tell (no
+    /// grant on `system.tables`, a slow answer) is not a reason to refuse either.
     async fn warn_unless_deduplicating(&self) -> Result<(), SinkError> {
-        let problems = match self.deduplication_problems().await {
-            Ok(problems) => problems,
+        let table = format!("{}.{}", self.database, self.table);
+        let deduplication = match self.deduplication().await {
+            Ok(deduplication) => deduplication,
             Err(error) => {
                 tracing::warn!(%error, "could not read the table's definition to check that it deduplicates inserts");
                 return Ok(());
             }
         };
-        for problem in problems {
+        for problem in deduplication.problems {
             tracing::warn!(
-                table = %format!("{}.{}", self.database, self.table),
+                table = %table,
                 %problem,
                 "the table does not deduplicate inserts: an insert retried after a lost answer can land twice; \
                  create it with the CREATE TABLE of `gen --ddl`"
             );
+        }
+        for caveat in deduplication.crash_caveats {
+            tracing::warn!(table = %table, %caveat, "at-least-once: not safe against a ClickHouse server crash");
         }
         Ok(())
     }
