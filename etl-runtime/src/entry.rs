@@ -1,5 +1,5 @@
 //! What a generated `main` does before the pipeline runs: the command line (`--version`,
-//! `--check`), and resolving `${VAR}` settings from the environment.
+//! `--check`, `offsets show|reset`), and resolving `${VAR}` settings from the environment.
 //!
 //! The generator has already parsed every template into [`Part`]s, so the binary only
 //! concatenates. A missing variable is a configuration error at start-up: exit code 2.
@@ -46,9 +46,25 @@ pub struct Setting {
 #[derive(Debug, Clone)]
 pub struct Resolved {
     values: Vec<(Setting, String)>,
+    command: Command,
+}
+
+/// What the binary was asked to do once its settings are resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run the pipeline (no argument).
+    Run,
+    /// `offsets show|reset …`: the consumer group's offsets (`kafka::offsets`).
+    #[cfg(feature = "kafka")]
+    Offsets(crate::kafka::OffsetsCommand),
 }
 
 impl Resolved {
+    /// What to do with the settings: [`crate::run_command`] takes it.
+    pub fn command(&self) -> Command {
+        self.command.clone()
+    }
+
     /// The value of the setting at `index` in `SETTINGS`.
     pub fn get(&self, index: usize) -> &str {
         &self.values[index].1
@@ -99,7 +115,7 @@ pub(crate) fn resolve(settings: &[Setting], env: impl Fn(&str) -> Option<String>
         values.push((*setting, value));
     }
     if missing.is_empty() {
-        Ok(Resolved { values })
+        Ok(Resolved { values, command: Command::Run })
     } else {
         Err(format!("environment variables not set: {}", missing.join(", ")))
     }
@@ -128,10 +144,12 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
         ["--help"] | ["-h"] => {
             println!(
                 "{name} {version}: an etl-rs pipeline (config {hash})\n\n\
-                 Usage: {name} [--check | --version]\n\n\
+                 Usage: {name} [--check | --version | offsets show|reset ...]\n\n\
                  With no argument it runs the pipeline until SIGTERM/SIGINT.\n  \
-                 --check    resolve the configuration from the environment, print it (secrets masked), exit\n  \
-                 --version  print the version and config hash",
+                 --check        resolve the configuration from the environment, print it (secrets masked), exit\n  \
+                 --version      print the version and config hash\n  \
+                 offsets show   the consumer group's offsets, lag and (exactly-once) recorded batches\n  \
+                 offsets reset  move them (a dry run without --execute); `offsets reset --help` for the targets",
                 name = build.pipeline,
                 version = build.version,
                 hash = build.config_hash
@@ -149,6 +167,7 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
                 Start::Exit(ExitCode::from(2))
             }
         },
+        ["offsets", ..] => offsets(build, settings, &args, env),
         [] => match resolve(settings, env) {
             Ok(resolved) => Start::Run(resolved),
             Err(e) => {
@@ -161,6 +180,34 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
             Start::Exit(ExitCode::from(2))
         }
     }
+}
+
+/// `offsets …`: the command, with the settings it needs (the source's and the sink's).
+#[cfg(feature = "kafka")]
+fn offsets(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&str) -> Option<String>) -> Start {
+    let command = match crate::kafka::OffsetsCommand::parse(build.pipeline, args) {
+        Ok(command) => command,
+        Err(error) => {
+            // clap's own rendering: usage errors exit 2, `--help` 0.
+            let _ = error.print();
+            return Start::Exit(ExitCode::from(error.exit_code().clamp(0, 255) as u8));
+        }
+    };
+    // A one-shot command's output is what it prints; the run's info lines would drown it.
+    crate::run::quiet_logging();
+    match resolve(settings, env) {
+        Ok(resolved) => Start::Run(Resolved { command: Command::Offsets(command), ..resolved }),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Start::Exit(ExitCode::from(2))
+        }
+    }
+}
+
+#[cfg(not(feature = "kafka"))]
+fn offsets(_: &Build, _: &[Setting], _: &[String], _: impl Fn(&str) -> Option<String>) -> Start {
+    eprintln!("error: `offsets` needs the Kafka source, and this binary was built without it");
+    Start::Exit(ExitCode::from(2))
 }
 
 /// Prints a start-up error and returns exit code 2.

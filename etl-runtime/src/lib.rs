@@ -100,7 +100,7 @@ pub use crate::engine::errors::{RecordError, RecordErrorKind, SinkError, SinkErr
 pub use crate::engine::handle::{LedgerReadError, PipelineHandle};
 pub use crate::engine::headers::{HeaderSource, Headers, OwnedHeader};
 pub use crate::engine::lane::{Backlog, Lane, LaneKey, Record};
-pub use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Replay, Span};
+pub use crate::engine::ledger::{Ledger, LedgerFuture, Newest, Recorded, Replay, Span};
 pub use crate::engine::metrics::{MetricDoc, metric_catalogue, metrics_markdown};
 pub use crate::engine::outputs::Outputs;
 pub use crate::engine::shared::PipelineStats;
@@ -114,9 +114,11 @@ pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Encoding, Wire};
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{
-    BATCH_MESSAGES, BatchMessage, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats, PartitionBatches,
+    BATCH_MESSAGES, BatchMessage, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats, OffsetsCommand,
+    PartitionBatches, ResetTarget,
 };
-pub use run::{RunOutcome, init_logging, run};
+pub use entry::Command;
+pub use run::{RunOutcome, init_logging, run, run_command};
 
 /// What generated crates use. Not a stable API: it changes with the code generator.
 #[doc(hidden)]
@@ -144,13 +146,13 @@ pub mod __private {
     pub use crate::engine::outputs::Outputs;
     pub use crate::engine::sink::{DeadLetter, Sink};
     pub use crate::engine::source::Source;
-    pub use crate::entry::{Build, Part, Resolved, Setting, Start, start, startup_error};
+    pub use crate::entry::{Build, Command, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
     #[cfg(feature = "kafka")]
     pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, topic_list, topic_pattern};
     #[cfg(feature = "registry")]
     pub use crate::registry::{Datum, Registry, RegistryError};
-    pub use crate::run::{RunOutcome, init_logging, run};
+    pub use crate::run::{RunOutcome, init_logging, run, run_command};
     pub use apache_avro;
     pub use tracing;
 }

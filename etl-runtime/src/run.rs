@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::RuntimeConfig;
+use crate::entry::Command;
 use crate::engine::chain::Chain;
 use crate::engine::sink::{DeadLetter, Sink};
 use crate::engine::source::Source;
@@ -34,6 +35,47 @@ impl RunOutcome {
 impl From<RunOutcome> for std::process::ExitCode {
     fn from(outcome: RunOutcome) -> Self {
         std::process::ExitCode::from(outcome.exit_code())
+    }
+}
+
+/// Does what the command line asked ([`Command`]): runs the pipeline ([`run`]), or an `offsets`
+/// command against the source's group and the sink's exactly-once ledger.
+pub fn run_command<S, C, F, K>(
+    command: Command,
+    config: RuntimeConfig,
+    source: S,
+    chains: F,
+    sink: K,
+    dead_letter: Option<Arc<dyn DeadLetter>>,
+) -> RunOutcome
+where
+    S: Source + 'static,
+    C: Chain,
+    F: Fn() -> C,
+    K: Sink,
+{
+    match command {
+        Command::Run => run(config, source, chains, sink, dead_letter),
+        #[cfg(feature = "kafka")]
+        Command::Offsets(command) => offsets(&command, &source as &dyn std::any::Any, sink.ledger()),
+    }
+}
+
+/// An `offsets` command; the source must be Kafka's.
+#[cfg(feature = "kafka")]
+fn offsets(
+    command: &crate::kafka::OffsetsCommand,
+    source: &dyn std::any::Any,
+    ledger: Option<Arc<dyn crate::engine::ledger::Ledger>>,
+) -> RunOutcome {
+    let Some(source) = source.downcast_ref::<crate::kafka::KafkaSource>() else {
+        return RunOutcome::Startup("`offsets` needs a Kafka source (source.kafka); this pipeline has none".into());
+    };
+    let outcome = crate::kafka::offsets::execute(command, source, ledger);
+    match (outcome.code, outcome.message) {
+        (0, _) => RunOutcome::Clean,
+        (1, message) => RunOutcome::Fatal(message.unwrap_or_default()),
+        (_, message) => RunOutcome::Startup(message.unwrap_or_default()),
     }
 }
 
@@ -156,11 +198,20 @@ fn stop_on_signals(pipeline: &Pipeline) -> Result<(), RunOutcome> {
     Ok(())
 }
 
-/// Installs a `tracing` subscriber that logs to stderr, filtered by `RUST_LOG` (default `info`).
-/// Calling it twice is harmless.
+/// Set by a one-shot command (`offsets …`): its default log level is `warn`.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`init_logging`]'s default level `warn` instead of `info`.
+pub(crate) fn quiet_logging() {
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Installs a `tracing` subscriber that logs to stderr, filtered by `RUST_LOG` (default `info`,
+/// `warn` for the `offsets` commands). Calling it twice is harmless.
 pub fn init_logging() {
+    let default = if QUIET.load(std::sync::atomic::Ordering::Relaxed) { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: logs collected by a container runtime stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();

@@ -2823,6 +2823,195 @@ fn events_with_json_example_lands_every_value_as_produced() {
     eprintln!("events with json: {N} events with tuples, maps, JSON, variants and headers landed as produced");
 }
 
+/// Scenario 42: `offsets show` and `offsets reset` of a generated binary against the broker and
+/// ClickHouse, at least once and exactly once side by side (issue 44). Each half produces a first
+/// half of its orders, notes a time, and produces the second half; a run ingests both.
+///
+/// * At least once: `show` gives every partition's committed offset at the log end, no lag and the
+///   committed record's time; a reset while the pipeline runs is refused, naming the member; a
+///   dry run changes nothing; after it ran, `--to-timestamp` moves every partition to the first
+///   record of the second half, and a run into the emptied table writes exactly the second half.
+/// * Exactly once: `show` lists the ledger's newest batch per shard and partition, all finished;
+///   a rewind without `--reingest` is refused and changes nothing; with it, the next run inserts
+///   every record from the time once more although the table still deduplicates the earlier
+///   batches' tokens (each id of the second half twice, of the first half once); skipping ahead
+///   with `--to-latest` drops the records produced meanwhile, and the run after it inserts only
+///   what came later.
+#[test]
+fn offsets_show_and_reset_in_both_modes() {
+    let _scope = scope(Load::Light, &[Variant::Registry, Variant::Stall]);
+    prepare(Variant::Registry);
+    prepare(Variant::Stall);
+    let _t = Timer::start("offsets show and reset");
+    std::thread::scope(|s| {
+        let alo = s.spawn(offsets_at_least_once);
+        let eo = s.spawn(offsets_exactly_once);
+        for (half, result) in [("at least once", alo.join()), ("exactly once", eo.join())] {
+            if let Err(panic) = result {
+                eprintln!("offsets, {half}: failed");
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
+/// Produces orders `first` to `topic`, waits past a second, notes the time, waits again and
+/// produces `second`; the time (RFC 3339) and each half's delivery reports.
+fn two_halves(topic: &str, first: std::ops::Range<i64>, second: std::ops::Range<i64>) -> (String, Produced, Produced) {
+    let producer = Producer::new(topic);
+    producer.send_orders(first, 8, None);
+    let before = producer.finish();
+    std::thread::sleep(Duration::from_millis(1500));
+    let at = time::OffsetDateTime::now_utc();
+    std::thread::sleep(Duration::from_millis(1500));
+    let producer = Producer::new(topic);
+    producer.send_orders(second, 8, None);
+    let after = producer.finish();
+    (at.format(&time::format_description::well_known::Rfc3339).unwrap(), before, after)
+}
+
+/// `offsets show --json` of `variant`, parsed.
+fn offsets_json(variant: Variant, topic: &str, group: &str) -> serde_json::Value {
+    let out = run_binary(variant, topic, group, &["offsets", "show", "--json"]);
+    assert_eq!(out.code, Some(0), "offsets show: {out:?}");
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("offsets show --json: {e}: {}", out.stdout))
+}
+
+/// Rows of `table` with `order_id` in `ids`, on both shards.
+fn rows_between(table: &str, ids: std::ops::Range<i64>) -> i64 {
+    shards_of(table)
+        .iter()
+        .map(|url| {
+            ch_numbers(
+                url,
+                &format!("SELECT count() FROM default.{table} WHERE order_id >= {} AND order_id < {}", ids.start, ids.end),
+            )[0]
+        })
+        .sum()
+}
+
+fn offsets_at_least_once() {
+    const N: i64 = 10_000;
+    let variant = Variant::Registry;
+    let table = variant.table();
+    let (topic, group) = (unique("e2e-offsets"), unique("e2e-offsets"));
+    create_topic(&topic, PARTITIONS);
+    let (at, first, second) = two_halves(&topic, 0..N, N..2 * N);
+    let mut p = spawn(variant, "offsets-alo", &topic, &group, &[]);
+    await_table_rows(table, 2 * N, Duration::from_secs(120));
+    await_committed(&group, &topic, &second.end_offsets, Duration::from_secs(60));
+
+    let running = run_binary(variant, &topic, &group, &["offsets", "reset", "--to-timestamp", &at, "--execute"]);
+    assert_eq!(running.code, Some(2), "a reset while the pipeline runs is refused: {running:?}");
+    assert!(running.stderr.contains("active member"), "names the members: {running:?}");
+    p.stop_cleanly();
+
+    let shown = offsets_json(variant, &topic, &group);
+    assert_eq!(shown["mode"], "at-least-once");
+    let partitions = shown["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), PARTITIONS as usize, "{shown}");
+    for view in partitions {
+        let partition = view["partition"].as_i64().unwrap() as i32;
+        let end = second.end_offsets[&partition];
+        assert_eq!(view["committed"], end, "committed at the log end: {view}");
+        assert_eq!(view["log_end"], end, "the log end, as the last fetch saw it: {view}");
+        assert_eq!(view["lag"], 0, "{view}");
+        assert!(view["committed_record_time"].is_string(), "the committed record's time: {view}");
+    }
+
+    let dry = run_binary(variant, &topic, &group, &["offsets", "reset", "--to-timestamp", &at]);
+    assert_eq!(dry.code, Some(0), "{dry:?}");
+    assert!(dry.stdout.contains("dry run") && dry.stdout.contains("--execute"), "{dry:?}");
+    assert_eq!(committed(&group, &topic, PARTITIONS), second.end_offsets, "a dry run changes nothing");
+
+    truncate(table);
+    let done = run_binary(variant, &topic, &group, &["offsets", "reset", "--to-timestamp", &at, "--execute"]);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert_eq!(committed(&group, &topic, PARTITIONS), first.end_offsets, "each partition at its first record after the time");
+
+    let mut p = spawn(variant, "offsets-alo-again", &topic, &group, &[]);
+    await_table_rows(table, N, Duration::from_secs(120));
+    await_committed(&group, &topic, &second.end_offsets, Duration::from_secs(60));
+    p.stop_cleanly();
+    let stats = ch_stats(table);
+    assert_eq!((stats.count, stats.uniq), (N, N), "exactly the records from the time, once each");
+    assert_eq!(rows_between(table, N..2 * N), N, "and only those");
+    assert_eq!(ch_checksum(table, "1"), checksum(N..2 * N), "with their content");
+    eprintln!("offsets, at least once: rewound to {at}, re-ingested {N} orders into the emptied table");
+}
+
+fn offsets_exactly_once() {
+    const M: i64 = 6_000;
+    let variant = Variant::Stall;
+    let table = variant.table();
+    let (topic, group) = (unique("e2e-offsets-eo"), unique("e2e-offsets-eo"));
+    create_topic(&topic, PARTITIONS);
+    let (at, first, second) = two_halves(&topic, 0..M, M..2 * M);
+    let mut p = spawn(variant, "offsets-eo", &topic, &group, &[]);
+    await_table_rows(table, 2 * M, Duration::from_secs(120));
+    await_committed(&group, &topic, &second.end_offsets, Duration::from_secs(60));
+    p.stop_cleanly();
+
+    let shown = offsets_json(variant, &topic, &group);
+    assert_eq!(shown["mode"], "exactly-once");
+    let ledger = shown["ledger"].as_array().unwrap();
+    assert_eq!(ledger.len(), 2 * PARTITIONS as usize, "the newest batch per shard and partition: {shown}");
+    for batch in ledger {
+        assert_eq!(batch["finished"], true, "below the committed offset: {batch}");
+        assert_eq!(batch["retired"], false, "{batch}");
+    }
+
+    let refused = run_binary(variant, &topic, &group, &["offsets", "reset", "--to-timestamp", &at, "--execute"]);
+    assert_eq!(refused.code, Some(2), "a rewind needs --reingest: {refused:?}");
+    assert!(refused.stderr.contains("--reingest"), "says so: {refused:?}");
+    assert_eq!(committed(&group, &topic, PARTITIONS), second.end_offsets, "a refused reset changes nothing");
+
+    let args = ["offsets", "reset", "--to-timestamp", &at, "--execute", "--reingest"];
+    let done = run_binary(variant, &topic, &group, &args);
+    assert_eq!(done.code, Some(0), "{done:?}");
+    assert_eq!(committed(&group, &topic, PARTITIONS), first.end_offsets, "rewound to the time");
+    let mut p = spawn(variant, "offsets-eo-reingest", &topic, &group, &[]);
+    await_table_rows(table, 3 * M, Duration::from_secs(120));
+    await_committed(&group, &topic, &second.end_offsets, Duration::from_secs(60));
+    // The second half once more, although the table still holds the first ingest's tokens.
+    let stats = ch_stats(table);
+    assert_eq!((stats.count, stats.uniq), (3 * M, 2 * M), "the records from the time inserted once more");
+    let wrong: i64 = shards_of(table)
+        .iter()
+        .map(|url| {
+            ch_numbers(
+                url,
+                &format!(
+                    "SELECT count() FROM (SELECT order_id, count() AS c FROM default.{table} GROUP BY order_id) \
+                     WHERE c != if(order_id >= {M}, 2, 1)"
+                ),
+            )[0]
+        })
+        .sum();
+    assert_eq!(wrong, 0, "each id of the second half twice, of the first half once");
+
+    // Skipping ahead: what is produced while the pipeline is stopped and then skipped never lands.
+    p.stop_cleanly();
+    let producer = Producer::new(&topic);
+    producer.send_orders(2 * M..3 * M, 8, None);
+    let skipped = producer.finish();
+    let done = run_binary(variant, &topic, &group, &["offsets", "reset", "--to-latest", "--execute"]);
+    assert_eq!(done.code, Some(0), "moving forward needs no --reingest: {done:?}");
+    assert_eq!(committed(&group, &topic, PARTITIONS), skipped.end_offsets, "at the log end");
+    let producer = Producer::new(&topic);
+    producer.send_orders(3 * M..4 * M, 8, None);
+    let last = producer.finish();
+    let mut p = spawn(variant, "offsets-eo-ahead", &topic, &group, &[]);
+    await_committed(&group, &topic, &last.end_offsets, Duration::from_secs(60));
+    await_table_rows(table, 4 * M, Duration::from_secs(60));
+    p.stop_cleanly();
+    let stats = ch_stats(table);
+    assert_eq!((stats.count, stats.uniq), (4 * M, 3 * M), "only the records after the skip, once each");
+    assert_eq!(rows_between(table, 2 * M..3 * M), 0, "none of the skipped records");
+    assert_eq!(rows_between(table, 3 * M..4 * M), M, "every later record once");
+    eprintln!("offsets, exactly once: rewound with --reingest ({M} orders again), then skipped {M} ahead");
+}
+
 /// Starts `variant` three times in `group` (labels `<prefix>-kill-N`), each SIGKILLed at a random
 /// moment 0.5 to 4 s after it wrote its first rows; returns the dead processes for their logs.
 fn killed_three_times(variant: Variant, prefix: &str, group: &str, env: &[(&str, &str)]) -> Vec<Process> {

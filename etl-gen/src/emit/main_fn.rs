@@ -137,7 +137,7 @@ pub(super) fn emit(inputs: &MainInputs<'_>) -> Result<TokenStream, Error> {
             #sink
             #dead_letter
             #chains
-            rt::run(config, source, chains, sink, dead_letter).into()
+            rt::run_command(resolved.command(), config, source, chains, sink, dead_letter).into()
         }
 
         #rdkafka_fn

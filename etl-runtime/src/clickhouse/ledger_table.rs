@@ -12,7 +12,7 @@ use crate::clickhouse::replicas::Shard;
 use crate::clickhouse::table_columns::quote_ident;
 use crate::engine::errors::SinkError;
 use crate::engine::lane::LaneKey;
-use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
+use crate::engine::ledger::{Ledger, LedgerFuture, Newest, Recorded, Span};
 
 /// The ledger table of `table`.
 pub fn ledger_table(table: &str) -> String {
@@ -54,7 +54,16 @@ pub(super) struct ClickhouseLedger {
     pub(super) config: ExactlyOnceConfig,
     pub(super) timeout: std::time::Duration,
     pub(super) password: String,
+    /// Per `(topic, partition)`, the epoch of the lane's newest retirement (0: never retired),
+    /// as [`Ledger::recorded`] last read it; it salts the lane's tokens (see [`Ledger::token`]).
+    pub(super) generations: std::sync::Mutex<std::collections::HashMap<(String, i32), u64>>,
 }
+
+/// `first_offset` of a claim row.
+const CLAIM: i64 = -1;
+/// `first_offset` of a retirement row (`offsets reset --reingest`): every span of the lane with a
+/// lower epoch is retired. Its `last_offset` is -2 too; it is never read as a span.
+const RETIREMENT: i64 = -2;
 
 impl ClickhouseLedger {
     /// A query of this pipeline's rows of `lane`: the `pipeline`, `topic` and `partition`
@@ -140,6 +149,24 @@ impl ClickhouseLedger {
         format!("{}.{}", quote_ident(&self.database), quote_ident(&ledger_table(&self.table)))
     }
 
+    /// The epoch of `lane`'s newest retirement on any shard, 0 when it was never retired.
+    async fn retirement(&self, lane: &LaneKey) -> Result<u64, SinkError> {
+        let sql = format!(
+            "SELECT max(epoch) FROM {} WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
+             AND partition = {{partition:Int32}} AND first_offset = {RETIREMENT}",
+            self.qualified()
+        );
+        let mut newest = 0u64;
+        for text in self.select_everywhere(&sql, lane, |query| query).await? {
+            let text = String::from_utf8_lossy(&text);
+            let max = text.trim().parse::<u64>().map_err(|_| {
+                SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
+            })?;
+            newest = newest.max(max);
+        }
+        Ok(newest)
+    }
+
     /// Inserts one ledger row on the span's shard and waits until it is written.
     async fn insert_row(&self, span: &Span, epoch: u64, token: Option<String>) -> Result<(), SinkError> {
         let sql = format!(
@@ -199,7 +226,8 @@ impl Ledger for ClickhouseLedger {
             let home = lane.partition.rem_euclid(self.shards.len() as i32) as usize;
             // The claim row: offsets -1, never read as a span. Without a token, ClickHouse's
             // content-based deduplication drops only an identical claim (the same epoch).
-            let claim = Span { topic: lane.topic.clone(), partition: lane.partition, shard: home, first: -1, last: -1 };
+            let claim =
+                Span { topic: lane.topic.clone(), partition: lane.partition, shard: home, first: CLAIM, last: CLAIM };
             self.insert_row(&claim, epoch, None).await
         })
     }
@@ -209,7 +237,7 @@ impl Ledger for ClickhouseLedger {
             // The claims live on the partition's home shard (`claim`), so one shard answers.
             let sql = format!(
                 "SELECT max(epoch) FROM {} WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
-                 AND partition = {{partition:Int32}} AND first_offset = -1",
+                 AND partition = {{partition:Int32}} AND first_offset = {CLAIM}",
                 self.qualified()
             );
             let home = span.partition.rem_euclid(self.shards.len() as i32) as usize;
@@ -237,6 +265,14 @@ impl Ledger for ClickhouseLedger {
 
     fn recorded<'a>(&'a self, lane: &'a LaneKey, watermark: Option<i64>) -> LedgerFuture<'a, Recorded> {
         Box::pin(async move {
+            // The newest retirement over every shard: spans below its epoch are an earlier
+            // ingest's, which the operator asked to write again. One answer for all shards, so a
+            // retirement that reached only some of them still retires the lane everywhere.
+            let retired = self.retirement(lane).await?;
+            self.generations
+                .lock()
+                .expect("generations lock")
+                .insert((lane.topic.to_string(), lane.partition), retired);
             let sql = format!(
                 // The spans above the watermark, and every span that could overlap one of the
                 // running configuration's (its last offset at or above their lowest first
@@ -244,17 +280,21 @@ impl Ledger for ClickhouseLedger {
                 "SELECT shard, first_offset, last_offset, config_hash = {{hash:String}} AS current, max(epoch) \
                  FROM {table} \
                  WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
-                 AND first_offset >= 0 AND (last_offset > {{above:Int64}} OR last_offset >= ( \
+                 AND first_offset >= 0 AND epoch >= {{retired:UInt64}} AND (last_offset > {{above:Int64}} OR last_offset >= ( \
                    SELECT minOrNull(first_offset) FROM {table} \
                    WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
-                   AND config_hash = {{hash:String}} AND last_offset > {{above:Int64}})) \
+                   AND config_hash = {{hash:String}} AND first_offset >= 0 AND epoch >= {{retired:UInt64}} \
+                   AND last_offset > {{above:Int64}})) \
                  GROUP BY shard, first_offset, last_offset, current",
                 table = self.qualified()
             );
             let mut recorded = Recorded::default();
             let answers = self
                 .select_everywhere(&sql, lane, |query| {
-                    query.param("hash", self.config.config_hash.as_str()).param("above", watermark.unwrap_or(-1))
+                    query
+                        .param("hash", self.config.config_hash.as_str())
+                        .param("above", watermark.unwrap_or(-1))
+                        .param("retired", retired)
                 })
                 .await?;
             for text in answers {
@@ -293,7 +333,7 @@ impl Ledger for ClickhouseLedger {
     }
 
     fn token(&self, span: &Span) -> String {
-        format!(
+        let base = format!(
             "etl-eo:{}:{}:{}:{}:{}:{}-{}",
             self.config.pipeline,
             self.config.config_hash,
@@ -302,7 +342,72 @@ impl Ledger for ClickhouseLedger {
             span.shard,
             span.first,
             span.last
-        )
+        );
+        // After a retirement the same span names another batch (the same records, ingested
+        // again): a suffix keeps its token apart from every token of the earlier ingest. Never
+        // retired, the token is what it always was, so upgrades replay under the same tokens.
+        let generation = self
+            .generations
+            .lock()
+            .expect("generations lock")
+            .get(&(span.topic.to_string(), span.partition))
+            .copied()
+            .unwrap_or(0);
+        if generation == 0 { base } else { format!("{base}:g{generation}") }
+    }
+
+    fn retire<'a>(&'a self, lane: &'a LaneKey, epoch: u64) -> LedgerFuture<'a, ()> {
+        Box::pin(async move {
+            // On every shard: `recorded` reads the newest retirement over all of them, and any
+            // one shard's row is enough, but each shard's own row keeps a shard's answer whole
+            // when another shard's table is recreated.
+            for shard in 0..self.shards.len() {
+                let row = Span {
+                    topic: lane.topic.clone(),
+                    partition: lane.partition,
+                    shard,
+                    first: RETIREMENT,
+                    last: RETIREMENT,
+                };
+                self.insert_row(&row, epoch, None).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn newest<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, Vec<Newest>> {
+        Box::pin(async move {
+            let retired = self.retirement(lane).await?;
+            let sql = format!(
+                "SELECT shard, first_offset, last_offset, max(epoch) AS e FROM {} \
+                 WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}} \
+                 AND config_hash = {{hash:String}} AND first_offset >= 0 \
+                 GROUP BY shard, first_offset, last_offset ORDER BY last_offset DESC LIMIT 1 BY shard",
+                self.qualified()
+            );
+            let mut newest = Vec::new();
+            let answers =
+                self.select_everywhere(&sql, lane, |query| query.param("hash", self.config.config_hash.as_str())).await?;
+            for text in answers {
+                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    let line = String::from_utf8_lossy(line);
+                    let fields: Vec<i64> = line.split('\t').filter_map(|f| f.parse().ok()).collect();
+                    let [shard, first, last, epoch] = fields[..] else {
+                        return Err(SinkError::fatal(format!("unreadable row of the exactly-once ledger: `{line}`")));
+                    };
+                    newest.push(Newest {
+                        table: format!("{}.{}", self.database, self.table),
+                        shard: shard as usize,
+                        first,
+                        last,
+                        epoch: epoch as u64,
+                        retired: (epoch as u64) < retired,
+                    });
+                }
+            }
+            newest.sort_by_key(|n| n.shard);
+            Ok(newest)
+        })
     }
 }
 

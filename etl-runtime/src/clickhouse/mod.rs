@@ -286,6 +286,7 @@ impl ClickhouseSink {
                 config: eo,
                 timeout: config.timeout,
                 password: config.password.clone(),
+                generations: Default::default(),
             })
         });
         Ok(ClickhouseSink {

@@ -105,8 +105,43 @@ pub trait Ledger: Send + Sync + 'static {
     fn recorded<'a>(&'a self, lane: &'a LaneKey, watermark: Option<i64>) -> LedgerFuture<'a, Recorded>;
 
     /// The deduplication token of the batch with `span`: the same in every process that runs the
-    /// same configuration, different under another config hash.
+    /// same configuration, different under another config hash, and different after an operator
+    /// retired the lane's spans ([`Ledger::retire`]): the ledger reads the lane's newest
+    /// retirement in [`Ledger::recorded`], which every owner calls before it cuts a batch.
     fn token(&self, span: &Span) -> String;
+
+    /// Retires every span recorded for `lane` so far, for a rewind that must insert the records
+    /// again (`offsets reset --reingest`): a later owner's [`Ledger::recorded`] leaves them out,
+    /// and the tokens of the batches it cuts differ from every earlier token, so ClickHouse does
+    /// not drop them as repeats. `epoch` was just claimed ([`Ledger::claim`]), so a member still
+    /// writing under an older claim is superseded. Idempotent per epoch.
+    fn retire<'a>(&'a self, lane: &'a LaneKey, epoch: u64) -> LedgerFuture<'a, ()> {
+        let _ = (lane, epoch);
+        Box::pin(async { Err(SinkError::fatal("this sink's ledger cannot retire recorded batches")) })
+    }
+
+    /// The newest span recorded for `lane` on each table and shard, for `offsets show`.
+    fn newest<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, Vec<Newest>> {
+        let _ = lane;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// The newest recorded span of a partition on one table and shard ([`Ledger::newest`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Newest {
+    /// The table, `database.table`.
+    pub table: String,
+    /// The shard of that table.
+    pub shard: usize,
+    /// The batch's first offset.
+    pub first: i64,
+    /// The batch's last offset.
+    pub last: i64,
+    /// The epoch of the owner that recorded it.
+    pub epoch: u64,
+    /// Whether an operator retired it (and every span before it) for a re-ingest.
+    pub retired: bool,
 }
 
 /// How the new owner of a partition replays it: where to start, which offsets are durable

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::engine::chunk::Batch;
 use crate::engine::errors::SinkError;
 use crate::engine::lane::LaneKey;
-use crate::engine::ledger::{Ledger, LedgerFuture, Recorded, Span};
+use crate::engine::ledger::{Ledger, LedgerFuture, Newest, Recorded, Span};
 use crate::engine::sink::Sink;
 
 /// Sinks of one shape (one per output, each with `shards` shards), seen as one sink of
@@ -151,6 +151,25 @@ impl Ledger for SlotLedger {
                 };
                 all.spans.extend(recorded.spans.into_iter().map(slot));
                 all.others.extend(recorded.others.into_iter().map(slot));
+            }
+            Ok(all)
+        })
+    }
+
+    fn retire<'a>(&'a self, lane: &'a LaneKey, epoch: u64) -> LedgerFuture<'a, ()> {
+        Box::pin(async move {
+            for ledger in &self.ledgers {
+                ledger.retire(lane, epoch).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn newest<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, Vec<Newest>> {
+        Box::pin(async move {
+            let mut all = Vec::new();
+            for ledger in &self.ledgers {
+                all.extend(ledger.newest(lane).await?);
             }
             Ok(all)
         })

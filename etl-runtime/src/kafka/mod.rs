@@ -107,6 +107,7 @@
 mod batches;
 mod context;
 mod dead_letter;
+pub(crate) mod offsets;
 mod partition_lane;
 mod properties;
 mod subscription;
@@ -132,6 +133,7 @@ use crate::engine::source::Source;
 
 pub use self::batches::{BATCH_MESSAGES, BatchMessage, PartitionBatches};
 pub use self::dead_letter::KafkaDeadLetter;
+pub use self::offsets::{OffsetsCommand, ResetTarget};
 pub use self::subscription::{topic_list, topic_pattern};
 
 /// The default drain bound of a revocation, `checkpoint.drain_timeout`'s default.

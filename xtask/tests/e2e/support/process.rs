@@ -85,6 +85,40 @@ fn free_port() -> SocketAddr {
     }
 }
 
+/// What a one-shot command of a pipeline binary (`offsets …`) printed, and how it exited.
+#[derive(Debug)]
+pub struct CommandOutput {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `variant`'s binary with `args`, configured for `topic` and `group` as [`spawn`] configures
+/// a run, and waits for it.
+pub fn run_binary(variant: Variant, topic: &str, group: &str, args: &[&str]) -> CommandOutput {
+    let binary = variant.binary();
+    let infra = infra();
+    let output = Command::new(&binary)
+        .args(args)
+        .env("KAFKA_BROKERS", &infra.brokers)
+        .env("CLICKHOUSE_URL", &infra.clickhouse[0])
+        .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
+        .envs(infra.tls.iter().map(|(k, v)| (k, v)))
+        .env("ORDERS_TOPIC", topic)
+        .env("ORDERS_GROUP", group)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", binary.display()));
+    let out = CommandOutput {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    eprintln!("$ {} {}\n{}{}", binary.display(), args.join(" "), out.stdout, out.stderr);
+    out
+}
+
 /// Environment of a run: topic, group and anything extra (e.g. shard URLs of a proxy).
 pub fn spawn(variant: Variant, label: &str, topic: &str, group: &str, extra: &[(&str, &str)]) -> Process {
     let binary = variant.binary();
