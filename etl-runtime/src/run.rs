@@ -72,6 +72,10 @@ fn offsets(
         return RunOutcome::Startup("`offsets` needs a Kafka source (source.kafka); this pipeline has none".into());
     };
     let outcome = crate::kafka::offsets::execute(command, source, ledger);
+    // The command's own words are its interface (logs default to warnings only here).
+    if let Some(message) = &outcome.message {
+        eprintln!("error: {message}");
+    }
     match (outcome.code, outcome.message) {
         (0, _) => RunOutcome::Clean,
         (1, message) => RunOutcome::Fatal(message.unwrap_or_default()),

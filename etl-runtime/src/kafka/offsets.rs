@@ -410,7 +410,8 @@ impl Tool {
         let mut list = TopicPartitionList::new();
         let mut wanted = BTreeMap::new();
         for v in views.iter() {
-            let committed_record = v.committed.map(|c| c - 1).filter(|o| *o >= v.log_start && *o < v.log_end);
+            // Not bounded by the log end: that came from ListOffsets, which can be short of it.
+            let committed_record = v.committed.map(|c| c - 1).filter(|o| *o >= v.log_start);
             let at = committed_record.or_else(|| (v.log_end > v.log_start).then_some(v.log_end - 1));
             if let Some(at) = at {
                 list.add_partition_offset(&v.topic, v.partition, Offset::Offset(at))
