@@ -57,6 +57,9 @@ pub enum Command {
     /// `offsets show|reset …`: the consumer group's offsets (`kafka::offsets`).
     #[cfg(feature = "kafka")]
     Offsets(crate::kafka::OffsetsCommand),
+    /// `dlq replay …`: the dead-letter topic read back through the pipeline (`kafka::replay`).
+    #[cfg(feature = "kafka")]
+    DlqReplay(crate::kafka::DlqReplay),
 }
 
 impl Resolved {
@@ -149,7 +152,8 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
                  --check        resolve the configuration from the environment, print it (secrets masked), exit\n  \
                  --version      print the version and config hash\n  \
                  offsets show   the consumer group's offsets, lag and (exactly-once) recorded batches\n  \
-                 offsets reset  move them (a dry run without --execute); `offsets reset --help` for the targets",
+                 offsets reset  move them (a dry run without --execute); `offsets reset --help` for the targets\n  \
+                 dlq replay     read the dead-letter topic back through the pipeline, up to its end, then exit",
                 name = build.pipeline,
                 version = build.version,
                 hash = build.config_hash
@@ -168,6 +172,7 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
             }
         },
         ["offsets", ..] => offsets(build, settings, &args, env),
+        ["dlq", ..] => dlq(build, settings, &args, env),
         [] => match resolve(settings, env) {
             Ok(resolved) => Start::Run(resolved),
             Err(e) => {
@@ -202,6 +207,31 @@ fn offsets(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&s
             Start::Exit(ExitCode::from(2))
         }
     }
+}
+
+/// `dlq replay …`: a run of the pipeline over its dead-letter topic.
+#[cfg(feature = "kafka")]
+fn dlq(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&str) -> Option<String>) -> Start {
+    let command = match crate::kafka::DlqReplay::parse(build.pipeline, args) {
+        Ok(command) => command,
+        Err(error) => {
+            let _ = error.print();
+            return Start::Exit(ExitCode::from(error.exit_code().clamp(0, 255) as u8));
+        }
+    };
+    match resolve(settings, env) {
+        Ok(resolved) => Start::Run(Resolved { command: Command::DlqReplay(command), ..resolved }),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Start::Exit(ExitCode::from(2))
+        }
+    }
+}
+
+#[cfg(not(feature = "kafka"))]
+fn dlq(_: &Build, _: &[Setting], _: &[String], _: impl Fn(&str) -> Option<String>) -> Start {
+    eprintln!("error: `dlq replay` needs the Kafka source, and this binary was built without it");
+    Start::Exit(ExitCode::from(2))
 }
 
 #[cfg(not(feature = "kafka"))]

@@ -114,8 +114,8 @@ pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Encoding, Wire};
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{
-    BATCH_MESSAGES, BatchMessage, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats, OffsetsCommand,
-    PartitionBatches, ResetTarget,
+    BATCH_MESSAGES, BatchMessage, DlqReplay, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats,
+    OffsetsCommand, PartitionBatches, ResetTarget,
 };
 pub use entry::Command;
 pub use run::{RunOutcome, init_logging, run, run_command};

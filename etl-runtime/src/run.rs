@@ -58,6 +58,32 @@ where
         Command::Run => run(config, source, chains, sink, dead_letter),
         #[cfg(feature = "kafka")]
         Command::Offsets(command) => offsets(&command, &source as &dyn std::any::Any, sink.ledger()),
+        #[cfg(feature = "kafka")]
+        Command::DlqReplay(command) => {
+            let Some(dlq) = dead_letter.as_ref().and_then(|d| d.topic()).map(str::to_owned) else {
+                return RunOutcome::Startup(
+                    "`dlq replay` reads the dead-letter topic, and this pipeline has none (errors.policy: dlq with \
+                     errors.dlq_topic)"
+                        .into(),
+                );
+            };
+            let Some(source) = (&source as &dyn std::any::Any).downcast_ref::<crate::kafka::KafkaSource>() else {
+                return RunOutcome::Startup("`dlq replay` needs a Kafka source (source.kafka)".into());
+            };
+            let replay = match crate::kafka::replay::source(source, &dlq, &command) {
+                Ok(replay) => replay,
+                Err(message) => return RunOutcome::Fatal(format!("dlq replay: {message}")),
+            };
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            crate::kafka::replay::report_progress(&replay, done.clone());
+            let summary = crate::kafka::replay::Summary::of(&replay);
+            let outcome = run(config, replay, chains, sink, dead_letter);
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            if outcome == RunOutcome::Clean {
+                println!("{}", summary.line());
+            }
+            outcome
+        }
     }
 }
 

@@ -3025,6 +3025,111 @@ fn offsets_exactly_once() {
     eprintln!("offsets, exactly once: rewound with --reingest ({M} orders again), then skipped {M} ahead");
 }
 
+/// Scenario 43: `dlq replay` (issue 44), at least once (Avro) and exactly once (JSON) side by side.
+/// A first build dead-letters the orders over its 1 KiB `max_message_bytes`; a second build of
+/// the same pipeline, fixed to read up to 8 KiB, replays the dead-letter topic. Its first replay,
+/// slowed by throttled proxies in front of ClickHouse, is SIGKILLed once replayed rows have
+/// landed; the second ends by itself (exit 0) at the topic's end as it was when it started. Then
+/// every order is in the table with its content (each once under exactly-once, through the
+/// kill), and the orders still over 8 KiB are back in the dead-letter topic, each with the
+/// partition and offset of the record it started as and `etl.replay.count`.
+#[test]
+fn dlq_replay_after_the_fix_in_both_modes() {
+    let variants = [Variant::Dlq, Variant::JsonDlq, Variant::DlqFixed, Variant::JsonDlqFixed];
+    let _scope = scope(Load::Light, &variants);
+    // The fixed builds write their first build's tables: every build (which recreates its table)
+    // comes before any row.
+    for variant in variants {
+        prepare(variant);
+    }
+    let _t = Timer::start("dlq replay");
+    std::thread::scope(|s| {
+        let alo = s.spawn(|| dlq_replay_half(Variant::Dlq, Variant::DlqFixed, Producer::new, false));
+        let eo = s.spawn(|| dlq_replay_half(Variant::JsonDlq, Variant::JsonDlqFixed, Producer::json, true));
+        for (half, result) in [("at least once", alo.join()), ("exactly once", eo.join())] {
+            if let Err(panic) = result {
+                eprintln!("dlq replay, {half}: failed");
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
+fn dlq_replay_half(first: Variant, fixed: Variant, producer: fn(&str) -> Producer, exactly_once: bool) {
+    // Readable by both builds, by the fixed one only, by neither.
+    const N: i64 = 2_000;
+    const P: i64 = 1_500;
+    const Q: i64 = 20;
+    let table = first.table();
+    let name = if exactly_once { "eo" } else { "alo" };
+    let (topic, group, dlq) =
+        (unique(&format!("e2e-replay-{name}")), unique(&format!("e2e-replay-{name}")), unique("e2e-replay-dlq"));
+    create_topic(&topic, PARTITIONS);
+    create_topic(&dlq, 1);
+    let orders = producer(&topic);
+    orders.send_orders(0..N, 8, None);
+    orders.send_orders(N..N + P, 2_000, None);
+    orders.send_orders(N + P..N + P + Q, 9_000, None);
+    let produced = orders.finish();
+    let env = [("DLQ_TOPIC", dlq.as_str())];
+    let mut p = spawn(first, &format!("replay-{name}-first"), &topic, &group, &env);
+    await_committed(&group, &topic, &produced.end_offsets, Duration::from_secs(120));
+    p.stop_cleanly();
+    assert_eq!(ch_stats(table).uniq, N, "the first build wrote the orders it could read");
+    let letters = read_topic(&dlq, 1, (P + Q) as usize, Duration::from_secs(30));
+    assert_eq!(letters.len() as i64, P + Q, "the others are dead letters");
+
+    // The fixed build's replay, slowed down and killed once replayed rows have landed.
+    let (proxies, urls) = throttle_both_shards(24 * 1024);
+    let slow = [("DLQ_TOPIC", dlq.as_str()), ("CLICKHOUSE_URL", urls[0].as_str()), ("CLICKHOUSE_URL_2", urls[1].as_str())];
+    let args = ["dlq", "replay"];
+    let mut replay = spawn_with_args(fixed, &format!("replay-{name}-1"), &topic, &group, &slow, &args);
+    await_table_rows(table, N + 1, Duration::from_secs(120));
+    replay.kill();
+    drop(proxies);
+    let at_kill = ch_stats(table).uniq;
+    assert!(at_kill < N + P, "killed mid-replay ({at_kill} of {} orders in)", N + P);
+
+    let mut replay = spawn_with_args(fixed, &format!("replay-{name}-2"), &topic, &group, &env, &args);
+    let status = replay
+        .wait_exit(Duration::from_secs(180))
+        .unwrap_or_else(|| panic!("the replay ends by itself at the topic's end:\n{}", replay.log_tail()));
+    assert!(status.success(), "[{}] {status}:\n{}", replay.label, replay.log_tail());
+    assert!(!replay.log_lines("dlq replay: read").is_empty(), "says what it read:\n{}", replay.log_tail());
+    replay.assert_no_panic();
+
+    let stats = ch_stats(table);
+    assert_eq!(stats.uniq, N + P, "every order the fixed build reads is in the table");
+    assert_eq!(ch_checksum(table, "1"), checksum(0..N + P), "with its content");
+    if exactly_once {
+        assert_eq!(stats.count, N + P, "exactly once through the killed replay");
+    }
+
+    // The orders over 8 KiB failed again: back in the topic, as the records they started as.
+    let all = read_topic(&dlq, 1, usize::MAX, Duration::from_secs(10));
+    let replayed: Vec<&ReadMessage> = all.iter().filter(|l| l.headers.contains_key("etl.replay.count")).collect();
+    let sources: std::collections::BTreeSet<(String, String)> = replayed
+        .iter()
+        .map(|l| {
+            assert_eq!(l.headers.get("etl.source.topic"), Some(&topic), "{:?}", l.headers);
+            assert!(l.headers["etl.replay.count"].parse::<u64>().unwrap() >= 1, "{:?}", l.headers);
+            (l.headers["etl.source.partition"].clone(), l.headers["etl.source.offset"].clone())
+        })
+        .collect();
+    let expected: std::collections::BTreeSet<(String, String)> = (N + P..N + P + Q)
+        .map(|id| {
+            let (partition, offset) = produced.offsets[&(id as usize)];
+            (partition.to_string(), offset.to_string())
+        })
+        .collect();
+    assert_eq!(sources, expected, "exactly the orders over 8 KiB failed again");
+    eprintln!(
+        "dlq replay, {name}: {P} dead letters replayed into {table} through a kill ({at_kill} orders in at the kill), \
+         {Q} back in the topic ({} letters with a replay count)",
+        replayed.len()
+    );
+}
+
 /// Starts `variant` three times in `group` (labels `<prefix>-kill-N`), each SIGKILLed at a random
 /// moment 0.5 to 4 s after it wrote its first rows; returns the dead processes for their logs.
 fn killed_three_times(variant: Variant, prefix: &str, group: &str, env: &[(&str, &str)]) -> Vec<Process> {

@@ -85,6 +85,8 @@ pub(crate) struct SourceContext {
     progress: Mutex<HashMap<LaneKey, Arc<LaneProgress>>>,
     pub(crate) counters: Arc<Counters>,
     deferred: Arc<Mutex<Deferred>>,
+    /// `dlq replay`: each lane's stop offset.
+    pub(crate) stops: Option<Arc<super::replay::Stops>>,
 }
 
 impl SourceContext {
@@ -104,6 +106,7 @@ impl SourceContext {
             progress: Mutex::new(HashMap::new()),
             counters,
             deferred: Arc::new(Mutex::new(Deferred::default())),
+            stops: None,
         }
     }
 
@@ -240,7 +243,9 @@ impl SourceContext {
                     _ => None,
                 };
                 let replay = replays.remove(&key);
-                let lane = KafkaLane::new(shared.clone(), queue, key.topic, lane_progress, start, assigned_at);
+                let stop = self.stops.as_ref().map(|stops| stops.lane(&key));
+                let lane = KafkaLane::new(shared.clone(), queue, key.topic, lane_progress, start, assigned_at)
+                    .with_stop(stop);
                 self.pipeline.add_lane_replaying(Box::new(lane), replay);
             }
         }
@@ -372,8 +377,10 @@ impl SourceContext {
             let lane_progress = Arc::new(LaneProgress::new());
             progress.insert(key.clone(), lane_progress.clone());
             // Paused before the assignment, like every exactly-once partition.
+            let stop = self.stops.as_ref().map(|stops| stops.lane(&key));
             let lane =
-                KafkaLane::new(consumer.clone(), queue, key.topic, lane_progress, Start::PausedAtAssign, plan.start());
+                KafkaLane::new(consumer.clone(), queue, key.topic, lane_progress, Start::PausedAtAssign, plan.start())
+                    .with_stop(stop);
             self.pipeline.add_lane_replaying(Box::new(lane), Some(plan));
         }
     }

@@ -33,6 +33,8 @@ const IDLE_POLL: Duration = Duration::from_millis(20);
 /// and payload and these headers: `etl.error` (the error text), `etl.error.kind` (`decode`,
 /// `operator`, `oversize`, `encode`, or `sink` for a row the sink refused), `etl.source.topic` (when
 /// set with [`KafkaDeadLetter::with_source_topic`]), `etl.source.partition`, `etl.source.offset`.
+/// A record read back from this topic by `dlq replay` that fails again keeps the `etl.source.*`
+/// of its first failure and gets `etl.replay.count` (1 after its first replay, then one more each).
 ///
 /// A row the sink refused ([`DeadLetter::send_refused`]) no longer has its raw record in memory:
 /// the producer thread reads it again from the source topic by partition and offset (with a
@@ -218,10 +220,30 @@ fn produce_loop(producer: BaseProducer<DeliveryContext>, reader: ClientConfig, t
 }
 
 fn produce(producer: &BaseProducer<DeliveryContext>, topic: &str, job: Job) {
-    let Job { record, ack, source_topic, .. } = job;
+    let Job { record, ack, mut source_topic, .. } = job;
     let kind = error_kind(&record.error);
-    let partition = record.partition.to_string();
-    let offset = record.offset.to_string();
+    let mut partition = record.partition.to_string();
+    let mut offset = record.offset.to_string();
+    // A dead letter that `dlq replay` read back from this very topic and that failed again: it
+    // keeps the coordinates of the record it started as, and counts its replays.
+    let mut replays = None;
+    if source_topic.as_deref() == Some(topic) {
+        let earlier = |name: &str| {
+            record
+                .headers
+                .iter()
+                .find(|(n, _)| &n[..] == name.as_bytes())
+                .and_then(|(_, v)| v.as_deref())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        if let (Some(t), Some(p), Some(o)) =
+            (earlier("etl.source.topic"), earlier("etl.source.partition"), earlier("etl.source.offset"))
+        {
+            (source_topic, partition, offset) = (Some(t), p, o);
+        }
+        let count = earlier("etl.replay.count").and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
+        replays = Some((count + 1).to_string());
+    }
     let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 5);
     // The record's own headers first, as it arrived (a replay reads them again); the `etl.*` ones
     // of an earlier failure are left out, replaced by this one's. rdkafka takes names as text, so
@@ -238,9 +260,12 @@ fn produce(producer: &BaseProducer<DeliveryContext>, topic: &str, job: Job) {
     if let Some(source_topic) = &source_topic {
         headers = headers.insert(Header { key: "etl.source.topic", value: Some(source_topic.as_bytes()) });
     }
-    let headers = headers
+    let mut headers = headers
         .insert(Header { key: "etl.source.partition", value: Some(partition.as_bytes()) })
         .insert(Header { key: "etl.source.offset", value: Some(offset.as_bytes()) });
+    if let Some(replays) = &replays {
+        headers = headers.insert(Header { key: "etl.replay.count", value: Some(replays.as_bytes()) });
+    }
     let mut message: BaseRecord<'_, [u8], [u8], Box<DeadLetterAck>> =
         BaseRecord::with_opaque_to(topic, Box::new(ack)).headers(headers);
     if let Some(key) = record.key.as_deref() {

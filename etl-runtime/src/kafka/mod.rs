@@ -109,6 +109,7 @@ mod context;
 mod dead_letter;
 pub(crate) mod offsets;
 mod partition_lane;
+pub(crate) mod replay;
 mod properties;
 mod subscription;
 
@@ -134,6 +135,7 @@ use crate::engine::source::Source;
 pub use self::batches::{BATCH_MESSAGES, BatchMessage, PartitionBatches};
 pub use self::dead_letter::KafkaDeadLetter;
 pub use self::offsets::{OffsetsCommand, ResetTarget};
+pub use self::replay::DlqReplay;
 pub use self::subscription::{topic_list, topic_pattern};
 
 /// The default drain bound of a revocation, `checkpoint.drain_timeout`'s default.
@@ -212,6 +214,8 @@ pub struct KafkaSource {
     drain_timeout: Duration,
     counters: Arc<Counters>,
     running: Option<Running>,
+    /// `dlq replay`: where each partition stops; the source is then finite.
+    replay: Option<Arc<replay::Stops>>,
 }
 
 struct Running {
@@ -262,6 +266,7 @@ impl KafkaSource {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             counters: Arc::default(),
             running: None,
+            replay: None,
         })
     }
 
@@ -420,7 +425,8 @@ impl Source for KafkaSource {
             return Err(SourceError::fatal("the kafka source was started twice"));
         }
         let subscription: Arc<str> = Arc::from(self.subscription.to_string());
-        let context = SourceContext::new(subscription, pipeline.clone(), self.drain_timeout, self.counters.clone());
+        let mut context = SourceContext::new(subscription, pipeline.clone(), self.drain_timeout, self.counters.clone());
+        context.stops = self.replay.clone();
         let consumer = Consumer::from_config_and_context(&self.client_config, context)
             .map_err(|e| SourceError::fatal(format!("creating the kafka consumer: {e}")))?;
         let consumer = Arc::new(consumer);
@@ -453,7 +459,13 @@ impl Source for KafkaSource {
     }
 
     fn reads_topic(&self, topic: &str) -> bool {
-        self.subscription.matches(topic)
+        // A replay reads the dead-letter topic by design, and only up to its stop offsets, which
+        // the letters it writes back come after.
+        self.replay.is_none() && self.subscription.matches(topic)
+    }
+
+    fn is_finite(&self) -> bool {
+        self.replay.is_some()
     }
 
     fn shutdown(&mut self) -> Result<(), SourceError> {

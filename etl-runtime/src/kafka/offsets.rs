@@ -280,8 +280,8 @@ pub(crate) fn plan(
 /// What the command leaves behind: 0 done, 1 a broker or ClickHouse failure, 2 refused or invalid.
 #[derive(Debug)]
 pub(crate) struct Outcome {
-    pub code: u8,
-    pub message: Option<String>,
+    pub(crate) code: u8,
+    pub(crate) message: Option<String>,
 }
 
 impl Outcome {
@@ -316,7 +316,7 @@ pub(crate) fn execute(command: &OffsetsCommand, source: &KafkaSource, ledger: Op
 }
 
 /// The group's client: metadata, committed offsets, watermarks and commits, never a member.
-struct Tool {
+pub(crate) struct Tool {
     group: String,
     subscription: Subscription,
     config: ClientConfig,
@@ -324,7 +324,7 @@ struct Tool {
 }
 
 impl Tool {
-    fn new(source: &KafkaSource) -> Result<Tool, String> {
+    pub(crate) fn new(source: &KafkaSource) -> Result<Tool, String> {
         let mut config = source.client_config.clone();
         // Nothing is committed but what `reset --execute` commits itself.
         config.set("enable.auto.commit", "false");
@@ -334,7 +334,7 @@ impl Tool {
     }
 
     /// The pipeline's topics and their partitions, sorted.
-    fn partitions(&self, only: Option<&str>) -> Result<Vec<(String, i32)>, Outcome> {
+    pub(crate) fn partitions(&self, only: Option<&str>) -> Result<Vec<(String, i32)>, Outcome> {
         let metadata = self
             .consumer
             .fetch_metadata(None, REQUEST_TIMEOUT)
@@ -362,7 +362,7 @@ impl Tool {
     }
 
     /// The committed offsets, the log bounds and the committed records' times of `partitions`.
-    fn view(&self, partitions: &[(String, i32)]) -> Result<Vec<PartitionView>, Outcome> {
+    pub(crate) fn view(&self, partitions: &[(String, i32)]) -> Result<Vec<PartitionView>, Outcome> {
         let mut list = TopicPartitionList::new();
         for (topic, partition) in partitions {
             list.add_partition(topic, *partition);

@@ -112,6 +112,8 @@ pub(crate) struct KafkaLane<C: ConsumerContext + 'static> {
     /// Where the assignment positioned the partition when it named an offset (exactly-once's
     /// replay start); `None` when librdkafka looks up the committed offset.
     assigned_at: Option<i64>,
+    /// `dlq replay`: the offset the lane stops before, and whether it got there.
+    stop: Option<(super::replay::LaneStop, bool)>,
     #[cfg(feature = "fault-injection")]
     stall_fault: StallFault,
 }
@@ -247,9 +249,24 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
             start,
             progress,
             assigned_at,
+            stop: None,
             #[cfg(feature = "fault-injection")]
             stall_fault: StallFault::for_partition(partition),
         }
+    }
+
+    /// A lane of `dlq replay`: it hands out no record at or above the stop offset, and is
+    /// finished once it handed out the one below it (or had nothing to read).
+    pub(crate) fn with_stop(mut self, stop: Option<super::replay::LaneStop>) -> Self {
+        self.stop = stop.map(|stop| (stop, false));
+        self
+    }
+
+    /// Whether a replay lane has nothing more to hand out.
+    fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|(stop, reached)| {
+            *reached || stop.nothing || self.progress.next().is_some_and(|next| next >= stop.at)
+        })
     }
 
     fn set_paused(&self, paused: bool) {
@@ -296,11 +313,18 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
         &self.topic
     }
 
+    fn is_finished(&self) -> bool {
+        self.stopped()
+    }
+
     fn partition(&self) -> i32 {
         self.batches.partition()
     }
 
     fn next(&mut self) -> Option<Result<Record<'_>, SourceError>> {
+        if self.stopped() {
+            return None;
+        }
         if let Some(paused) = self.start.before_poll() {
             self.set_paused(paused);
         }
@@ -311,7 +335,7 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
             tracing::warn!(partition, "ETL_FAULT: pausing the partition at the consumer behind the runtime's back");
             set_paused(&self.consumer, &self.this, &self.topic, partition, true);
         }
-        let KafkaLane { batches, consumer, this, topic, start, progress, .. } = self;
+        let KafkaLane { batches, consumer, this, topic, start, progress, stop, .. } = self;
         let message = match batches.poll()? {
             Ok(message) => message,
             // Only with `enable.partition.eof`, which the source does not set: nothing to hand out.
@@ -323,6 +347,14 @@ impl<C: ConsumerContext + 'static> Lane for KafkaLane<C> {
         }
         let offset = message.offset();
         debug_assert_eq!(message.partition(), partition);
+        if let Some((stop, reached)) = stop {
+            if offset >= stop.at {
+                // Written after the replay started (by this replay, among others): not this run's.
+                *reached = true;
+                return None;
+            }
+            stop.count_read();
+        }
         progress.handed(offset);
         Some(Ok(Record {
             payload: message.payload(),

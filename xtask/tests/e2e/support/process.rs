@@ -121,6 +121,18 @@ pub fn run_binary(variant: Variant, topic: &str, group: &str, args: &[&str]) -> 
 
 /// Environment of a run: topic, group and anything extra (e.g. shard URLs of a proxy).
 pub fn spawn(variant: Variant, label: &str, topic: &str, group: &str, extra: &[(&str, &str)]) -> Process {
+    spawn_with_args(variant, label, topic, group, extra, &[])
+}
+
+/// [`spawn`] with command-line arguments (`dlq replay`).
+pub fn spawn_with_args(
+    variant: Variant,
+    label: &str,
+    topic: &str,
+    group: &str,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> Process {
     let binary = variant.binary();
     let infra = infra();
     let admin = free_port();
@@ -130,6 +142,7 @@ pub fn spawn(variant: Variant, label: &str, topic: &str, group: &str, extra: &[(
     let file = std::fs::File::create(&log).unwrap();
     let mut command = Command::new(&binary);
     command
+        .args(args)
         .env("KAFKA_BROKERS", &infra.brokers)
         .env("CLICKHOUSE_URL", &infra.clickhouse[0])
         .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])

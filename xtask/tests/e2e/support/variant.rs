@@ -19,7 +19,7 @@ pub fn build_lock() -> MutexGuard<'static, ()> {
 }
 
 /// How many [`Variant`]s there are.
-pub const VARIANTS: usize = 21;
+pub const VARIANTS: usize = 23;
 
 /// The pipelines of `xtask/tests/e2e/`, one binary each (errors.policy, errors.tombstones and the
 /// sizing knobs are compiled in).
@@ -73,6 +73,12 @@ pub enum Variant {
     /// `examples/events_with_json/pipeline.yaml`: a tuple, a map, a JSON column, a variant and
     /// Kafka headers (scenario 41).
     Events,
+    /// `pipeline-dlq-fixed.yaml`: `pipeline-dlq.yaml` reading records up to 8 KiB, into its table
+    /// (scenario 43's second build).
+    DlqFixed,
+    /// `pipeline-json-dlq-fixed.yaml`: `pipeline-json-dlq.yaml` reading documents up to 8 KiB, into
+    /// its table (scenario 43's second build, exactly once).
+    JsonDlqFixed,
 }
 
 impl Variant {
@@ -94,6 +100,8 @@ impl Variant {
             Variant::ProtobufDlq => "pipeline-protobuf-dlq.yaml",
             Variant::ProtobufFail => "pipeline-protobuf-fail.yaml",
             Variant::Stall => "pipeline-stall.yaml",
+            Variant::DlqFixed => "pipeline-dlq-fixed.yaml",
+            Variant::JsonDlqFixed => "pipeline-json-dlq-fixed.yaml",
             Variant::Outage => "pipeline-outage.yaml",
             Variant::OutageEo => "pipeline-outage-eo.yaml",
             Variant::Regional => return root().join("examples/regional_topics/pipeline.yaml"),
@@ -126,6 +134,9 @@ impl Variant {
             Variant::Regional => "regional_orders",
             Variant::Routes => "shop_orders",
             Variant::Events => "events_with_json",
+            // The first build's tables: the fixed binary writes where the first one did.
+            Variant::DlqFixed => "e2e_orders_dlq",
+            Variant::JsonDlqFixed => "e2e_orders_json_dlq",
         }
     }
 
