@@ -111,13 +111,13 @@ pub use config::{
     BackpressureConfig, BatchConfig, ErrorPolicy, MemoryBound, RetryConfig, RuntimeConfig, TombstonePolicy,
 };
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Encoding, Wire};
+pub use entry::Command;
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{
     BATCH_MESSAGES, BatchMessage, DlqReplay, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats,
     OffsetsCommand, PartitionBatches, ResetTarget,
 };
-pub use entry::Command;
 pub use run::{RunOutcome, init_logging, run, run_command};
 
 /// What generated crates use. Not a stable API: it changes with the code generator.

@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::RuntimeConfig;
-use crate::entry::Command;
 use crate::engine::chain::Chain;
 use crate::engine::sink::{DeadLetter, Sink};
 use crate::engine::source::Source;
 use crate::engine::start::{Pipeline, Wake};
+use crate::entry::Command;
 
 /// How a run ended; [`RunOutcome::exit_code`] gives the process exit code (0 clean, 1 fatal, 2 start-up).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2885,7 +2885,10 @@ fn rows_between(table: &str, ids: std::ops::Range<i64>) -> i64 {
         .map(|url| {
             ch_numbers(
                 url,
-                &format!("SELECT count() FROM default.{table} WHERE order_id >= {} AND order_id < {}", ids.start, ids.end),
+                &format!(
+                    "SELECT count() FROM default.{table} WHERE order_id >= {} AND order_id < {}",
+                    ids.start, ids.end
+                ),
             )[0]
         })
         .sum()
@@ -2928,7 +2931,11 @@ fn offsets_at_least_once() {
     truncate(table);
     let done = run_binary(variant, &topic, &group, &["offsets", "reset", "--to-timestamp", &at, "--execute"]);
     assert_eq!(done.code, Some(0), "{done:?}");
-    assert_eq!(committed(&group, &topic, PARTITIONS), first.end_offsets, "each partition at its first record after the time");
+    assert_eq!(
+        committed(&group, &topic, PARTITIONS),
+        first.end_offsets,
+        "each partition at its first record after the time"
+    );
 
     let mut p = spawn(variant, "offsets-alo-again", &topic, &group, &[]);
     await_table_rows(table, N, Duration::from_secs(120));
@@ -3027,7 +3034,9 @@ fn offsets_exactly_once() {
     assert_eq!((stats.count, stats.uniq), (6 * M + M / 2, 3 * M + M / 2), "only the records after the skip, once each");
     assert_eq!(rows_between(table, 2 * M..3 * M), 0, "none of the skipped records");
     assert_eq!(rows_between(table, 3 * M..4 * M + M / 2), M + M / 2, "every later record once");
-    eprintln!("offsets, exactly once: rewound with --reingest ({M} orders again), skipped {M} ahead, paused and resumed");
+    eprintln!(
+        "offsets, exactly once: rewound with --reingest ({M} orders again), skipped {M} ahead, paused and resumed"
+    );
 }
 
 /// Scenario 43: `dlq replay` (issue 44), at least once (Avro) and exactly once (JSON) side by side.
@@ -3086,7 +3095,8 @@ fn dlq_replay_half(first: Variant, fixed: Variant, producer: fn(&str) -> Produce
 
     // The fixed build's replay, slowed down and killed once replayed rows have landed.
     let (proxies, urls) = throttle_both_shards(24 * 1024);
-    let slow = [("DLQ_TOPIC", dlq.as_str()), ("CLICKHOUSE_URL", urls[0].as_str()), ("CLICKHOUSE_URL_2", urls[1].as_str())];
+    let slow =
+        [("DLQ_TOPIC", dlq.as_str()), ("CLICKHOUSE_URL", urls[0].as_str()), ("CLICKHOUSE_URL_2", urls[1].as_str())];
     let args = ["dlq", "replay"];
     let mut replay = spawn_with_args(fixed, &format!("replay-{name}-1"), &topic, &group, &slow, &args);
     await_table_rows(table, N + 1, Duration::from_secs(120));

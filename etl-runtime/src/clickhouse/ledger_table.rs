@@ -386,8 +386,9 @@ impl Ledger for ClickhouseLedger {
                 self.qualified()
             );
             let mut newest = Vec::new();
-            let answers =
-                self.select_everywhere(&sql, lane, |query| query.param("hash", self.config.config_hash.as_str())).await?;
+            let answers = self
+                .select_everywhere(&sql, lane, |query| query.param("hash", self.config.config_hash.as_str()))
+                .await?;
             for text in answers {
                 for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                     let line = String::from_utf8_lossy(line);

@@ -244,8 +244,8 @@ impl SourceContext {
                 };
                 let replay = replays.remove(&key);
                 let stop = self.stops.as_ref().map(|stops| stops.lane(&key));
-                let lane = KafkaLane::new(shared.clone(), queue, key.topic, lane_progress, start, assigned_at)
-                    .with_stop(stop);
+                let lane =
+                    KafkaLane::new(shared.clone(), queue, key.topic, lane_progress, start, assigned_at).with_stop(stop);
                 self.pipeline.add_lane_replaying(Box::new(lane), replay);
             }
         }

@@ -109,8 +109,8 @@ mod context;
 mod dead_letter;
 pub(crate) mod offsets;
 mod partition_lane;
-pub(crate) mod replay;
 mod properties;
+pub(crate) mod replay;
 mod subscription;
 
 use std::fmt;

@@ -152,9 +152,8 @@ impl OffsetsCommand {
 
 /// Milliseconds since the Unix epoch of an RFC 3339 time.
 fn parse_time(text: &str) -> Result<i64, String> {
-    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).map_err(|e| {
-        format!("--to-timestamp `{text}` is not an RFC 3339 time such as 2026-12-07T04:00:00Z ({e})")
-    })?;
+    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("--to-timestamp `{text}` is not an RFC 3339 time such as 2026-12-07T04:00:00Z ({e})"))?;
     Ok((time.unix_timestamp_nanos() / 1_000_000) as i64)
 }
 
@@ -355,7 +354,10 @@ impl Tool {
         if let Some(only) = only
             && !self.subscription.matches(only)
         {
-            return Err(Outcome::refused(format!("--topic {only}: the pipeline does not read it ({})", self.subscription)));
+            return Err(Outcome::refused(format!(
+                "--topic {only}: the pipeline does not read it ({})",
+                self.subscription
+            )));
         }
         found.sort();
         Ok(found)
@@ -468,7 +470,12 @@ impl Tool {
             .collect())
     }
 
-    fn show(&self, json: bool, ledger: Option<&dyn Ledger>, runtime: &tokio::runtime::Runtime) -> Result<Outcome, Outcome> {
+    fn show(
+        &self,
+        json: bool,
+        ledger: Option<&dyn Ledger>,
+        runtime: &tokio::runtime::Runtime,
+    ) -> Result<Outcome, Outcome> {
         let partitions = self.partitions(None)?;
         let views = self.view(&partitions)?;
         let mut spans: Vec<(String, i32, Newest, bool)> = Vec::new();
@@ -598,7 +605,13 @@ impl Tool {
                     Some(from) => format!("{:+}", m.to - from),
                     None => "first commit".to_owned(),
                 };
-                vec![m.topic.clone(), m.partition.to_string(), m.from.map_or("-".into(), |f| f.to_string()), m.to.to_string(), change]
+                vec![
+                    m.topic.clone(),
+                    m.partition.to_string(),
+                    m.from.map_or("-".into(), |f| f.to_string()),
+                    m.to.to_string(),
+                    change,
+                ]
             })
             .collect();
         out += &table(&["topic", "partition", "from", "to", "change"], &rows);
@@ -681,7 +694,11 @@ impl Tool {
         if !wrong.is_empty() {
             return Err(Outcome::failed(format!("the committed offsets read back differ: {}", wrong.join(", "))));
         }
-        println!("done: {} partition(s) committed{}", moves.len(), if reingest { ", their earlier batches retired" } else { "" });
+        println!(
+            "done: {} partition(s) committed{}",
+            moves.len(),
+            if reingest { ", their earlier batches retired" } else { "" }
+        );
         Ok(Outcome::done())
     }
 }
