@@ -313,6 +313,31 @@ impl<C: ConsumerContext + 'static> Drop for PartitionBatches<C> {
     }
 }
 
+/// The high watermark librdkafka last saw in a fetch answer for `topic`/`partition` (no request
+/// is made; `None` before the first fetch). rdkafka wraps only the ListOffsets request, which some
+/// brokers answer wrongly for the log end (Tansu, see `kafka::offsets`).
+pub(crate) fn fetched_high_watermark<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    use rdkafka::consumer::Consumer as _;
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` lives, the topic name is a C string
+    // that outlives the call, and the call only writes the two integers.
+    let err = unsafe {
+        rdsys::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -371,29 +396,4 @@ mod tests {
             }
         }
     }
-}
-
-/// The high watermark librdkafka last saw in a fetch answer for `topic`/`partition` (no request
-/// is made; `None` before the first fetch). rdkafka wraps only the ListOffsets request, which some
-/// brokers answer wrongly for the log end (Tansu, see `kafka::offsets`).
-pub(crate) fn fetched_high_watermark<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &rdkafka::consumer::BaseConsumer<C>,
-    topic: &str,
-    partition: i32,
-) -> Option<i64> {
-    use rdkafka::consumer::Consumer as _;
-    let topic = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (-1i64, -1i64);
-    // SAFETY: the client pointer is valid while `consumer` lives, the topic name is a C string
-    // that outlives the call, and the call only writes the two integers.
-    let err = unsafe {
-        rdsys::rd_kafka_get_watermark_offsets(
-            consumer.client().native_ptr(),
-            topic.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        )
-    };
-    (err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
