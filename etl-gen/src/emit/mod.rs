@@ -187,7 +187,11 @@ pub fn generate(v: &Validated, options: &GenOptions) -> Result<Vec<GeneratedFile
         path: "README.md".into(),
         contents: render(
             "README.md.j2",
-            context! { ..base, ..context! { columns => columns, settings => settings, rows => rows } },
+            context! { ..base, ..context! {
+                columns => columns, settings => settings, rows => rows,
+                kafka => matches!(v.model.source, crate::model::Source::Kafka(_)),
+                dlq => v.model.errors.policy == crate::model::ErrorPolicy::Dlq,
+            } },
         )?,
     });
     if let Some(lock) = &options.lockfile {
