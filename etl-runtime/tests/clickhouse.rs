@@ -17,7 +17,7 @@ use etl_runtime::__private::{rowbinary as rb, shard_hash};
 use etl_runtime::{Batch, ClickhouseSink, ClickhouseSinkConfig, InsertFormat, Sink, SinkError, SinkErrorKind};
 use serde_json::json;
 use support_clickhouse::{
-    OUTAGE_SERVER, Row, clickhouse_https, clickhouse_urls, exec, freeze, metric_sum, run_pipeline, runtime_config,
+    OUTAGE_SERVER, Row, clickhouse_https, clickhouse_mtls, clickhouse_urls, exec, freeze, metric_sum, run_pipeline, runtime_config,
     scalar, select, sink_config, start, start_server, stop, unique_table,
 };
 
@@ -586,6 +586,36 @@ fn https_replicas_trust_the_ca_file() {
     let error = block_on(untrusted.check()).unwrap_err();
     assert_eq!(error.kind, SinkErrorKind::Fatal, "{}", error.message);
     assert!(error.message.contains("certificate") && error.message.contains("ca_file"), "{}", error.message);
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}
+
+// Mutual TLS (`sink.clickhouse.client_cert`, `client_key`): through the local front that requires
+// a client certificate of the infra CA, a sink without one cannot even pass the start-up check,
+// and one with the right certificate checks the table and inserts every row.
+#[test]
+fn mutual_tls_needs_the_client_certificate_and_inserts_with_it() {
+    let (url, _) = clickhouse_urls();
+    let (_, ca_file) = clickhouse_https();
+    let (mtls, client_cert, client_key) = clickhouse_mtls();
+    let table = unique_table("ch_mtls");
+    create_table(&url, &table, ID_COLUMNS, "", DEDUP);
+
+    let mut anonymous = sink_config(&[&mtls], &table, ID_COLUMNS);
+    anonymous.ca_file = Some(ca_file.clone());
+    let refused = block_on(ClickhouseSink::new(anonymous).unwrap().check()).unwrap_err();
+    assert_eq!(refused.kind, SinkErrorKind::Fatal, "{}", refused.message);
+    assert!(refused.message.contains("client_cert"), "says what to set: {}", refused.message);
+
+    let mut config = sink_config(&[&mtls], &table, ID_COLUMNS);
+    config.ca_file = Some(ca_file);
+    config.client_cert = Some(client_cert);
+    config.client_key = Some(client_key);
+    let sink = ClickhouseSink::new(config).unwrap();
+    block_on(sink.check()).expect("the start-up check passes with the client certificate");
+    let n = 2_000;
+    let end = run_pipeline(runtime_config(1), sink, id_rows(0..n, 2), None, Duration::from_secs(30));
+    assert_eq!(end.fatal, None);
+    assert_eq!(scalar(&url, &format!("SELECT count() FROM default.`{table}`")), n);
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
 

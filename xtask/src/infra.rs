@@ -117,6 +117,8 @@ const KAFKA_TLS_PORT: u16 = 19093;
 const KAFKA_TLS_BACKEND_PORT: u16 = 19094;
 /// The TLS front of the first ClickHouse's HTTP port.
 const CLICKHOUSE_HTTPS_PORT: u16 = 18443;
+/// The mutual-TLS front of the same port: it refuses a client without a certificate of the CA.
+const CLICKHOUSE_MTLS_PORT: u16 = 18444;
 const CLICKHOUSE_HTTP_PORT: u16 = 18123;
 const CLICKHOUSE_TCP_PORT: u16 = 19000;
 
@@ -256,21 +258,28 @@ fn clickhouse_tls() -> Service {
     Service { name: "clickhouse-tls".into(), port: CLICKHOUSE_HTTPS_PORT }
 }
 
+fn clickhouse_mtls() -> Service {
+    Service { name: "clickhouse-mtls".into(), port: CLICKHOUSE_MTLS_PORT }
+}
+
 /// Where `up` keeps the test CA and the fronts' certificate.
 fn tls_dir() -> PathBuf {
     state_dir().join("tls")
 }
 
-/// Starts a TLS front (`serve-tls`) for `upstream` as `service`.
-fn ensure_tls_front(service: &Service, upstream: u16) -> anyhow::Result<()> {
+/// Starts a TLS front (`serve-tls`) for `upstream` as `service`; with `mutual`, one that refuses
+/// clients without a certificate of the CA.
+fn ensure_tls_front(service: &Service, upstream: u16, mutual: bool) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
-    service.ensure(
-        Command::new(exe)
-            .args(["infra", "serve-tls", "--listen", &service.port.to_string()])
-            .args(["--upstream", &upstream.to_string(), "--tls-dir"])
-            .arg(tls_dir()),
-        || service.listening(),
-    )
+    let mut command = Command::new(exe);
+    command
+        .args(["infra", "serve-tls", "--listen", &service.port.to_string()])
+        .args(["--upstream", &upstream.to_string(), "--tls-dir"])
+        .arg(tls_dir());
+    if mutual {
+        command.arg("--require-client-cert");
+    }
+    service.ensure(&mut command, || service.listening())
 }
 
 fn s3() -> Service {
@@ -398,7 +407,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
                 .args(["--storage-engine", "memory://tansu/"]),
             || backend.listening(),
         )?;
-        ensure_tls_front(&kafka_tls(), backend.port)?;
+        ensure_tls_front(&kafka_tls(), backend.port, false)?;
         env.push(("KAFKA_TLS_BROKERS".to_owned(), format!("127.0.0.1:{KAFKA_TLS_PORT}")));
         if args.durable {
             up_durable(&tansu, &mut env)?;
@@ -429,8 +438,15 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
             env.push((key, format!("http://127.0.0.1:{}", service.port)));
         }
         if args.clickhouse_index.is_none() {
-            ensure_tls_front(&clickhouse_tls(), CLICKHOUSE_HTTP_PORT)?;
+            ensure_tls_front(&clickhouse_tls(), CLICKHOUSE_HTTP_PORT, false)?;
             env.push(("CLICKHOUSE_HTTPS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_HTTPS_PORT}")));
+            ensure_tls_front(&clickhouse_mtls(), CLICKHOUSE_HTTP_PORT, true)?;
+            env.push(("CLICKHOUSE_MTLS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_MTLS_PORT}")));
+            for (key, file) in
+                [("ETL_INFRA_CLIENT_CERT", crate::tls::CLIENT_CERT_FILE), ("ETL_INFRA_CLIENT_KEY", crate::tls::CLIENT_KEY_FILE)]
+            {
+                env.push((key.to_owned(), tls_dir().join(file).display().to_string()));
+            }
         }
     }
     env.push(("ETL_INFRA_CA_FILE".to_owned(), tls_dir().join(crate::tls::CA_FILE).display().to_string()));
@@ -445,6 +461,7 @@ fn down() -> anyhow::Result<()> {
         kafka_tls(),
         kafka_tls_backend(),
         clickhouse_tls(),
+        clickhouse_mtls(),
         kafka(),
         kafka_spare(),
         kafka_durable(0),
@@ -466,6 +483,7 @@ fn status() -> anyhow::Result<()> {
         kafka_tls_backend(),
         kafka_tls(),
         clickhouse_tls(),
+        clickhouse_mtls(),
         s3(),
         kafka_durable(0),
         kafka_durable(1),

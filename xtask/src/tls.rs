@@ -22,11 +22,15 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 pub(crate) const CA_FILE: &str = "ca.pem";
 const CERT_FILE: &str = "cert.pem";
 const KEY_FILE: &str = "key.pem";
+/// A client certificate of the CA and its key, which the mutual-TLS front accepts
+/// (`sink.clickhouse.client_cert`, `client_key`).
+pub(crate) const CLIENT_CERT_FILE: &str = "client.pem";
+pub(crate) const CLIENT_KEY_FILE: &str = "client-key.pem";
 
 /// Writes a CA and a server certificate for `127.0.0.1`/`localhost` into `dir`, unless they
 /// are there already (a running front keeps using the files it loaded).
 pub(crate) fn ensure_certificates(dir: &Path) -> anyhow::Result<()> {
-    if [CA_FILE, CERT_FILE, KEY_FILE].iter().all(|f| dir.join(f).exists()) {
+    if [CA_FILE, CERT_FILE, KEY_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE].iter().all(|f| dir.join(f).exists()) {
         return Ok(());
     }
     fs::create_dir_all(dir)?;
@@ -43,9 +47,17 @@ pub(crate) fn ensure_certificates(dir: &Path) -> anyhow::Result<()> {
     let server_key = KeyPair::generate()?;
     let server_cert = server.signed_by(&server_key, &issuer)?;
 
+    let mut client = CertificateParams::new(Vec::<String>::new())?;
+    client.distinguished_name.push(DnType::CommonName, "etl-rs pipeline");
+    client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let client_key = KeyPair::generate()?;
+    let client_cert = client.signed_by(&client_key, &issuer)?;
+
     fs::write(dir.join(CA_FILE), ca_cert.pem())?;
     fs::write(dir.join(CERT_FILE), server_cert.pem())?;
     write_private(&dir.join(KEY_FILE), &server_key.serialize_pem())?;
+    fs::write(dir.join(CLIENT_CERT_FILE), client_cert.pem())?;
+    write_private(&dir.join(CLIENT_KEY_FILE), &client_key.serialize_pem())?;
     Ok(())
 }
 
@@ -67,9 +79,12 @@ pub(crate) struct ServeTlsArgs {
     /// The loopback port of the plaintext service behind the front.
     #[arg(long)]
     upstream: u16,
-    /// The directory with `cert.pem` and `key.pem`.
+    /// The directory with `cert.pem` and `key.pem` (and `ca.pem`).
     #[arg(long)]
     tls_dir: PathBuf,
+    /// Refuse clients without a certificate signed by `ca.pem` (mutual TLS).
+    #[arg(long)]
+    require_client_cert: bool,
 }
 
 /// Accepts TLS connections on `listen` and copies bytes both ways to `upstream`, until killed.
@@ -79,10 +94,16 @@ pub(crate) fn serve(args: &ServeTlsArgs) -> anyhow::Result<()> {
         .context("reading cert.pem")?;
     let key = PrivateKeyDer::from_pem_file(args.tls_dir.join(KEY_FILE)).context("reading key.pem")?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = if args.require_client_cert {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_file(args.tls_dir.join(CA_FILE)).context("reading ca.pem")?)?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let config = builder.with_single_cert(certs, key)?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let upstream = SocketAddr::from(([127, 0, 0, 1], args.upstream));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;

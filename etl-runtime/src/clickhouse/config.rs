@@ -45,6 +45,12 @@ pub struct ClickhouseSinkConfig {
     pub columns: Vec<(String, String)>,
     /// `ca_file`: PEM certificates trusted for `https://` replicas besides Mozilla's roots.
     pub ca_file: Option<std::path::PathBuf>,
+    /// `client_cert`: the PEM certificate chain this client shows to `https://` replicas that
+    /// require one (mutual TLS); always with `client_key`.
+    pub client_cert: Option<std::path::PathBuf>,
+    /// `client_key`: the PEM private key of `client_cert`. Its path may be shown, never its
+    /// contents.
+    pub client_key: Option<std::path::PathBuf>,
     /// `exactly_once: true`: the ledger's identity (`None`: at-least-once).
     pub exactly_once: Option<ExactlyOnceConfig>,
 }
@@ -89,6 +95,8 @@ impl fmt::Debug for ClickhouseSinkConfig {
             .field("timeout", &self.timeout)
             .field("columns", &self.columns)
             .field("ca_file", &self.ca_file)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
             .field("exactly_once", &self.exactly_once)
             .finish()
     }

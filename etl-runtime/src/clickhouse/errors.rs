@@ -111,9 +111,10 @@ const RETRYABLE: &[u32] = &[
 
 /// Classifies an error of the `clickhouse` crate.
 pub(crate) fn classify(error: &Error) -> Class {
-    if untrusted_certificate(error).is_some() {
+    if untrusted_certificate(error).is_some() || refused_client_certificate(error).is_some() {
         // The server's certificate does not verify against the trusted roots (an unknown CA, a
-        // name mismatch, an expired certificate): a configuration matter that stays wrong.
+        // name mismatch, an expired certificate), or the server wants a client certificate it
+        // did not get or does not accept: a configuration matter that stays wrong.
         return Class::Fatal;
     }
     match error {
@@ -147,7 +148,24 @@ pub(crate) fn describe(error: &Error) -> String {
              set sink.clickhouse.ca_file to that CA's PEM file)"
         ));
     }
+    if let Some(alert) = refused_client_certificate(error) {
+        message.push_str(&format!(
+            " (the server refused the TLS client: {alert:?}; it requires mutual TLS: set sink.clickhouse.client_cert and \
+             client_key to a certificate and key its CA accepts)"
+        ));
+    }
     message
+}
+
+/// The alert of a server that wants a client certificate and got none, or not one it accepts.
+fn refused_client_certificate(error: &Error) -> Option<rustls::AlertDescription> {
+    use rustls::AlertDescription as A;
+    causes(error).find_map(|e| match e.downcast_ref::<rustls::Error>() {
+        Some(rustls::Error::AlertReceived(
+            alert @ (A::CertificateRequired | A::BadCertificate | A::UnknownCA | A::CertificateUnknown),
+        )) => Some(*alert),
+        _ => None,
+    })
 }
 
 type DynError = dyn std::error::Error + 'static;

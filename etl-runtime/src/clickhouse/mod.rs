@@ -235,7 +235,16 @@ impl ClickhouseSink {
             },
         };
         let metrics = sink_metrics();
-        let connector = http::Connector::new(config.ca_file.as_deref())?;
+        let client_auth = match (&config.client_cert, &config.client_key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            (None, None) => None,
+            _ => {
+                return Err(SinkError::fatal(
+                    "sink.clickhouse.client_cert and client_key go together: set both for mutual TLS, or neither",
+                ));
+            }
+        };
+        let connector = http::Connector::new(config.ca_file.as_deref(), client_auth)?;
         let mut shards = Vec::with_capacity(config.shards.len());
         for (index, urls) in config.shards.iter().enumerate() {
             if urls.is_empty() {
@@ -354,6 +363,8 @@ mod tests {
             timeout: Duration::from_secs(1),
             columns: vec![("id".into(), "Int64".into())],
             ca_file: None,
+            client_cert: None,
+            client_key: None,
             exactly_once: None,
         }
     }

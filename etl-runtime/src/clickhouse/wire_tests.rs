@@ -99,6 +99,8 @@ fn config(shards: Vec<Vec<String>>) -> ClickhouseSinkConfig {
         timeout: Duration::from_millis(300),
         columns: vec![("id".into(), "Int64".into()), ("name".into(), "String".into())],
         ca_file: None,
+        client_cert: None,
+        client_key: None,
         exactly_once: None,
     }
 }

@@ -40,6 +40,17 @@ pub fn clickhouse_https() -> (String, PathBuf) {
     (infra_value("CLICKHOUSE_HTTPS_URL"), PathBuf::from(infra_value("ETL_INFRA_CA_FILE")))
 }
 
+/// The mutual-TLS front of the first ClickHouse (`CLICKHOUSE_MTLS_URL`, which refuses a client
+/// without a certificate of the infra CA), and the client certificate and key it accepts
+/// (`ETL_INFRA_CLIENT_CERT`, `ETL_INFRA_CLIENT_KEY`), from `cargo xtask infra up`.
+pub fn clickhouse_mtls() -> (String, PathBuf, PathBuf) {
+    (
+        infra_value("CLICKHOUSE_MTLS_URL"),
+        PathBuf::from(infra_value("ETL_INFRA_CLIENT_CERT")),
+        PathBuf::from(infra_value("ETL_INFRA_CLIENT_KEY")),
+    )
+}
+
 /// Runs `cargo xtask infra up --only-clickhouse` (idempotent: it starts only what is stopped);
 /// returns what it printed.
 fn run_infra_up() -> String {
@@ -120,6 +131,8 @@ pub fn sink_config(shards: &[&str], table: &str, columns: &[(&str, &str)]) -> Cl
         timeout: Duration::from_secs(10),
         columns: columns.iter().map(|(n, t)| ((*n).to_owned(), (*t).to_owned())).collect(),
         ca_file: None,
+        client_cert: None,
+        client_key: None,
         exactly_once: None,
     }
 }
