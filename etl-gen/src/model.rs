@@ -28,6 +28,8 @@ pub const TEMPLATED_KEYS: &[&str] = &[
     "sink.clickhouse.user",
     "sink.clickhouse.password",
     "sink.clickhouse.ca_file",
+    "sink.clickhouse.client_cert",
+    "sink.clickhouse.client_key",
     "sink.clickhouse.settings.*",
     "sink.file.path",
     "errors.dlq_topic",
@@ -656,6 +658,16 @@ pub struct ClickhouseSink {
     /// (for a ClickHouse behind a private CA).
     #[serde(default)]
     pub ca_file: Option<Template>,
+    /// A PEM file with the certificate (and its chain) this pipeline shows to `https://`
+    /// replicas that require a client certificate (mutual TLS, e.g. ClickHouse Cloud private
+    /// endpoints). Needs `client_key`.
+    // Left out of the serialized model when unset, so that the config hash of every pipeline
+    // written before them (and its exactly-once tokens) is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<Template>,
+    /// The PEM file of `client_cert`'s private key. The path may be shown; the key never is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<Template>,
     // The four flow keys below repeat in `FileSink`: serde's `flatten` cannot be combined
     // with `deny_unknown_fields`, and unknown keys must be errors. `Sink::flow` reads both.
     /// When a batch is written.

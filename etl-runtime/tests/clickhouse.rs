@@ -17,8 +17,8 @@ use etl_runtime::__private::{rowbinary as rb, shard_hash};
 use etl_runtime::{Batch, ClickhouseSink, ClickhouseSinkConfig, InsertFormat, Sink, SinkError, SinkErrorKind};
 use serde_json::json;
 use support_clickhouse::{
-    OUTAGE_SERVER, Row, clickhouse_https, clickhouse_mtls, clickhouse_urls, exec, freeze, metric_sum, run_pipeline, runtime_config,
-    scalar, select, sink_config, start, start_server, stop, unique_table,
+    OUTAGE_SERVER, Row, clickhouse_https, clickhouse_mtls, clickhouse_urls, exec, freeze, metric_sum, run_pipeline,
+    runtime_config, scalar, select, sink_config, start, start_server, stop, unique_table,
 };
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -947,11 +947,17 @@ fn a_superseded_owner_inserts_nothing() {
 
 /// `cargo xtask gen <pipeline> --migrate --against <url>`: exit code, stdout and stderr.
 fn gen_migrate(pipeline: &std::path::Path, url: &str) -> (Option<i32>, String, String) {
+    gen_migrate_with(pipeline, url, &[])
+}
+
+/// [`gen_migrate`] with `env` set.
+fn gen_migrate_with(pipeline: &std::path::Path, url: &str, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let output = std::process::Command::new(env!("CARGO"))
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .args(["xtask", "gen"])
         .arg(pipeline)
         .args(["--migrate", "--against", url])
+        .envs(env.iter().copied())
         .output()
         .expect("running cargo xtask gen --migrate");
     let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
@@ -1034,7 +1040,58 @@ fn migrate_adds_missing_columns_and_refuses_a_type_change() {
     exec(&url, &format!("DROP TABLE default.`{table}`"));
 }
 
-/// Each record's row goes to output 0 (slots `0..2`), and even ids' rows to output 1 too (slots
+// `gen --migrate` reaches a ClickHouse that requires a client certificate with the pipeline's
+// own `ca_file`, `client_cert` and `client_key` (given as `${VAR}`s, resolved like the binary
+// resolves them); without the certificate the server cannot be read, and the error says why.
+#[test]
+fn migrate_over_mutual_tls_uses_the_pipelines_certificates() {
+    let (url, _) = clickhouse_urls();
+    let (_, ca_file) = clickhouse_https();
+    let (mtls, client_cert, client_key) = clickhouse_mtls();
+    let dir = tempfile::tempdir().unwrap();
+    let table = unique_table("ch_migrate_mtls");
+    exec(
+        &url,
+        &format!(
+            "CREATE TABLE default.`{table}` (order_id Int64, customer_id Int64, region LowCardinality(String), \
+             created_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY order_id"
+        ),
+    );
+    let plain = flagship_writing_to(&dir.path().join("plain"), &table);
+    let text = std::fs::read_to_string(&plain).unwrap();
+    let with_tls = text.replace(
+        &format!("    table: {table}\n"),
+        &format!(
+            "    table: {table}\n    ca_file: ${{TEST_CA_FILE}}\n    client_cert: ${{TEST_CLIENT_CERT}}\n    \
+             client_key: ${{TEST_CLIENT_KEY}}\n"
+        ),
+    );
+    let mutual = dir.path().join("plain/pipeline-mtls.yaml");
+    std::fs::write(&mutual, with_tls).unwrap();
+    let env = [
+        ("TEST_CA_FILE", ca_file.to_str().unwrap()),
+        ("TEST_CLIENT_CERT", client_cert.to_str().unwrap()),
+        ("TEST_CLIENT_KEY", client_key.to_str().unwrap()),
+    ];
+    let (code, stdout, stderr) = gen_migrate_with(&mutual, &mtls, &env);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!("ALTER TABLE `default`.`{table}`\n    ADD COLUMN IF NOT EXISTS `total` Float64;\n"),
+        "{stderr}"
+    );
+    // The server's CA trusted, but no client certificate.
+    let anonymous = dir.path().join("plain/pipeline-anonymous.yaml");
+    let text = text
+        .replace(&format!("    table: {table}\n"), &format!("    table: {table}\n    ca_file: ${{TEST_CA_FILE}}\n"));
+    std::fs::write(&anonymous, text).unwrap();
+    let (code, stdout, stderr) = gen_migrate_with(&anonymous, &mtls, &env);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "no certificate, no answer: {stderr}");
+    assert!(stderr.contains(&format!("error: {mtls}")), "names the server: {stderr}");
+    exec(&url, &format!("DROP TABLE default.`{table}`"));
+}
+
+/// Each record's row goes to output 0 (slots `0..2`), and even ids' rows to output 1 too (slots/// Each record's row goes to output 0 (slots `0..2`), and even ids' rows to output 1 too (slots
 /// `2..4`): two tables of two shards behind [`etl_runtime::Outputs`].
 struct TwoOutputs;
 

@@ -442,9 +442,10 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
             env.push(("CLICKHOUSE_HTTPS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_HTTPS_PORT}")));
             ensure_tls_front(&clickhouse_mtls(), CLICKHOUSE_HTTP_PORT, true)?;
             env.push(("CLICKHOUSE_MTLS_URL".to_owned(), format!("https://127.0.0.1:{CLICKHOUSE_MTLS_PORT}")));
-            for (key, file) in
-                [("ETL_INFRA_CLIENT_CERT", crate::tls::CLIENT_CERT_FILE), ("ETL_INFRA_CLIENT_KEY", crate::tls::CLIENT_KEY_FILE)]
-            {
+            for (key, file) in [
+                ("ETL_INFRA_CLIENT_CERT", crate::tls::CLIENT_CERT_FILE),
+                ("ETL_INFRA_CLIENT_KEY", crate::tls::CLIENT_KEY_FILE),
+            ] {
                 env.push((key.to_owned(), tls_dir().join(file).display().to_string()));
             }
         }

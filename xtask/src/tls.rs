@@ -94,11 +94,13 @@ pub(crate) fn serve(args: &ServeTlsArgs) -> anyhow::Result<()> {
         .context("reading cert.pem")?;
     let key = PrivateKeyDer::from_pem_file(args.tls_dir.join(KEY_FILE)).context("reading key.pem")?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
     let builder = if args.require_client_cert {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_file(args.tls_dir.join(CA_FILE)).context("reading ca.pem")?)?;
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
         builder.with_client_cert_verifier(verifier)
     } else {
         builder.with_no_client_auth()

@@ -45,9 +45,17 @@ pub(crate) fn run(v: &Validated, against: Option<&str>, cluster: Option<&str>) -
             return ExitCode::from(2);
         }
     };
+    let tls = match tls_config(c, &env) {
+        Ok(tls) => tls,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let agent = ureq::Agent::config_builder()
         .timeout_global(Some(QUERY_TIMEOUT))
         .http_status_as_error(false)
+        .tls_config(tls)
         .build()
         .new_agent();
     let client = Client { agent, user, password };
@@ -111,6 +119,49 @@ pub(crate) fn run(v: &Validated, against: Option<&str>, cluster: Option<&str>) -
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The TLS of `https://` servers as the binary has it: `ca_file`'s CAs trusted (instead of
+/// Mozilla's roots: ureq takes one root set), and `client_cert` with `client_key` shown to servers
+/// that require a client certificate. Paths resolve from the environment like the binary's.
+fn tls_config(c: &ClickhouseSink, env: &dyn Fn(&str) -> Option<String>) -> Result<ureq::tls::TlsConfig, String> {
+    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+    let path = |key: &str, template: &crate::template::Template| {
+        template.resolve(env).map_err(|e| format!("sink.clickhouse.{key} needs {e}; set it, as for the binary"))
+    };
+    let read = |key: &str, file: &str| std::fs::read(file).map_err(|e| format!("sink.clickhouse.{key} `{file}`: {e}"));
+    let certificates = |key: &str, file: &str| -> Result<Vec<Certificate<'static>>, String> {
+        let pem = read(key, file)?;
+        let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+            .filter_map(|item| match item {
+                Ok(PemItem::Certificate(cert)) => Some(cert),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(format!("sink.clickhouse.{key} `{file}` holds no PEM certificate"));
+        }
+        Ok(certs)
+    };
+    let mut tls = TlsConfig::builder();
+    if let Some(ca_file) = &c.ca_file {
+        let file = path("ca_file", ca_file)?;
+        tls = tls.root_certs(RootCerts::new_with_certs(&certificates("ca_file", &file)?));
+    }
+    match (&c.client_cert, &c.client_key) {
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (path("client_cert", cert)?, path("client_key", key)?);
+            let chain = certificates("client_cert", &cert)?;
+            // Never quoted: only the file is named.
+            let key = PrivateKey::from_pem(&read("client_key", &key)?)
+                .map_err(|_| format!("sink.clickhouse.client_key `{key}` holds no PEM private key"))?;
+            tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+        }
+        (None, None) => {}
+        // E0206 refuses one without the other before this runs.
+        _ => return Err("sink.clickhouse.client_cert and client_key go together".into()),
+    }
+    Ok(tls.build())
 }
 
 /// Each shard of the config, its replica URLs resolved from the environment.

@@ -64,6 +64,11 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
             if let Some(ca_file) = &c.ca_file {
                 out.push(("sink.clickhouse.ca_file".into(), ca_file.clone(), false));
             }
+            for (key, file) in [("client_cert", &c.client_cert), ("client_key", &c.client_key)] {
+                if let Some(file) = file {
+                    out.push((format!("sink.clickhouse.{key}"), file.clone(), false));
+                }
+            }
             for (name, value) in &c.settings {
                 let key = format!("sink.clickhouse.settings.{name}");
                 out.push((key.clone(), template(key, &value.to_text())?, false));
@@ -257,6 +262,8 @@ struct ClickhouseTokens {
     compression: TokenStream,
     timeout: u64,
     ca_file: TokenStream,
+    client_cert: TokenStream,
+    client_key: TokenStream,
     exactly_once: TokenStream,
 }
 
@@ -293,6 +300,16 @@ impl ClickhouseTokens {
             }
             None => quote!(None),
         };
+        let path = |key: &str, set: bool| -> Result<TokenStream, Error> {
+            Ok(if set {
+                let value = settings.value(&format!("sink.clickhouse.{key}"))?;
+                quote!(Some(#value.into()))
+            } else {
+                quote!(None)
+            })
+        };
+        let client_cert = path("client_cert", c.client_cert.is_some())?;
+        let client_key = path("client_key", c.client_key.is_some())?;
         // The ledger's identity; E0901 made sure the source is Kafka.
         let exactly_once = match (&m.source, c.exactly_once) {
             (Source::Kafka(k), true) => {
@@ -314,6 +331,8 @@ impl ClickhouseTokens {
             compression,
             timeout: c.timeout.as_millis(),
             ca_file,
+            client_cert,
+            client_key,
             exactly_once,
         })
     }
@@ -328,7 +347,19 @@ impl ClickhouseTokens {
         columns: TokenStream,
         exactly_once: &TokenStream,
     ) -> TokenStream {
-        let ClickhouseTokens { shards, user, password, settings, format, compression, timeout, ca_file, .. } = self;
+        let ClickhouseTokens {
+            shards,
+            user,
+            password,
+            settings,
+            format,
+            compression,
+            timeout,
+            ca_file,
+            client_cert,
+            client_key,
+            ..
+        } = self;
         // `columns: columns` would be clippy's redundant field name.
         let columns = if columns.to_string() == "columns" { quote!(columns) } else { quote!(columns: #columns) };
         quote!(rt::ClickhouseSinkConfig {
@@ -343,6 +374,8 @@ impl ClickhouseTokens {
             timeout: ::std::time::Duration::from_millis(#timeout),
             #columns,
             ca_file: #ca_file,
+            client_cert: #client_cert,
+            client_key: #client_key,
             exactly_once: #exactly_once,
         })
     }

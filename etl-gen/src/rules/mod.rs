@@ -14,6 +14,7 @@ use crate::source_map::SourceMap;
 
 pub(crate) mod avro_schema;
 pub(crate) mod chunk_size;
+pub(crate) mod client_certificate;
 pub(crate) mod cooperative_assignment;
 pub(crate) mod dlq_topic;
 pub(crate) mod exactly_once;
@@ -49,6 +50,7 @@ pub static RULES: &[&Rule] = &[
     &pipeline_name::RULE,
     &value_range::RULE,
     &replica_url::RULE,
+    &client_certificate::RULE,
     &topic_choice::RULE,
     &output_choice::RULE,
     &owned_property::RULE,
@@ -95,6 +97,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     topic_choice::check(cx, out);
     output_choice::check(cx, out);
     replica_url::check(cx, out);
+    client_certificate::check(cx, out);
     owned_property::check(cx, out);
     cooperative_assignment::check(cx, out);
     librdkafka_property::check(cx, out);

@@ -140,7 +140,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = (dir.path().join("client.pem"), dir.path().join("client-key.pem"));
         std::fs::write(&cert, "not a certificate\n").unwrap();
-        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nc2VjcmV0IGtleSBieXRlcw==\n-----END PRIVATE KEY-----\n").unwrap();
+        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nc2VjcmV0IGtleSBieXRlcw==\n-----END PRIVATE KEY-----\n")
+            .unwrap();
         let Err(e) = Connector::new(None, Some((&cert, &key))) else { panic!("accepted") };
         assert!(e.to_string().contains("client_cert") && e.to_string().contains("no PEM certificate"), "{e}");
         let Err(e) = Connector::new(None, Some((&key, &key))) else { panic!("accepted") };
