@@ -830,9 +830,9 @@ fn sigterm_during_sink_outage_respects_drain_timeout() {
 }
 
 /// Scenario 9: the same pipeline over TLS. The broker is reachable only through TLS (librdkafka's
-/// OpenSSL checks its certificate against `ssl.ca.location`), shard 0 only through HTTPS (the
-/// sink's rustls trusts the CA through `ca_file`): every order arrives once and the committed
-/// offsets reach the end offsets.
+/// OpenSSL checks its certificate against `ssl.ca.location`), shard 0 only through HTTPS with
+/// mutual TLS (the sink's rustls trusts the CA through `ca_file` and shows `client_cert`, which
+/// the front requires): every order arrives once and the committed offsets reach the end offsets.
 #[test]
 fn tls_to_broker_and_clickhouse() {
     let _scope = scope(Load::Light, &[Variant::Tls]);

@@ -13,8 +13,9 @@ use super::xtask;
 pub struct Infra {
     pub brokers: String,
     pub clickhouse: [String; 2],
-    /// The TLS services (`KAFKA_TLS_BROKERS`, `CLICKHOUSE_HTTPS_URL`, `ETL_INFRA_CA_FILE`), as
-    /// `infra up` prints them; empty when the services came from the environment.
+    /// The TLS services (`KAFKA_TLS_BROKERS`, `CLICKHOUSE_HTTPS_URL`, `CLICKHOUSE_MTLS_URL`,
+    /// `ETL_INFRA_CA_FILE`, `ETL_INFRA_CLIENT_CERT`, `ETL_INFRA_CLIENT_KEY`), as `infra up` prints
+    /// them; empty when the services came from the environment.
     pub tls: Vec<(String, String)>,
     /// The durable brokers (`KAFKA_DURABLE_BROKERS`, `KAFKA_DURABLE_BROKERS_2`): two Tansu
     /// brokers over one S3 bucket; empty when the services came from the environment without them.
@@ -46,7 +47,14 @@ pub fn infra() -> &'static Infra {
                 .unwrap_or_else(|| panic!("no {key}= in the output of infra up:\n{stdout}"))
                 .to_owned()
         };
-        let tls = ["KAFKA_TLS_BROKERS", "CLICKHOUSE_HTTPS_URL", "ETL_INFRA_CA_FILE"]
+        let tls = [
+            "KAFKA_TLS_BROKERS",
+            "CLICKHOUSE_HTTPS_URL",
+            "CLICKHOUSE_MTLS_URL",
+            "ETL_INFRA_CA_FILE",
+            "ETL_INFRA_CLIENT_CERT",
+            "ETL_INFRA_CLIENT_KEY",
+        ]
             .into_iter()
             .map(|key| (key.to_owned(), value(key)))
             .collect();
