@@ -55,9 +55,9 @@ pub fn infra() -> &'static Infra {
             "ETL_INFRA_CLIENT_CERT",
             "ETL_INFRA_CLIENT_KEY",
         ]
-            .into_iter()
-            .map(|key| (key.to_owned(), value(key)))
-            .collect();
+        .into_iter()
+        .map(|key| (key.to_owned(), value(key)))
+        .collect();
         Infra {
             brokers: value("KAFKA_BROKERS"),
             clickhouse: [value("CLICKHOUSE_URL"), value("CLICKHOUSE_URL_2")],
