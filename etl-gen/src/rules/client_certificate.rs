@@ -25,7 +25,7 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         _ => return,
     };
     out.push(
-        Diagnostic::error(&RULE, &format!("sink.clickhouse.{set}"), format!("`{set}` needs `{missing}`"))
+        Diagnostic::error(&RULE, format!("sink.clickhouse.{set}"), format!("`{set}` needs `{missing}`"))
             .help(format!("add `{missing}:` under `sink.clickhouse` (a PEM file), or remove `{set}`")),
     );
 }
