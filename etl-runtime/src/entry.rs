@@ -199,7 +199,7 @@ fn offsets(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&s
         }
     };
     // A one-shot command's output is what it prints; the run's info lines would drown it.
-    crate::run::quiet_logging();
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
     match resolve(settings, env) {
         Ok(resolved) => Start::Run(Resolved { command: Command::Offsets(command), ..resolved }),
         Err(e) => {
@@ -238,6 +238,15 @@ fn dlq(_: &Build, _: &[Setting], _: &[String], _: impl Fn(&str) -> Option<String
 fn offsets(_: &Build, _: &[Setting], _: &[String], _: impl Fn(&str) -> Option<String>) -> Start {
     eprintln!("error: `offsets` needs the Kafka source, and this binary was built without it");
     Start::Exit(ExitCode::from(2))
+}
+
+/// Set by a one-shot command (`offsets …`): its output is what it prints, so the logs'
+/// default level is `warn` ([`crate::init_logging`]).
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the command line asked for a one-shot command whose logs default to warnings.
+pub(crate) fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Prints a start-up error and returns exit code 2.

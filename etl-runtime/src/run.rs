@@ -228,18 +228,10 @@ fn stop_on_signals(pipeline: &Pipeline) -> Result<(), RunOutcome> {
     Ok(())
 }
 
-/// Set by a one-shot command (`offsets …`): its default log level is `warn`.
-static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Makes [`init_logging`]'s default level `warn` instead of `info`.
-pub(crate) fn quiet_logging() {
-    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Installs a `tracing` subscriber that logs to stderr, filtered by `RUST_LOG` (default `info`,
 /// `warn` for the `offsets` commands). Calling it twice is harmless.
 pub fn init_logging() {
-    let default = if QUIET.load(std::sync::atomic::Ordering::Relaxed) { "warn" } else { "info" };
+    let default = if crate::entry::quiet() { "warn" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: logs collected by a container runtime stay plain text.

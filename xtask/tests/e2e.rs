@@ -2824,7 +2824,7 @@ fn events_with_json_example_lands_every_value_as_produced() {
 }
 
 /// Scenario 42: `offsets show` and `offsets reset` of a generated binary against the broker and
-/// ClickHouse, at least once and exactly once side by side (issue 44). Each half produces a first
+/// ClickHouse, at least once and exactly once side by side. Each half produces a first
 /// half of its orders, notes a time, and produces the second half; a run ingests both.
 ///
 /// * At least once: `show` gives every partition's committed offset at the log end, no lag and the
@@ -3039,7 +3039,7 @@ fn offsets_exactly_once() {
     );
 }
 
-/// Scenario 43: `dlq replay` (issue 44), at least once (Avro) and exactly once (JSON) side by side.
+/// Scenario 43: `dlq replay`, at least once (Avro) and exactly once (JSON) side by side.
 /// A first build dead-letters the orders over its 1 KiB `max_message_bytes`; a second build of
 /// the same pipeline, fixed to read up to 8 KiB, replays the dead-letter topic. Its first replay,
 /// slowed by throttled proxies in front of ClickHouse, is SIGKILLed once replayed rows have

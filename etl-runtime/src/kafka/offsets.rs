@@ -403,7 +403,7 @@ impl Tool {
     /// Reads one record of each non-empty partition: the last committed one where there is one
     /// (for its time), else the last one. Each fetch's answer carries the partition's high
     /// watermark, which is then the log end: some brokers answer the log-end request with the
-    /// last batch's first offset (Tansu does, see ../shared/INFRA.md), a fetch never.
+    /// last batch's first offset (the Tansu broker of the tests does), a fetch never.
     fn read_records(&self, views: &mut [PartitionView]) -> Result<(), Outcome> {
         let mut reader_config = self.config.clone();
         reader_config.set("enable.partition.eof", "false");

@@ -85,6 +85,24 @@ fn free_port() -> SocketAddr {
     }
 }
 
+/// `variant`'s binary (built on first use) with `args`, the services of [`infra`], `topic` and
+/// `group`, and no input.
+fn binary_command(variant: Variant, topic: &str, group: &str, args: &[&str]) -> (PathBuf, Command) {
+    let binary = variant.binary();
+    let infra = infra();
+    let mut command = Command::new(&binary);
+    command
+        .args(args)
+        .env("KAFKA_BROKERS", &infra.brokers)
+        .env("CLICKHOUSE_URL", &infra.clickhouse[0])
+        .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
+        .envs(infra.tls.iter().map(|(k, v)| (k, v)))
+        .env("ORDERS_TOPIC", topic)
+        .env("ORDERS_GROUP", group)
+        .stdin(Stdio::null());
+    (binary, command)
+}
+
 /// What a one-shot command of a pipeline binary (`offsets …`) printed, and how it exited.
 #[derive(Debug)]
 pub struct CommandOutput {
@@ -96,18 +114,9 @@ pub struct CommandOutput {
 /// Runs `variant`'s binary with `args`, configured for `topic` and `group` as [`spawn`] configures
 /// a run, and waits for it.
 pub fn run_binary(variant: Variant, topic: &str, group: &str, args: &[&str]) -> CommandOutput {
-    let binary = variant.binary();
-    let infra = infra();
-    let output = Command::new(&binary)
-        .args(args)
-        .env("KAFKA_BROKERS", &infra.brokers)
-        .env("CLICKHOUSE_URL", &infra.clickhouse[0])
-        .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
-        .envs(infra.tls.iter().map(|(k, v)| (k, v)))
-        .env("ORDERS_TOPIC", topic)
-        .env("ORDERS_GROUP", group)
+    let (binary, mut command) = binary_command(variant, topic, group, args);
+    let output = command
         .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", binary.display()));
     let out = CommandOutput {
@@ -133,25 +142,15 @@ pub fn spawn_with_args(
     extra: &[(&str, &str)],
     args: &[&str],
 ) -> Process {
-    let binary = variant.binary();
-    let infra = infra();
     let admin = free_port();
     let dir = root().join("target/e2e-logs");
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join(format!("{label}.log"));
     let file = std::fs::File::create(&log).unwrap();
-    let mut command = Command::new(&binary);
+    let (binary, mut command) = binary_command(variant, topic, group, args);
     command
-        .args(args)
-        .env("KAFKA_BROKERS", &infra.brokers)
-        .env("CLICKHOUSE_URL", &infra.clickhouse[0])
-        .env("CLICKHOUSE_URL_2", &infra.clickhouse[1])
-        .envs(infra.tls.iter().map(|(k, v)| (k, v)))
-        .env("ORDERS_TOPIC", topic)
-        .env("ORDERS_GROUP", group)
         .env("ADMIN_LISTEN", admin.to_string())
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
         .stdout(file.try_clone().unwrap())
         .stderr(file);
     for (k, v) in extra {
