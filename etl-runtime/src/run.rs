@@ -79,10 +79,19 @@ where
             let summary = crate::kafka::replay::Summary::of(&replay);
             let outcome = run(config, replay, chains, sink, dead_letter);
             done.store(true, std::sync::atomic::Ordering::Relaxed);
-            if outcome == RunOutcome::Clean {
-                println!("{}", summary.line());
+            let unfinished = summary.unfinished();
+            match outcome {
+                RunOutcome::Clean if !unfinished.is_empty() => RunOutcome::Fatal(format!(
+                    "dlq replay ended before partitions {} reached their stop offsets (under exactly-once: their \
+                     ledger could not be read, see the log); what was replayed is committed, run it again",
+                    unfinished.join(", ")
+                )),
+                RunOutcome::Clean => {
+                    println!("{}", summary.line());
+                    RunOutcome::Clean
+                }
+                other => other,
             }
-            outcome
         }
     }
 }

@@ -262,10 +262,14 @@ impl<C: ConsumerContext + 'static> KafkaLane<C> {
         self
     }
 
-    /// Whether a replay lane has nothing more to hand out.
+    /// Whether a replay lane has nothing more to hand out (and if so, says so to the replay).
     fn stopped(&self) -> bool {
         self.stop.as_ref().is_some_and(|(stop, reached)| {
-            *reached || stop.nothing || self.progress.next().is_some_and(|next| next >= stop.at)
+            let stopped = *reached || stop.nothing || self.progress.next().is_some_and(|next| next >= stop.at);
+            if stopped {
+                stop.reached();
+            }
+            stopped
         })
     }
 

@@ -55,9 +55,12 @@ impl DlqReplay {
 /// Where each partition of the dead-letter topic stops, and how far the replay got.
 #[derive(Debug)]
 pub(crate) struct Stops {
-    /// Per partition: the offset the replay starts from and the one it stops at (the log end at
-    /// the start).
-    by_lane: HashMap<LaneKey, (i64, i64)>,
+    /// Per partition: the offset the replay starts from, the one it stops at (the log end at the
+    /// start), and its slot in `reached`.
+    by_lane: HashMap<LaneKey, (i64, i64, usize)>,
+    /// Per partition: whether its lane handed out the last record below the stop (or had none to
+    /// hand out). A run that ends with one unset ended early (see [`Summary::unfinished`]).
+    reached: Vec<std::sync::atomic::AtomicBool>,
     /// Records handed to the pipeline so far.
     read: AtomicU64,
     /// Records between the starts and the stops.
@@ -68,9 +71,11 @@ impl Stops {
     /// What the lane of `key` needs to know: its stop offset and whether it has nothing to read.
     pub(crate) fn lane(self: &Arc<Self>, key: &LaneKey) -> LaneStop {
         match self.by_lane.get(key) {
-            Some(&(from, stop)) => LaneStop { at: stop, nothing: from >= stop, stops: self.clone() },
+            Some(&(from, stop, slot)) => {
+                LaneStop { at: stop, nothing: from >= stop, slot: Some(slot), stops: self.clone() }
+            }
             // A partition created after the start: nothing of it was in the topic then.
-            None => LaneStop { at: 0, nothing: true, stops: self.clone() },
+            None => LaneStop { at: 0, nothing: true, slot: None, stops: self.clone() },
         }
     }
 }
@@ -82,12 +87,20 @@ pub(crate) struct LaneStop {
     pub(crate) at: i64,
     /// The group had replayed the partition up to its stop already.
     pub(crate) nothing: bool,
+    slot: Option<usize>,
     stops: Arc<Stops>,
 }
 
 impl LaneStop {
     pub(crate) fn count_read(&self) {
         self.stops.read.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The lane has nothing more to hand out.
+    pub(crate) fn reached(&self) {
+        if let Some(slot) = self.slot {
+            self.stops.reached[slot].store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -114,14 +127,15 @@ pub(crate) fn source(source: &KafkaSource, dlq_topic: &str, command: &DlqReplay)
     let views = tool.view(&partitions).map_err(|o| o.message.unwrap_or_default())?;
     let mut by_lane = HashMap::new();
     let mut total = 0u64;
-    for v in &views {
+    for (slot, v) in views.iter().enumerate() {
         let from = v.committed.unwrap_or(v.log_start).max(v.log_start);
         total += (v.log_end - from).max(0) as u64;
-        by_lane.insert(LaneKey { topic: v.topic.as_str().into(), partition: v.partition }, (from, v.log_end));
+        by_lane.insert(LaneKey { topic: v.topic.as_str().into(), partition: v.partition }, (from, v.log_end, slot));
         tracing::info!(topic = %v.topic, partition = v.partition, from, stop = v.log_end, "dlq replay: partition plan");
     }
     tracing::info!(topic = dlq_topic, %group, records = total, "dlq replay: starting");
-    replay.replay = Some(Arc::new(Stops { by_lane, read: AtomicU64::new(0), total }));
+    let reached = views.iter().map(|_| AtomicBool::new(false)).collect();
+    replay.replay = Some(Arc::new(Stops { by_lane, reached, read: AtomicU64::new(0), total }));
     Ok(replay)
 }
 
@@ -148,6 +162,21 @@ impl Summary {
         Summary(source.replay.clone())
     }
 
+    /// The partitions whose lanes never reached their stop offsets (`topic/partition`, sorted):
+    /// the run ended without them (under exactly-once, partitions whose ledger could not be read
+    /// have no lane yet, and a run whose lanes all finished ends).
+    pub(crate) fn unfinished(&self) -> Vec<String> {
+        let Some(stops) = &self.0 else { return Vec::new() };
+        let mut unfinished: Vec<String> = stops
+            .by_lane
+            .iter()
+            .filter(|(_, (from, stop, slot))| from < stop && !stops.reached[*slot].load(Ordering::Relaxed))
+            .map(|(lane, _)| format!("{}/{}", lane.topic, lane.partition))
+            .collect();
+        unfinished.sort();
+        unfinished
+    }
+
     pub(crate) fn line(&self) -> String {
         let Some(stops) = &self.0 else { return String::new() };
         format!(
@@ -156,5 +185,32 @@ impl Summary {
             stops.read.load(Ordering::Relaxed),
             stops.total
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_is_over_when_every_partition_with_letters_reached_its_stop() {
+        let key = |partition| LaneKey { topic: "orders-dlq".into(), partition };
+        let stops = Arc::new(Stops {
+            // Partition 1 was replayed up to its stop by an earlier run.
+            by_lane: HashMap::from([(key(0), (0, 10, 0)), (key(1), (5, 5, 1)), (key(2), (3, 9, 2))]),
+            reached: (0..3).map(|_| AtomicBool::new(false)).collect(),
+            read: AtomicU64::new(0),
+            total: 16,
+        });
+        let summary = Summary(Some(stops.clone()));
+        assert_eq!(summary.unfinished(), ["orders-dlq/0", "orders-dlq/2"]);
+        stops.lane(&key(0)).reached();
+        assert_eq!(summary.unfinished(), ["orders-dlq/2"]);
+        let lane = stops.lane(&key(2));
+        assert_eq!((lane.at, lane.nothing), (9, false));
+        lane.reached();
+        assert!(summary.unfinished().is_empty());
+        // Nothing to read: replayed already, or created after the start.
+        assert!(stops.lane(&key(1)).nothing && stops.lane(&key(7)).nothing);
     }
 }

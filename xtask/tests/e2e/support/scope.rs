@@ -1,6 +1,8 @@
 //! What a scenario needs to itself while it runs. The scenarios run concurrently (`cargo xtask
-//! test` gives the e2e binary a thread per scenario); each takes, in one fixed order, the locks of
-//! what it touches, so none can deadlock and none disturbs another:
+//! test` gives the e2e binary a thread per scenario); each takes the locks 1 to 3 of what it
+//! touches all at once or not at all (it never waits for one while it holds another; the build
+//! lock, always last, is held only while a binary builds), so none can deadlock, none keeps
+//! another out while it waits, and none disturbs another:
 //!
 //! 1. its load on the machine. A [`Load::Heavy`] scenario (a million records decoded, hundreds of
 //!    MiB produced and read) runs alone among the heavy and the [`Load::Timed`] ones, whose checks
@@ -58,15 +60,35 @@ pub fn scope_durable(load: Load, variants: &[Variant]) -> Scope {
 }
 
 fn take(load: Load, durable: bool, variants: &[Variant]) -> Scope {
-    let load = match load {
-        Load::Light => None,
-        Load::Timed => Some(LoadGuard::Shared(LOAD.read().unwrap_or_else(|e| e.into_inner()))),
-        Load::Heavy => Some(LoadGuard::Alone(LOAD.write().unwrap_or_else(|e| e.into_inner()))),
-    };
-    let durable = durable.then(|| DURABLE.lock().unwrap_or_else(|e| e.into_inner()));
     let mut indexes: Vec<usize> = variants.iter().map(|v| v.index()).collect();
     indexes.sort_unstable();
     indexes.dedup();
-    let tables = indexes.into_iter().map(|i| TABLES[i].lock().unwrap_or_else(|e| e.into_inner())).collect();
-    Scope { _load: load, _durable: durable, _tables: tables }
+    loop {
+        if let Some(scope) = try_take(load, durable, &indexes) {
+            return scope;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// All of a scenario's locks, or none: what it got is given back when one is taken. A scenario
+/// that held its load lock while it waited for a table would keep every heavy scenario out for
+/// as long as light ones use that table (it did: the heavy ones of a CI run started 1,000 s in).
+fn try_take(load: Load, durable: bool, indexes: &[usize]) -> Option<Scope> {
+    use std::sync::TryLockError;
+    fn got<G>(attempt: Result<G, TryLockError<G>>) -> Option<G> {
+        match attempt {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+    let load = match load {
+        Load::Light => None,
+        Load::Timed => Some(LoadGuard::Shared(got(LOAD.try_read())?)),
+        Load::Heavy => Some(LoadGuard::Alone(got(LOAD.try_write())?)),
+    };
+    let durable = if durable { Some(got(DURABLE.try_lock())?) } else { None };
+    let tables = indexes.iter().map(|&i| got(TABLES[i].try_lock())).collect::<Option<Vec<_>>>()?;
+    Some(Scope { _load: load, _durable: durable, _tables: tables })
 }
