@@ -173,13 +173,7 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
         },
         ["offsets", ..] => offsets(build, settings, &args, env),
         ["dlq", ..] => dlq(build, settings, &args, env),
-        [] => match resolve(settings, env) {
-            Ok(resolved) => Start::Run(resolved),
-            Err(e) => {
-                eprintln!("error: {e}");
-                Start::Exit(ExitCode::from(2))
-            }
-        },
+        [] => run_with(Command::Run, settings, env),
         other => {
             eprintln!("error: unexpected arguments {other:?}; try --help");
             Start::Exit(ExitCode::from(2))
@@ -187,21 +181,10 @@ pub fn start(build: &Build, settings: &[Setting]) -> Start {
     }
 }
 
-/// `offsets …`: the command, with the settings it needs (the source's and the sink's).
-#[cfg(feature = "kafka")]
-fn offsets(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&str) -> Option<String>) -> Start {
-    let command = match crate::kafka::OffsetsCommand::parse(build.pipeline, args) {
-        Ok(command) => command,
-        Err(error) => {
-            // clap's own rendering: usage errors exit 2, `--help` 0.
-            let _ = error.print();
-            return Start::Exit(ExitCode::from(error.exit_code().clamp(0, 255) as u8));
-        }
-    };
-    // A one-shot command's output is what it prints; the run's info lines would drown it.
-    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+/// Resolves the settings for `command`; an unset variable is exit code 2.
+fn run_with(command: Command, settings: &[Setting], env: impl Fn(&str) -> Option<String>) -> Start {
     match resolve(settings, env) {
-        Ok(resolved) => Start::Run(Resolved { command: Command::Offsets(command), ..resolved }),
+        Ok(resolved) => Start::Run(Resolved { command, ..resolved }),
         Err(e) => {
             eprintln!("error: {e}");
             Start::Exit(ExitCode::from(2))
@@ -209,23 +192,35 @@ fn offsets(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&s
     }
 }
 
+/// A sub-command as clap read it: run with it, or clap's own rendering of the error (usage
+/// errors exit 2, `--help` 0).
+#[cfg(feature = "kafka")]
+fn sub_command(
+    parsed: Result<Command, clap::Error>,
+    settings: &[Setting],
+    env: impl Fn(&str) -> Option<String>,
+) -> Start {
+    match parsed {
+        Ok(command) => run_with(command, settings, env),
+        Err(error) => {
+            let _ = error.print();
+            Start::Exit(ExitCode::from(error.exit_code().clamp(0, 255) as u8))
+        }
+    }
+}
+
+/// `offsets …`: the command, with the settings it needs (the source's and the sink's).
+#[cfg(feature = "kafka")]
+fn offsets(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&str) -> Option<String>) -> Start {
+    // A one-shot command's output is what it prints; the run's info lines would drown it.
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+    sub_command(crate::kafka::OffsetsCommand::parse(build.pipeline, args).map(Command::Offsets), settings, env)
+}
+
 /// `dlq replay …`: a run of the pipeline over its dead-letter topic.
 #[cfg(feature = "kafka")]
 fn dlq(build: &Build, settings: &[Setting], args: &[String], env: impl Fn(&str) -> Option<String>) -> Start {
-    let command = match crate::kafka::DlqReplay::parse(build.pipeline, args) {
-        Ok(command) => command,
-        Err(error) => {
-            let _ = error.print();
-            return Start::Exit(ExitCode::from(error.exit_code().clamp(0, 255) as u8));
-        }
-    };
-    match resolve(settings, env) {
-        Ok(resolved) => Start::Run(Resolved { command: Command::DlqReplay(command), ..resolved }),
-        Err(e) => {
-            eprintln!("error: {e}");
-            Start::Exit(ExitCode::from(2))
-        }
-    }
+    sub_command(crate::kafka::DlqReplay::parse(build.pipeline, args).map(Command::DlqReplay), settings, env)
 }
 
 #[cfg(not(feature = "kafka"))]

@@ -2880,18 +2880,8 @@ fn offsets_json(variant: Variant, topic: &str, group: &str) -> serde_json::Value
 
 /// Rows of `table` with `order_id` in `ids`, on both shards.
 fn rows_between(table: &str, ids: std::ops::Range<i64>) -> i64 {
-    shards_of(table)
-        .iter()
-        .map(|url| {
-            ch_numbers(
-                url,
-                &format!(
-                    "SELECT count() FROM default.{table} WHERE order_id >= {} AND order_id < {}",
-                    ids.start, ids.end
-                ),
-            )[0]
-        })
-        .sum()
+    let (from, to) = (ids.start, ids.end);
+    ch_total(table, &format!("SELECT count() FROM default.{table} WHERE order_id >= {from} AND order_id < {to}"))
 }
 
 fn offsets_at_least_once() {
@@ -2984,18 +2974,13 @@ fn offsets_exactly_once() {
     // The second half once more, although the table still holds the first ingest's tokens.
     let stats = ch_stats(table);
     assert_eq!((stats.count, stats.uniq), (3 * M, 2 * M), "the records from the time inserted once more");
-    let wrong: i64 = shards_of(table)
-        .iter()
-        .map(|url| {
-            ch_numbers(
-                url,
-                &format!(
-                    "SELECT count() FROM (SELECT order_id, count() AS c FROM default.{table} GROUP BY order_id) \
-                     WHERE c != if(order_id >= {M}, 2, 1)"
-                ),
-            )[0]
-        })
-        .sum();
+    let wrong = ch_total(
+        table,
+        &format!(
+            "SELECT count() FROM (SELECT order_id, count() AS c FROM default.{table} GROUP BY order_id) \
+             WHERE c != if(order_id >= {M}, 2, 1)"
+        ),
+    );
     assert_eq!(wrong, 0, "each id of the second half twice, of the first half once");
 
     // Back to the start: the run cuts the backlog where the first run cut it (same offsets, same

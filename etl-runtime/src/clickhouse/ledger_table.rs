@@ -151,20 +151,26 @@ impl ClickhouseLedger {
 
     /// The epoch of `lane`'s newest retirement on any shard, 0 when it was never retired.
     async fn retirement(&self, lane: &LaneKey) -> Result<u64, SinkError> {
+        self.max_epoch(lane, &format!("AND first_offset = {RETIREMENT}")).await
+    }
+
+    /// The highest epoch of `lane`'s rows that meet `condition` (SQL after `AND`, or nothing),
+    /// over every shard; 0 when there is none.
+    async fn max_epoch(&self, lane: &LaneKey, condition: &str) -> Result<u64, SinkError> {
         let sql = format!(
             "SELECT max(epoch) FROM {} WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} \
-             AND partition = {{partition:Int32}} AND first_offset = {RETIREMENT}",
+             AND partition = {{partition:Int32}} {condition}",
             self.qualified()
         );
-        let mut newest = 0u64;
+        let mut highest = 0u64;
         for text in self.select_everywhere(&sql, lane, |query| query).await? {
             let text = String::from_utf8_lossy(&text);
             let max = text.trim().parse::<u64>().map_err(|_| {
                 SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
             })?;
-            newest = newest.max(max);
+            highest = highest.max(max);
         }
-        Ok(newest)
+        Ok(highest)
     }
 
     /// Inserts one ledger row on the span's shard and waits until it is written.
@@ -203,22 +209,8 @@ impl ClickhouseLedger {
 
 impl Ledger for ClickhouseLedger {
     fn highest_epoch<'a>(&'a self, lane: &'a LaneKey) -> LedgerFuture<'a, u64> {
-        Box::pin(async move {
-            let sql = format!(
-                "SELECT max(epoch) FROM {} \
-                 WHERE pipeline = {{pipeline:String}} AND topic = {{topic:String}} AND partition = {{partition:Int32}}",
-                self.qualified()
-            );
-            let mut highest = 0u64;
-            for text in self.select_everywhere(&sql, lane, |query| query).await? {
-                let text = String::from_utf8_lossy(&text);
-                let max = text.trim().parse::<u64>().map_err(|_| {
-                    SinkError::fatal(format!("unreadable epoch in the exactly-once ledger: `{}`", text.trim()))
-                })?;
-                highest = highest.max(max);
-            }
-            Ok(highest)
-        })
+        // Claims, spans and retirements of every config hash.
+        Box::pin(self.max_epoch(lane, ""))
     }
 
     fn write_claim<'a>(&'a self, lane: &'a LaneKey, epoch: u64) -> LedgerFuture<'a, ()> {

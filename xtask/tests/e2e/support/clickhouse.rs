@@ -69,18 +69,18 @@ pub fn ch_counts(table: &str) -> [i64; 2] {
 
 /// The per-key checksum over distinct order ids (see [`checksum`]), from the stored columns.
 pub fn ch_checksum(table: &str, where_: &str) -> i64 {
-    shards_of(table)
-        .iter()
-        .map(|url| {
-            ch_numbers(
-                url,
-                &format!(
-                    "SELECT sum(order_id * 3 + customer_id * 7 + total_cents) FROM (SELECT order_id, customer_id, \
-                     total_cents FROM default.{table} WHERE {where_} LIMIT 1 BY order_id)"
-                ),
-            )[0]
-        })
-        .sum()
+    ch_total(
+        table,
+        &format!(
+            "SELECT sum(order_id * 3 + customer_id * 7 + total_cents) FROM (SELECT order_id, customer_id, \
+             total_cents FROM default.{table} WHERE {where_} LIMIT 1 BY order_id)"
+        ),
+    )
+}
+
+/// The sum over both shards of `table` of the one number `sql` selects.
+pub fn ch_total(table: &str, sql: &str) -> i64 {
+    shards_of(table).iter().map(|url| ch_numbers(url, sql)[0]).sum()
 }
 
 /// Empties `table` on both shards.
