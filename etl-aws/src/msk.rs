@@ -92,6 +92,12 @@ impl MskIam {
 
 /// The token for `credentials` in `region`, signed at `at`.
 pub fn token_with(credentials: &Credentials, region: &str, at: OffsetDateTime) -> MskToken {
+    token_with_agent(credentials, region, at, USER_AGENT)
+}
+
+/// [`token_with`] with another `User-Agent` (unsigned, so it changes nothing else): `msk-token
+/// --user-agent` uses it to compare byte for byte with another signer.
+pub fn token_with_agent(credentials: &Credentials, region: &str, at: OffsetDateTime, user_agent: &str) -> MskToken {
     let at = at.replace_nanosecond(0).expect("zero nanoseconds are valid");
     let host = format!("kafka.{region}.amazonaws.com");
     let signed = sigv4::presign_get(
@@ -104,7 +110,7 @@ pub fn token_with(credentials: &Credentials, region: &str, at: OffsetDateTime) -
         TOKEN_LIFETIME_S,
     );
     // The user agent is added after signing, as AWS's signers add it.
-    let url = format!("{signed}&User-Agent={}", sigv4::percent_encode(USER_AGENT));
+    let url = format!("{signed}&User-Agent={}", sigv4::percent_encode(user_agent));
     MskToken {
         token: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url),
         expires_ms: (at.unix_timestamp() + i64::from(TOKEN_LIFETIME_S)) * 1000,

@@ -6,6 +6,7 @@
 
 pub mod image;
 mod migrate;
+pub mod msk_token;
 mod registry;
 
 use std::io::Write as _;
@@ -32,6 +33,9 @@ pub enum Command {
     /// Print a first pipeline.yaml for a schema (.avsc, .json or .proto): every key at its
     /// default, the sizing rule worked out beside its knobs; it passes `gen --check` as it is.
     Init(InitArgs),
+    /// Print the AWS MSK IAM token a pipeline with `source.kafka.auth.aws_msk_iam` would send
+    /// now (or `--at` a fixed time), from the same credential chain, for debugging an IAM setup.
+    MskToken(msk_token::MskTokenArgs),
 }
 
 /// `init` arguments.
@@ -154,6 +158,7 @@ pub fn run(command: Command) -> ExitCode {
         },
         Command::Build(args) => build_command(&args),
         Command::Init(args) => init_command(&args),
+        Command::MskToken(args) => msk_token::run(&args),
         Command::Image(args) => match image(&args) {
             Ok(Imaged { archive: path, digest, binary }) => {
                 println!("binary: {}", binary.display());

@@ -40,6 +40,10 @@ pub(crate) enum InfraCommand {
     /// Run a TLS front in the foreground (what `up` starts in the background).
     #[command(hide = true)]
     ServeTls(crate::tls::ServeTlsArgs),
+    /// Install (first time) AWS's reference MSK IAM signer (PyPI `aws-msk-iam-sasl-signer-python`)
+    /// in a venv; print `MSK_SIGNER_PYTHON=<its python>`. The MSK token tests compare with it;
+    /// `up` installs it too.
+    ReferenceSigner,
 }
 
 /// `infra up` arguments.
@@ -102,6 +106,10 @@ const CHDB_PACKAGE: Artifact = Artifact {
 /// moto, the S3 server under the durable brokers, installed from PyPI into a venv.
 const MOTO: &str = "moto[server]==5.2.1";
 const MOTO_VENV: &str = "moto-5.2.1";
+/// AWS's reference signer of MSK IAM tokens (with botocore, whose SigV4 it uses), which the
+/// token tests of etl-aws and `etl-gen msk-token` compare with.
+const MSK_SIGNER: &str = "aws-msk-iam-sasl-signer-python==1.0.2";
+const MSK_SIGNER_VENV: &str = "msk-signer-1.0.2";
 const S3_PORT: u16 = 19500;
 /// The bucket every durable broker stores in.
 const DURABLE_BUCKET: &str = "etl-durable";
@@ -137,6 +145,10 @@ pub(crate) fn run(command: InfraCommand) -> anyhow::Result<()> {
         InfraCommand::Status => status(),
         InfraCommand::ServeClickhouse(args) => serve_clickhouse(&args),
         InfraCommand::ServeTls(args) => crate::tls::serve(&args),
+        InfraCommand::ReferenceSigner => {
+            println!("MSK_SIGNER_PYTHON={}", install_venv(MSK_SIGNER, MSK_SIGNER_VENV)?.display());
+            Ok(())
+        }
     }
 }
 
@@ -291,28 +303,29 @@ fn kafka_durable(index: usize) -> Service {
     Service { name, port: KAFKA_DURABLE_PORTS[index] }
 }
 
-/// moto's venv, created (first time) under the cache directory; returns its python.
-fn install_moto() -> anyhow::Result<PathBuf> {
-    let venv = cache_dir().join(MOTO_VENV);
+/// A venv named `name` under the cache directory with `package` from PyPI in it, created the first
+/// time; returns its python.
+fn install_venv(package: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let venv = cache_dir().join(name);
     let python = venv.join("bin/python");
     if python.exists() {
         return Ok(python);
     }
-    eprintln!("infra: installing {MOTO} into {} (first use)", venv.display());
-    let work = cache_dir().join(format!("{MOTO_VENV}-{}", std::process::id()));
+    eprintln!("infra: installing {package} into {} (first use)", venv.display());
+    let work = cache_dir().join(format!("{name}-{}", std::process::id()));
     let created =
         Command::new("python3").args(["-m", "venv"]).arg(&work).status().context("running python3 -m venv")?;
     if !created.success() {
         bail!("python3 -m venv {} failed ({created}); Debian needs the python3-venv package", work.display());
     }
     let installed = Command::new(work.join("bin/python"))
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MOTO])
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", package])
         .status()
         .context("running pip")?;
     if !installed.success() {
-        bail!("pip install {MOTO} failed ({installed})");
+        bail!("pip install {package} failed ({installed})");
     }
-    // Scripts in a venv name its path; run as `python -m moto.server`, the venv can move.
+    // Scripts in a venv name its path; run as `python -m <module>`, the venv can move.
     fs::rename(&work, &venv)?;
     Ok(python)
 }
@@ -345,7 +358,7 @@ fn create_bucket() -> anyhow::Result<()> {
 
 /// moto, its bucket, and the durable brokers over it; returns their `KEY=value` lines.
 fn up_durable(tansu: &Path, env: &mut Vec<(String, String)>) -> anyhow::Result<()> {
-    let python = install_moto()?;
+    let python = install_venv(MOTO, MOTO_VENV)?;
     let store = s3();
     let had_store = store.running_pid().is_some();
     store.ensure(
@@ -450,6 +463,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
             }
         }
     }
+    env.push(("MSK_SIGNER_PYTHON".to_owned(), install_venv(MSK_SIGNER, MSK_SIGNER_VENV)?.display().to_string()));
     env.push(("ETL_INFRA_CA_FILE".to_owned(), tls_dir().join(crate::tls::CA_FILE).display().to_string()));
     for (key, value) in env {
         println!("{}{key}={value}", if args.export { "export " } else { "" });
