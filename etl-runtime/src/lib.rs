@@ -115,7 +115,7 @@ pub use entry::Command;
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{
-    BATCH_MESSAGES, BatchMessage, DlqReplay, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats,
+    BATCH_MESSAGES, BatchMessage, DlqReplay, KafkaAuth, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats,
     OffsetsCommand, PartitionBatches, ResetTarget,
 };
 pub use run::{RunOutcome, init_logging, run, run_command};
@@ -149,7 +149,7 @@ pub mod __private {
     pub use crate::entry::{Build, Command, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
     #[cfg(feature = "kafka")]
-    pub use crate::kafka::{KafkaDeadLetter, KafkaSource, KafkaSourceConfig, topic_list, topic_pattern};
+    pub use crate::kafka::{KafkaAuth, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, topic_list, topic_pattern};
     #[cfg(feature = "registry")]
     pub use crate::registry::{Datum, Registry, RegistryError};
     pub use crate::run::{RunOutcome, init_logging, run, run_command};

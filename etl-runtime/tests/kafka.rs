@@ -112,6 +112,7 @@ fn source_config(brokers: &str, topic: &str, group: &str, extra: &[(&str, &str)]
         startup_timeout: Duration::from_secs(30),
         statistics_interval: Duration::from_millis(500),
         properties,
+        auth: None,
     }
 }
 
@@ -656,7 +657,7 @@ fn run_refuses_a_source_that_reads_its_own_dead_letter_topic() {
     etl_runtime::init_logging();
     let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..runtime_config(1) };
     let dead_letter = |topic: &str| -> Arc<dyn etl_runtime::DeadLetter> {
-        Arc::new(KafkaDeadLetter::new("127.0.0.1:1", topic, &[]).expect("dead letter"))
+        Arc::new(KafkaDeadLetter::new("127.0.0.1:1", topic, &[], None).expect("dead letter"))
     };
     let source = KafkaSource::new(source_config("127.0.0.1:1", "^orders-.*", "g", &[])).expect("source");
     let outcome = etl_runtime::run(
@@ -771,7 +772,7 @@ fn dead_letter_records_carry_headers_and_complete_offsets() {
     let delivered = produce(&brokers, &topic, &messages);
 
     etl_runtime::init_logging();
-    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[], None).expect("dead letter").with_source_topic(&topic);
     let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
     let sink = RecordingSink::default();
     let pipeline = Pipeline::start(runtime, meta(&topic), sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
@@ -861,7 +862,7 @@ fn headers_reach_the_chain_as_produced_and_dead_letters_keep_them() {
         let seen = seen.clone();
         move || HeaderProbe { seen: seen.clone() }
     };
-    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[], None).expect("dead letter").with_source_topic(&topic);
     let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
     let sink = RecordingSink::default();
     let pipeline = Pipeline::start(runtime, probe, sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
@@ -996,7 +997,7 @@ fn rows_the_sink_refuses_are_dead_lettered_raw() {
     assert!(!refused.is_empty());
 
     etl_runtime::init_logging();
-    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter").with_source_topic(&topic);
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[], None).expect("dead letter").with_source_topic(&topic);
     let runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
     let sink = RefusingSink::default();
     let pipeline = Pipeline::start(runtime, meta(&topic), sink.clone(), Some(Arc::new(dead_letter))).expect("pipeline");
@@ -1063,7 +1064,7 @@ fn refused_rows_of_several_topics_are_read_again_from_their_own_topic() {
     let refused_count = refused(&from_eu).len() + refused(&from_us).len();
 
     etl_runtime::init_logging();
-    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[]).expect("dead letter");
+    let dead_letter = KafkaDeadLetter::new(&brokers, &dlq, &[], None).expect("dead letter");
     let mut runtime = RuntimeConfig { error_policy: ErrorPolicy::DeadLetter, ..roomy(2) };
     // Small batches (a few per topic), so that the reads alternate between the topics. Each
     // switch costs the reader a new assignment and a fetch round trip.

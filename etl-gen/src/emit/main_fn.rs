@@ -50,6 +50,13 @@ fn settings_of(m: &crate::model::PipelineFile) -> Result<Vec<(String, Template, 
             let earliest = Template::parse(AUTO_OFFSET_RESET).expect("a literal");
             out.push(("source.kafka.rdkafka.auto.offset.reset".into(), earliest, false));
         }
+        if let Some(auth) = &k.auth {
+            let msk = &auth.aws_msk_iam;
+            out.push(("source.kafka.auth.aws_msk_iam.region".into(), msk.region.clone(), false));
+            if let Some(role) = &msk.role_arn {
+                out.push(("source.kafka.auth.aws_msk_iam.role_arn".into(), role.clone(), false));
+            }
+        }
     }
     match &m.sink {
         Sink::File(f) => out.push(("sink.file.path".into(), f.path.clone(), false)),
@@ -174,6 +181,7 @@ fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
             let brokers = settings.value("source.kafka.brokers")?;
             let topic = subscription(k, settings)?;
             let group_id = settings.value("source.kafka.group_id")?;
+            let auth = auth_call(k);
             quote!(
                 let source = match rt::KafkaSource::new(rt::KafkaSourceConfig {
                     brokers: #brokers.to_owned(),
@@ -183,6 +191,7 @@ fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
                     startup_timeout: ::std::time::Duration::from_millis(#startup),
                     statistics_interval: ::std::time::Duration::from_millis(#stats),
                     properties: rdkafka_properties(&resolved),
+                    auth: #auth,
                 }) {
                     Ok(source) => source.with_drain_timeout(::std::time::Duration::from_millis(#drain)),
                     Err(e) => return rt::startup_error(e),
@@ -190,6 +199,26 @@ fn source(inputs: &MainInputs<'_>, settings: &Settings) -> Result<TokenStream, E
             )
         }
     })
+}
+
+/// `kafka_auth(&resolved)` where the pipeline has `source.kafka.auth` (and so the function),
+/// else `None`.
+fn auth_call(k: &crate::model::KafkaSource) -> TokenStream {
+    if k.auth.is_some() { quote!(kafka_auth(&resolved)) } else { quote!(None) }
+}
+
+/// The body of `kafka_auth`: `source.kafka.auth` from the resolved settings.
+fn kafka_auth(k: &crate::model::KafkaSource, settings: &Settings) -> Result<TokenStream, Error> {
+    let Some(auth) = &k.auth else { return Ok(quote!(None)) };
+    let region = settings.value("source.kafka.auth.aws_msk_iam.region")?;
+    let role_arn = match &auth.aws_msk_iam.role_arn {
+        Some(_) => {
+            let role = settings.value("source.kafka.auth.aws_msk_iam.role_arn")?;
+            quote!(Some(#role.to_owned()))
+        }
+        None => quote!(None),
+    };
+    Ok(quote!(Some(rt::KafkaAuth::AwsMskIam { region: #region.to_owned(), role_arn: #role_arn })))
 }
 
 /// The expression of `KafkaSourceConfig::topic` (a `String`): the topic, the topics joined by
@@ -470,6 +499,7 @@ fn dead_letter(m: &crate::model::PipelineFile, settings: &Settings) -> Result<To
         (ErrorPolicy::Dlq, Some(_), Source::Kafka(k)) => {
             let brokers = settings.value("source.kafka.brokers")?;
             let dlq_topic = settings.value("errors.dlq_topic")?;
+            let auth = auth_call(k);
             // Every record names its own topic; `with_source_topic` only covers one that does
             // not, so a source of several topics leaves it out.
             let dlq = if k.topic.is_some() {
@@ -483,6 +513,7 @@ fn dead_letter(m: &crate::model::PipelineFile, settings: &Settings) -> Result<To
                     #brokers,
                     #dlq_topic,
                     &rdkafka_properties(&resolved),
+                    #auth,
                 ) {
                     Ok(dlq) => Some(::std::sync::Arc::new(#dlq)),
                     Err(e) => return rt::startup_error(e),
@@ -496,9 +527,23 @@ fn dead_letter(m: &crate::model::PipelineFile, settings: &Settings) -> Result<To
 /// `rdkafka_properties`, the `rdkafka:` passthrough resolved, for a Kafka source.
 fn rdkafka_fn(m: &crate::model::PipelineFile, settings: &Settings) -> Result<TokenStream, Error> {
     Ok(match &m.source {
-        Source::Kafka(_) => {
+        Source::Kafka(k) => {
             let properties = settings.group("source.kafka.rdkafka.")?;
+            let auth = match &k.auth {
+                Some(_) => {
+                    let auth = kafka_auth(k, settings)?;
+                    quote!(
+                        /// `source.kafka.auth`, resolved.
+                        fn kafka_auth(resolved: &rt::Resolved) -> ::std::option::Option<rt::KafkaAuth> {
+                            #auth
+                        }
+                    )
+                }
+                None => TokenStream::new(),
+            };
             quote!(
+                #auth
+
                 /// The `rdkafka:` passthrough properties, resolved.
                 fn rdkafka_properties(
                     resolved: &rt::Resolved,

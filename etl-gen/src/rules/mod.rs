@@ -24,6 +24,7 @@ pub(crate) mod json_schema;
 pub(crate) mod librdkafka_property;
 pub(crate) mod literal_required;
 pub(crate) mod missing_key;
+pub(crate) mod msk_iam;
 pub(crate) mod output_choice;
 pub(crate) mod owned_property;
 pub(crate) mod pipeline_name;
@@ -53,6 +54,7 @@ pub static RULES: &[&Rule] = &[
     &topic_choice::RULE,
     &output_choice::RULE,
     &client_certificate::RULE,
+    &msk_iam::RULE,
     &owned_property::RULE,
     &cooperative_assignment::RULE,
     &librdkafka_property::RULE,
@@ -98,6 +100,7 @@ pub fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
     output_choice::check(cx, out);
     replica_url::check(cx, out);
     client_certificate::check(cx, out);
+    msk_iam::check(cx, out);
     owned_property::check(cx, out);
     cooperative_assignment::check(cx, out);
     librdkafka_property::check(cx, out);

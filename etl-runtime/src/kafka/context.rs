@@ -87,6 +87,8 @@ pub(crate) struct SourceContext {
     deferred: Arc<Mutex<Deferred>>,
     /// `dlq replay`: each lane's stop offset.
     pub(crate) stops: Option<Arc<super::replay::Stops>>,
+    /// OAUTHBEARER tokens (`source.kafka.auth`).
+    pub(crate) tokens: super::auth::TokenSource,
 }
 
 impl SourceContext {
@@ -107,6 +109,7 @@ impl SourceContext {
             counters,
             deferred: Arc::new(Mutex::new(Deferred::default())),
             stops: None,
+            tokens: super::auth::TokenSource::default(),
         }
     }
 
@@ -496,6 +499,14 @@ pub(crate) fn commit_sync(consumer: &Consumer, counters: &Counters, why: &str) {
 }
 
 impl ClientContext for SourceContext {
+    // librdkafka asks for a token (an event the consumer's poll hands over) only when the SASL
+    // mechanism is OAUTHBEARER: with `source.kafka.auth`, or a passthrough that says so.
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.token()
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         log_to_tracing(level, fac, message);
     }

@@ -16,6 +16,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _, ProducerContext
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::auth::{KafkaAuth, TokenSource};
 use super::context::log_to_tracing;
 use super::properties;
 use crate::engine::errors::SinkError;
@@ -73,18 +74,25 @@ impl KafkaDeadLetter {
     /// A producer for `topic` on `brokers`. `properties` are raw librdkafka properties, typically the
     /// source's `rdkafka:` map so security settings carry over; consumer-only properties among them are
     /// ignored by librdkafka with a warning.
-    pub fn new(brokers: &str, topic: &str, properties: &[(String, String)]) -> Result<Self, SourceError> {
+    pub fn new(
+        brokers: &str,
+        topic: &str,
+        properties: &[(String, String)],
+        auth: Option<KafkaAuth>,
+    ) -> Result<Self, SourceError> {
         if topic.trim().is_empty() {
             return Err(SourceError::fatal("errors.dlq_topic is empty"));
         }
         let mut all: Vec<(String, String)> = properties.to_vec();
         all.push(("bootstrap.servers".into(), brokers.to_owned()));
+        all.extend(super::auth::properties(auth.as_ref()));
+        let context = DeliveryContext { tokens: TokenSource::new(auth.as_ref()) };
         // `auto.offset.reset` (which the generated code always passes, defaulted) means nothing to
         // a producer, and librdkafka would warn about it at every start.
         let producing: Vec<(String, String)> = all.iter().filter(|(k, _)| k != "auto.offset.reset").cloned().collect();
         let config = properties::client_config(&producing, "dead-letter producer")?;
         tracing::info!(topic, properties = %properties::describe(&producing), "kafka dead-letter producer configured");
-        let producer = create_producer(&config)?;
+        let producer = create_producer(&config, context.clone())?;
         let (tx, rx) = crossbeam_channel::unbounded();
         let dlq_topic = topic.to_owned();
         // The consumer that re-reads refused rows' records: the same client properties (security
@@ -102,7 +110,7 @@ impl KafkaDeadLetter {
         let reader = properties::client_config(&reader, "dead-letter reader")?;
         let thread = std::thread::Builder::new()
             .name("etl-dlq".into())
-            .spawn(move || produce_loop(producer, reader, dlq_topic, rx))
+            .spawn(move || produce_loop(producer, reader, context, dlq_topic, rx))
             .map_err(|e| SourceError::fatal(format!("spawning the dead-letter thread: {e}")))?;
         Ok(KafkaDeadLetter { topic: topic.to_owned(), source_topic: None, jobs: Some(tx), thread: Some(thread) })
     }
@@ -163,9 +171,19 @@ impl Drop for KafkaDeadLetter {
     }
 }
 
-struct DeliveryContext;
+/// The dead-letter producer's and reader's context: logs, deliveries, and tokens.
+#[derive(Clone)]
+struct DeliveryContext {
+    tokens: TokenSource,
+}
 
 impl ClientContext for DeliveryContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.token()
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         log_to_tracing(level, fac, message);
     }
@@ -189,18 +207,24 @@ impl ProducerContext for DeliveryContext {
     }
 }
 
-fn create_producer(config: &ClientConfig) -> Result<BaseProducer<DeliveryContext>, SourceError> {
-    BaseProducer::from_config_and_context(config, DeliveryContext)
+fn create_producer(config: &ClientConfig, context: DeliveryContext) -> Result<BaseProducer<DeliveryContext>, SourceError> {
+    BaseProducer::from_config_and_context(config, context)
         .map_err(|e| SourceError::fatal(format!("creating the dead-letter producer: {e}")))
 }
 
-fn produce_loop(producer: BaseProducer<DeliveryContext>, reader: ClientConfig, topic: String, jobs: Receiver<Job>) {
+fn produce_loop(
+    producer: BaseProducer<DeliveryContext>,
+    reader: ClientConfig,
+    context: DeliveryContext,
+    topic: String,
+    jobs: Receiver<Job>,
+) {
     let mut reader_state: Option<Reader> = None;
     loop {
         match jobs.recv_timeout(IDLE_POLL) {
             Ok(mut job) if job.refetch => {
                 let source = job.source_topic.clone().unwrap_or_default();
-                match refetch(&mut reader_state, &reader, &source, &mut job.record) {
+                match refetch(&mut reader_state, &reader, &context, &source, &mut job.record) {
                     Ok(()) => produce(&producer, &topic, job),
                     Err(error) => job.ack.complete(Err(SinkError::fatal(format!(
                         "reading partition {} offset {} of `{source}` again: {error}",
@@ -307,11 +331,12 @@ struct Reader {
 fn refetch(
     reader: &mut Option<Reader>,
     config: &ClientConfig,
+    context: &DeliveryContext,
     topic: &str,
     record: &mut DeadRecord,
 ) -> Result<(), String> {
     if reader.is_none() {
-        let consumer = BaseConsumer::from_config_and_context(config, DeliveryContext)
+        let consumer = BaseConsumer::from_config_and_context(config, context.clone())
             .map_err(|e| format!("creating the dead-letter reader: {e}"))?;
         *reader = Some(Reader { consumer, position: None });
     }

@@ -101,6 +101,7 @@
 //! (`*password*`, `*secret*`, `ssl.key.*`, `sasl.oauthbearer.config`) are masked in the configuration
 //! log line, in `Debug` output and in configuration errors.
 
+pub(crate) mod auth;
 // Unsafe code: librdkafka's batch consumption, which rdkafka does not wrap (and, in
 // `allocator`, mimalloc's option defaults).
 #[allow(unsafe_code)]
@@ -132,6 +133,7 @@ use crate::engine::errors::SourceError;
 use crate::engine::handle::PipelineHandle;
 use crate::engine::source::Source;
 
+pub use self::auth::KafkaAuth;
 pub use self::batches::{BATCH_MESSAGES, BatchMessage, PartitionBatches};
 pub use self::dead_letter::KafkaDeadLetter;
 pub use self::offsets::{OffsetsCommand, ResetTarget};
@@ -172,6 +174,9 @@ pub struct KafkaSourceConfig {
     /// `rdkafka:`: raw librdkafka properties, passed verbatim (after the framework-owned ones were
     /// rejected by `gen`).
     pub properties: Vec<(String, String)>,
+    /// `source.kafka.auth`: authentication the framework does (AWS MSK IAM), with the
+    /// properties it needs set after the passthrough.
+    pub auth: Option<KafkaAuth>,
 }
 
 impl fmt::Debug for KafkaSourceConfig {
@@ -184,6 +189,7 @@ impl fmt::Debug for KafkaSourceConfig {
             .field("startup_timeout", &self.startup_timeout)
             .field("statistics_interval", &self.statistics_interval)
             .field("properties", &properties::describe(&self.properties))
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -211,6 +217,8 @@ pub struct KafkaSource {
     config: KafkaSourceConfig,
     subscription: Subscription,
     client_config: ClientConfig,
+    /// The OAUTHBEARER tokens of `auth`, shared by every client the source makes.
+    tokens: auth::TokenSource,
     drain_timeout: Duration,
     counters: Arc<Counters>,
     running: Option<Running>,
@@ -245,13 +253,15 @@ impl KafkaSource {
         }
         let subscription = Subscription::parse(&config.topic, "source.kafka.topic")?;
         properties::check_passthrough(&config.properties)?;
-        let all = properties::consumer_properties(&properties::ConsumerProperties {
+        let mut all = properties::consumer_properties(&properties::ConsumerProperties {
             brokers: &config.brokers,
             group_id: &config.group_id,
             commit_interval: config.commit_interval,
             statistics_interval: config.statistics_interval,
             passthrough: &config.properties,
         });
+        all.extend(auth::properties(config.auth.as_ref()));
+        let tokens = auth::TokenSource::new(config.auth.as_ref());
         let client_config = properties::client_config(&all, "source.kafka")?;
         tracing::info!(
             topic = %subscription,
@@ -263,6 +273,7 @@ impl KafkaSource {
             config,
             subscription,
             client_config,
+            tokens,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             counters: Arc::default(),
             running: None,
@@ -427,6 +438,7 @@ impl Source for KafkaSource {
         let subscription: Arc<str> = Arc::from(self.subscription.to_string());
         let mut context = SourceContext::new(subscription, pipeline.clone(), self.drain_timeout, self.counters.clone());
         context.stops = self.replay.clone();
+        context.tokens = self.tokens.clone();
         let consumer = Consumer::from_config_and_context(&self.client_config, context)
             .map_err(|e| SourceError::fatal(format!("creating the kafka consumer: {e}")))?;
         let consumer = Arc::new(consumer);

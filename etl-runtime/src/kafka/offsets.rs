@@ -22,6 +22,7 @@ use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::KafkaSource;
+use super::auth::ToolContext;
 use super::subscription::Subscription;
 use crate::engine::lane::LaneKey;
 use crate::engine::ledger::{Ledger, Newest};
@@ -319,7 +320,8 @@ pub(crate) struct Tool {
     group: String,
     subscription: Subscription,
     config: ClientConfig,
-    consumer: BaseConsumer,
+    context: ToolContext,
+    consumer: BaseConsumer<ToolContext>,
 }
 
 impl Tool {
@@ -327,9 +329,17 @@ impl Tool {
         let mut config = source.client_config.clone();
         // Nothing is committed but what `reset --execute` commits itself.
         config.set("enable.auto.commit", "false");
-        let consumer: BaseConsumer =
-            config.create().map_err(|e| format!("creating the Kafka client (source.kafka): {e}"))?;
-        Ok(Tool { group: source.config.group_id.clone(), subscription: source.subscription.clone(), config, consumer })
+        let context = ToolContext { tokens: source.tokens.clone() };
+        let consumer: BaseConsumer<ToolContext> = config
+            .create_with_context(context.clone())
+            .map_err(|e| format!("creating the Kafka client (source.kafka): {e}"))?;
+        Ok(Tool {
+            group: source.config.group_id.clone(),
+            subscription: source.subscription.clone(),
+            config,
+            context,
+            consumer,
+        })
     }
 
     /// The pipeline's topics and their partitions, sorted.
@@ -407,8 +417,9 @@ impl Tool {
     fn read_records(&self, views: &mut [PartitionView]) -> Result<(), Outcome> {
         let mut reader_config = self.config.clone();
         reader_config.set("enable.partition.eof", "false");
-        let reader: BaseConsumer =
-            reader_config.create().map_err(|e| Outcome::failed(format!("creating the Kafka reader: {e}")))?;
+        let reader: BaseConsumer<ToolContext> = reader_config
+            .create_with_context(self.context.clone())
+            .map_err(|e| Outcome::failed(format!("creating the Kafka reader: {e}")))?;
         let mut list = TopicPartitionList::new();
         let mut wanted = BTreeMap::new();
         for v in views.iter() {

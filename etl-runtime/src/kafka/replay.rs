@@ -120,6 +120,7 @@ pub(crate) fn source(source: &KafkaSource, dlq_topic: &str, command: &DlqReplay)
         startup_timeout: source.config.startup_timeout,
         statistics_interval: source.config.statistics_interval,
         properties,
+        auth: source.config.auth.clone(),
     };
     let mut replay = KafkaSource::new(config).map_err(|e| e.to_string())?.with_drain_timeout(source.drain_timeout);
     let tool = Tool::new(&replay)?;
