@@ -41,8 +41,13 @@ pub(crate) struct TokenSource(Option<Arc<etl_aws::MskIam>>);
 
 impl TokenSource {
     pub(crate) fn new(auth: Option<&KafkaAuth>) -> Self {
+        Self::with_environment(auth, etl_aws::Environment::process())
+    }
+
+    /// With the credential chain reading `env` rather than the process's environment.
+    pub(crate) fn with_environment(auth: Option<&KafkaAuth>, env: etl_aws::Environment) -> Self {
         TokenSource(auth.map(|KafkaAuth::AwsMskIam { region, role_arn }| {
-            Arc::new(etl_aws::MskIam::new(region, role_arn.as_deref()))
+            Arc::new(etl_aws::MskIam::with_environment(region, role_arn.as_deref(), env))
         }))
     }
 
@@ -111,9 +116,103 @@ mod tests {
         assert!(properties(None).is_empty());
     }
 
+    /// librdkafka asks the context for a token, accepts it (it connects only once it holds one),
+    /// and sends it in the SASL/OAUTHBEARER exchange. A stub broker answers like a 0.10 broker
+    /// (SaslHandshake v0, after which the client writes its initial response as a raw frame) and
+    /// reads what the client sends.
+    #[test]
+    fn librdkafka_sends_the_token_the_context_makes() {
+        use std::io::{Read as _, Write as _};
+        use std::time::{Duration, Instant};
+
+        use rdkafka::ClientConfig;
+        use rdkafka::consumer::BaseConsumer;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let broker = std::thread::spawn(move || -> Vec<u8> {
+            // A client without a token never connects: give up after a while rather than hang.
+            listener.set_nonblocking(true).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            let mut stream = loop {
+                match listener.accept() {
+                    Ok((stream, _)) => break stream,
+                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                    Err(_) => return Vec::new(),
+                }
+            };
+            stream.set_nonblocking(false).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let frame = |stream: &mut std::net::TcpStream| -> Vec<u8> {
+                let mut size = [0; 4];
+                stream.read_exact(&mut size).unwrap();
+                let mut body = vec![0; u32::from_be_bytes(size) as usize];
+                stream.read_exact(&mut body).unwrap();
+                body
+            };
+            let reply = |stream: &mut std::net::TcpStream, correlation: &[u8], body: &[u8]| {
+                let mut framed = ((correlation.len() + body.len()) as u32).to_be_bytes().to_vec();
+                framed.extend(correlation);
+                framed.extend(body);
+                stream.write_all(&framed).unwrap();
+            };
+            loop {
+                let request = frame(&mut stream);
+                let (key, version) =
+                    (i16::from_be_bytes([request[0], request[1]]), i16::from_be_bytes([request[2], request[3]]));
+                let correlation = request[4..8].to_vec();
+                match key {
+                    // ApiVersions: newer versions are refused (UNSUPPORTED_VERSION, which makes
+                    // the client ask with v0); v0 is told of SaslHandshake v0 only, so the
+                    // client sends its SASL messages as raw frames, not SaslAuthenticate.
+                    18 if version > 0 => reply(&mut stream, &correlation, &[0, 35, 0, 0, 0, 0]),
+                    18 => reply(&mut stream, &correlation, &[0, 0, 0, 0, 0, 1, 0, 17, 0, 0, 0, 0]),
+                    // SaslHandshake: no error, and the one mechanism.
+                    17 => {
+                        let mut body = vec![0, 0, 0, 0, 0, 1, 0, 11];
+                        body.extend(b"OAUTHBEARER");
+                        reply(&mut stream, &correlation, &body);
+                    }
+                    _ => return request,
+                }
+            }
+        });
+
+        let auth = KafkaAuth::AwsMskIam { region: "eu-west-1".into(), role_arn: None };
+        let env = etl_aws::Environment::from_pairs([
+            ("AWS_ACCESS_KEY_ID", "AKIDSTUB"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]);
+        let mut config = ClientConfig::new();
+        for (k, v) in properties(Some(&auth)) {
+            config.set(k, v);
+        }
+        config
+            .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+            .set("group.id", "auth-test")
+            // The stub does not speak TLS.
+            .set("security.protocol", "SASL_PLAINTEXT");
+        let context = ToolContext { tokens: TokenSource::with_environment(Some(&auth), env) };
+        let consumer: BaseConsumer<ToolContext> = config.create_with_context(context).unwrap();
+        while !broker.is_finished() {
+            // The refresh event reaches the context through the consumer's poll.
+            let _ = consumer.poll(Duration::from_millis(100));
+        }
+        let sent = broker.join().expect("the stub broker got the client's SASL initial response");
+        let text = String::from_utf8(sent).unwrap();
+        let token = text
+            .strip_prefix("n,,\u{1}auth=Bearer ")
+            .and_then(|t| t.strip_suffix("\u{1}\u{1}"))
+            .unwrap_or_else(|| panic!("not an OAUTHBEARER initial response: {text:?}"));
+        let url = etl_aws::msk::decode(token).unwrap();
+        assert!(url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"), "{url}");
+        assert!(url.contains("X-Amz-Credential=AKIDSTUB%2F"), "{url}");
+    }
+
     #[test]
     fn without_auth_an_oauthbearer_refresh_says_what_is_missing() {
-        let error = TokenSource::new(None).token().unwrap_err().to_string();
+        let error = TokenSource::new(None).token().err().expect("no token without auth").to_string();
         assert!(error.contains("source.kafka.auth.aws_msk_iam"), "{error}");
     }
 }
