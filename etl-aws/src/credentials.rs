@@ -170,7 +170,10 @@ fn from_profile(env: &Environment) -> Result<Option<Credentials>, AwsError> {
         (Some(key), Some(secret)) => {
             Ok(Some(Credentials::new(key, secret, found.get("aws_session_token").cloned(), &source)))
         }
-        _ if found.contains_key("role_arn") || found.contains_key("credential_process") || found.contains_key("sso_session") => {
+        _ if found.contains_key("role_arn")
+            || found.contains_key("credential_process")
+            || found.contains_key("sso_session") =>
+        {
             Err(AwsError::Provider {
                 provider: source,
                 message: "the profile assumes a role, runs a process or uses SSO, which etl-rs does not do; give the \
@@ -277,8 +280,7 @@ pub fn assume_role(
     ]);
     let endpoint = sts_endpoint(env, region);
     let host = endpoint.split_once("://").map_or(endpoint.as_str(), |(_, rest)| rest);
-    let headers =
-        sigv4::sign_form_post(host, &body, base, Scope { region, service: "sts" }, OffsetDateTime::now_utc());
+    let headers = sigv4::sign_form_post(host, &body, base, Scope { region, service: "sts" }, OffsetDateTime::now_utc());
     let url = format!("{endpoint}/");
     let mut request = agent(STS_TIMEOUT).post(&url);
     for (name, value) in &headers {
@@ -294,7 +296,11 @@ pub fn assume_role(
 }
 
 fn form(pairs: &[(&str, &str)]) -> String {
-    pairs.iter().map(|(k, v)| format!("{}={}", sigv4::percent_encode(k), sigv4::percent_encode(v))).collect::<Vec<_>>().join("&")
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", sigv4::percent_encode(k), sigv4::percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// The credentials in an STS answer (XML), or its error's code and message.
@@ -302,7 +308,10 @@ fn sts_credentials(status: u16, body: &str, source: &str) -> Result<Credentials,
     if status != 200 {
         let code = xml_value(body, "Code").unwrap_or_default();
         let message = xml_value(body, "Message").unwrap_or_else(|| body.chars().take(300).collect());
-        return Err(AwsError::Provider { provider: source.to_owned(), message: format!("STS HTTP {status} {code}: {message}") });
+        return Err(AwsError::Provider {
+            provider: source.to_owned(),
+            message: format!("STS HTTP {status} {code}: {message}"),
+        });
     }
     let field = |name: &str| {
         xml_value(body, name).ok_or_else(|| AwsError::Provider {
@@ -364,22 +373,28 @@ fn container(env: &Environment) -> Result<Credentials, AwsError> {
         (None, None) => unreachable!("called only when one of the two is set"),
     };
     let authorization = match env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
-        Some(file) => Some(std::fs::read_to_string(file).map(|t| t.trim().to_owned()).map_err(|e| AwsError::Provider {
-            provider: provider.into(),
-            message: format!("reading AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE {file}: {e}"),
-        })?),
+        Some(file) => {
+            Some(std::fs::read_to_string(file).map(|t| t.trim().to_owned()).map_err(|e| AwsError::Provider {
+                provider: provider.into(),
+                message: format!("reading AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE {file}: {e}"),
+            })?)
+        }
         None => env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN").map(str::to_owned),
     };
     let mut request = agent(METADATA_TIMEOUT).get(&url);
     if let Some(token) = &authorization {
         request = request.header("Authorization", token);
     }
-    let mut response =
-        request.call().map_err(|e| AwsError::Provider { provider: provider.into(), message: format!("GET {url}: {e}") })?;
+    let mut response = request
+        .call()
+        .map_err(|e| AwsError::Provider { provider: provider.into(), message: format!("GET {url}: {e}") })?;
     let status = response.status().as_u16();
     let body = response.body_mut().read_to_string().unwrap_or_default();
     if status != 200 {
-        return Err(AwsError::Provider { provider: provider.into(), message: format!("GET {url}: HTTP {status}: {body}") });
+        return Err(AwsError::Provider {
+            provider: provider.into(),
+            message: format!("GET {url}: HTTP {status}: {body}"),
+        });
     }
     metadata_credentials(&body, provider)
 }
@@ -446,7 +461,8 @@ mod tests {
         let c = sts_credentials(200, ok, "role").unwrap();
         assert_eq!((c.access_key_id.as_str(), c.secret_access_key.expose()), ("ASIA1", "s&k"));
         assert_eq!(c.expires.unwrap().unix_timestamp(), 1_796_648_400);
-        let denied = "<ErrorResponse><Error><Code>AccessDenied</Code><Message>not allowed</Message></Error></ErrorResponse>";
+        let denied =
+            "<ErrorResponse><Error><Code>AccessDenied</Code><Message>not allowed</Message></Error></ErrorResponse>";
         let e = sts_credentials(403, denied, "role").unwrap_err().to_string();
         assert!(e.contains("AccessDenied") && e.contains("not allowed"), "{e}");
     }

@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use base64::Engine as _;
 use time::OffsetDateTime;
 
+use crate::AwsError;
 use crate::credentials::{self, Credentials, Environment};
 use crate::sigv4::{self, Scope};
-use crate::AwsError;
 
 /// How long a token is valid, as AWS's signers set it (`X-Amz-Expires`). librdkafka asks for the
 /// next one at 80% of this.

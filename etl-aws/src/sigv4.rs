@@ -119,8 +119,11 @@ pub fn presign_get(
     canonical.sort();
     let canonical_query = canonical.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&");
     let canonical_request = format!("GET\n{path}\n{canonical_query}\nhost:{host}\n\nhost\n{EMPTY_SHA256}");
-    let signature =
-        scope.signature(credentials.secret_access_key.expose(), &day, &string_to_sign(&stamp, &credential_scope, &canonical_request));
+    let signature = scope.signature(
+        credentials.secret_access_key.expose(),
+        &day,
+        &string_to_sign(&stamp, &credential_scope, &canonical_request),
+    );
     let operation = query(params);
     let separator = if operation.is_empty() { "" } else { "&" };
     format!("https://{host}{path}?{operation}{separator}{}&X-Amz-Signature={signature}", query(&auth))
@@ -148,8 +151,11 @@ pub fn sign_form_post(
     let signed_headers = headers.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(";");
     let canonical_request =
         format!("POST\n/\n\n{canonical_headers}\n{signed_headers}\n{}", sha256_hex(body.as_bytes()));
-    let signature =
-        scope.signature(credentials.secret_access_key.expose(), &day, &string_to_sign(&stamp, &credential_scope, &canonical_request));
+    let signature = scope.signature(
+        credentials.secret_access_key.expose(),
+        &day,
+        &string_to_sign(&stamp, &credential_scope, &canonical_request),
+    );
     headers.push((
         "authorization",
         format!(
@@ -200,7 +206,9 @@ mod tests {
             at,
             900,
         );
-        assert!(url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&X-Amz-Algorithm="));
+        assert!(
+            url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&X-Amz-Algorithm=")
+        );
         assert!(url.contains("&X-Amz-Date=20261207T120000Z&X-Amz-Expires=900&X-Amz-SignedHeaders=host&X-Amz-Security-Token=to%2Fken&X-Amz-Signature="), "{url}");
         let signature = url.rsplit_once("X-Amz-Signature=").unwrap().1;
         assert_eq!(signature.len(), 64);

@@ -42,7 +42,8 @@ impl Stub {
                     continue;
                 }
                 let mut parts = line.split_whitespace();
-                let (method, path) = (parts.next().unwrap_or_default().to_owned(), parts.next().unwrap_or_default().to_owned());
+                let (method, path) =
+                    (parts.next().unwrap_or_default().to_owned(), parts.next().unwrap_or_default().to_owned());
                 let mut headers = HashMap::new();
                 loop {
                     let mut header = String::new();
@@ -60,7 +61,12 @@ impl Stub {
                 let request = Request { method, path, headers, body: String::from_utf8(body).unwrap() };
                 let (status, body) = answer(&request);
                 log.lock().unwrap().push(request);
-                write!(stream, "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+                write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
             }
         });
         Stub { url, received }
@@ -79,8 +85,11 @@ fn sts_answer(action: &str, key: &str) -> String {
     )
 }
 
-const NO_METADATA: [(&str, &str); 3] =
-    [("AWS_EC2_METADATA_DISABLED", "true"), ("AWS_CONFIG_FILE", "/nonexistent"), ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")];
+const NO_METADATA: [(&str, &str); 3] = [
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+    ("AWS_CONFIG_FILE", "/nonexistent"),
+    ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+];
 
 fn env(pairs: &[(&str, &str)]) -> Environment {
     Environment::from_pairs(NO_METADATA.iter().copied().chain(pairs.iter().copied()))
@@ -88,7 +97,17 @@ fn env(pairs: &[(&str, &str)]) -> Environment {
 
 #[test]
 fn environment_credentials_come_first_and_a_half_set_is_an_error() {
-    let c = resolve(&env(&[("AWS_ACCESS_KEY_ID", "AKENV"), ("AWS_SECRET_ACCESS_KEY", "s"), ("AWS_SESSION_TOKEN", "t"), ("AWS_ROLE_ARN", "arn:x"), ("AWS_WEB_IDENTITY_TOKEN_FILE", "/x")]), "eu-west-1").unwrap();
+    let c = resolve(
+        &env(&[
+            ("AWS_ACCESS_KEY_ID", "AKENV"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_SESSION_TOKEN", "t"),
+            ("AWS_ROLE_ARN", "arn:x"),
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", "/x"),
+        ]),
+        "eu-west-1",
+    )
+    .unwrap();
     assert_eq!((c.access_key_id.as_str(), c.source.as_str()), ("AKENV", "environment"));
     assert_eq!(c.session_token.unwrap().expose(), "t");
     let error = resolve(&env(&[("AWS_ACCESS_KEY_ID", "AKENV")]), "eu-west-1").unwrap_err().to_string();
@@ -102,7 +121,11 @@ fn profiles_are_read_from_the_credentials_and_config_files() {
     let config = dir.path().join("config");
     std::fs::write(&credentials, "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = s1\n\n[etl]\naws_access_key_id=AKETL\naws_secret_access_key=s2\naws_session_token=t2\n").unwrap();
     std::fs::write(&config, "[profile fromconfig]\naws_access_key_id = AKCONFIG\naws_secret_access_key = s3\n[profile role]\nrole_arn = arn:aws:iam::1:role/r\nsource_profile = default\n").unwrap();
-    let files = [("AWS_SHARED_CREDENTIALS_FILE", credentials.to_str().unwrap()), ("AWS_CONFIG_FILE", config.to_str().unwrap()), ("AWS_EC2_METADATA_DISABLED", "true")];
+    let files = [
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.to_str().unwrap()),
+        ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
     let with = |profile: Option<&str>| {
         let mut pairs = files.to_vec();
         if let Some(p) = profile {
@@ -124,7 +147,11 @@ fn profiles_are_read_from_the_credentials_and_config_files() {
 #[test]
 fn web_identity_exchanges_the_token_file_at_sts() {
     let stub = Stub::start(|r| {
-        if r.body.contains("Action=AssumeRoleWithWebIdentity") { (200, sts_answer("AssumeRoleWithWebIdentity", "ASIAWEB")) } else { (400, String::new()) }
+        if r.body.contains("Action=AssumeRoleWithWebIdentity") {
+            (200, sts_answer("AssumeRoleWithWebIdentity", "ASIAWEB"))
+        } else {
+            (400, String::new())
+        }
     });
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
@@ -146,7 +173,12 @@ fn web_identity_exchanges_the_token_file_at_sts() {
     assert_eq!(requests.len(), 1);
     let body = &requests[0].body;
     assert_eq!(requests[0].method, "POST");
-    for part in ["RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fetl", "RoleSessionName=pod-1", "WebIdentityToken=eyJhbGciOi.projected.jwt", "Version=2011-06-15"] {
+    for part in [
+        "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fetl",
+        "RoleSessionName=pod-1",
+        "WebIdentityToken=eyJhbGciOi.projected.jwt",
+        "Version=2011-06-15",
+    ] {
         assert!(body.contains(part), "{part} missing from {body}");
     }
     assert!(!requests[0].headers.contains_key("authorization"), "AssumeRoleWithWebIdentity is not signed");
@@ -156,7 +188,11 @@ fn web_identity_exchanges_the_token_file_at_sts() {
 fn the_container_endpoint_is_asked_with_its_authorization_token() {
     let stub = Stub::start(|r| {
         if r.headers.get("authorization").map(String::as_str) == Some("pod-identity-token") {
-            (200, r#"{"AccessKeyId":"ASIAPOD","SecretAccessKey":"s","Token":"t","Expiration":"2099-01-01T00:00:00Z"}"#.to_owned())
+            (
+                200,
+                r#"{"AccessKeyId":"ASIAPOD","SecretAccessKey":"s","Token":"t","Expiration":"2099-01-01T00:00:00Z"}"#
+                    .to_owned(),
+            )
         } else {
             (401, "{}".to_owned())
         }
@@ -165,11 +201,23 @@ fn the_container_endpoint_is_asked_with_its_authorization_token() {
     let token_file = dir.path().join("eks-pod-identity-token");
     std::fs::write(&token_file, "pod-identity-token\n").unwrap();
     let full = format!("{}/v1/credentials", stub.url);
-    let c = resolve(&env(&[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full), ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token_file.to_str().unwrap())]), "eu-west-1").unwrap();
+    let c = resolve(
+        &env(&[
+            ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full),
+            ("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token_file.to_str().unwrap()),
+        ]),
+        "eu-west-1",
+    )
+    .unwrap();
     assert_eq!((c.access_key_id.as_str(), c.source.as_str()), ("ASIAPOD", "container endpoint"));
     assert_eq!(stub.requests()[0].path, "/v1/credentials");
     // A wrong token is refused by the endpoint, and the error says so.
-    let error = resolve(&env(&[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full), ("AWS_CONTAINER_AUTHORIZATION_TOKEN", "wrong")]), "eu-west-1").unwrap_err().to_string();
+    let error = resolve(
+        &env(&[("AWS_CONTAINER_CREDENTIALS_FULL_URI", &full), ("AWS_CONTAINER_AUTHORIZATION_TOKEN", "wrong")]),
+        "eu-west-1",
+    )
+    .unwrap_err()
+    .to_string();
     assert!(error.contains("container endpoint") && error.contains("401"), "{error}");
 }
 
@@ -187,7 +235,15 @@ fn instance_metadata_is_read_with_an_imdsv2_session_token() {
             _ => (401, String::new()),
         }
     });
-    let c = resolve(&Environment::from_pairs([("AWS_EC2_METADATA_SERVICE_ENDPOINT", stub.url.as_str()), ("AWS_CONFIG_FILE", "/nonexistent"), ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")]), "eu-west-1").unwrap();
+    let c = resolve(
+        &Environment::from_pairs([
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT", stub.url.as_str()),
+            ("AWS_CONFIG_FILE", "/nonexistent"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+        ]),
+        "eu-west-1",
+    )
+    .unwrap();
     assert_eq!((c.access_key_id.as_str(), c.source.as_str()), ("ASIAEC2", "instance metadata (etl-instance-role)"));
     assert_eq!(stub.requests().len(), 3);
 }
@@ -197,7 +253,13 @@ fn no_source_at_all_is_an_error_that_names_every_place_looked() {
     let error = resolve(&env(&[]), "eu-west-1").unwrap_err();
     assert!(matches!(error, AwsError::NoCredentials(_)));
     let text = error.to_string();
-    for place in ["AWS_ACCESS_KEY_ID", "~/.aws/credentials", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS", "AWS_EC2_METADATA_DISABLED"] {
+    for place in [
+        "AWS_ACCESS_KEY_ID",
+        "~/.aws/credentials",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS",
+        "AWS_EC2_METADATA_DISABLED",
+    ] {
         assert!(text.contains(place), "{place} missing from: {text}");
     }
 }
@@ -205,7 +267,9 @@ fn no_source_at_all_is_an_error_that_names_every_place_looked() {
 #[test]
 fn a_role_is_assumed_with_signed_sts_calls_and_its_credentials_cached_until_near_expiry() {
     let stub = Stub::start(|r| {
-        if r.body.contains("Action=AssumeRole&") && r.headers.get("authorization").is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 Credential=AKBASE/")) {
+        if r.body.contains("Action=AssumeRole&")
+            && r.headers.get("authorization").is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 Credential=AKBASE/"))
+        {
             (200, sts_answer("AssumeRole", "ASIAROLE"))
         } else {
             (403, "<ErrorResponse><Error><Code>AccessDenied</Code><Message>denied by the stub</Message></Error></ErrorResponse>".to_owned())
@@ -236,5 +300,8 @@ fn a_role_is_assumed_with_signed_sts_calls_and_its_credentials_cached_until_near
         env(&[("AWS_ACCESS_KEY_ID", "AKOTHER"), ("AWS_SECRET_ACCESS_KEY", "s"), ("AWS_ENDPOINT_URL_STS", &stub.url)]),
     );
     let error = refused.token(at).unwrap_err().to_string();
-    assert!(error.contains("AccessDenied") && error.contains("denied by the stub") && error.contains("role/other"), "{error}");
+    assert!(
+        error.contains("AccessDenied") && error.contains("denied by the stub") && error.contains("role/other"),
+        "{error}"
+    );
 }

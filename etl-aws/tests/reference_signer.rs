@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use etl_aws::Credentials;
 use etl_aws::msk::{self, token_with_agent};
 use etl_aws::sigv4::{self, Scope};
-use etl_aws::Credentials;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -51,7 +51,11 @@ fn python() -> &'static str {
             .output()
             .expect("running cargo xtask infra reference-signer");
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(output.status.success(), "cargo xtask infra reference-signer failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "cargo xtask infra reference-signer failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         stdout
             .lines()
             .find_map(|l| l.strip_prefix("MSK_SIGNER_PYTHON="))
@@ -85,7 +89,11 @@ fn reference(credentials: &Credentials, args: &[&str]) -> Vec<String> {
 /// several partitions' shapes, and times across a day and a year boundary.
 fn cases() -> Vec<(Credentials, &'static str, &'static str)> {
     vec![
-        (Credentials::new("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", None, "t"), "us-east-1", "2026-12-07T12:00:00Z"),
+        (
+            Credentials::new("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", None, "t"),
+            "us-east-1",
+            "2026-12-07T12:00:00Z",
+        ),
         (
             Credentials::new(
                 "ASIAQEXAMPLE1234ABCD",
@@ -97,7 +105,11 @@ fn cases() -> Vec<(Credentials, &'static str, &'static str)> {
             "2026-12-31T23:59:59Z",
         ),
         (Credentials::new("AKID", "k", Some("short".to_owned()), "t"), "ap-southeast-2", "2027-01-01T00:00:00Z"),
-        (Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None, "t"), "cn-north-1", "2024-02-29T08:30:15Z"),
+        (
+            Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None, "t"),
+            "cn-north-1",
+            "2024-02-29T08:30:15Z",
+        ),
     ]
 }
 
@@ -109,10 +121,16 @@ fn msk_tokens_equal_the_reference_signers() {
         let reference_url = msk::decode(reference_token).expect("the reference token is base64url");
         // Its user agent names the library and its version; ours names etl-rs. With the
         // reference's user agent, ours is the same token, byte for byte.
-        let agent = reference_url.rsplit_once("&User-Agent=").map(|(_, ua)| ua.replace("%2F", "/")).expect("a user agent");
+        let agent =
+            reference_url.rsplit_once("&User-Agent=").map(|(_, ua)| ua.replace("%2F", "/")).expect("a user agent");
         let at_time = OffsetDateTime::parse(at, &Rfc3339).unwrap();
         let ours = token_with_agent(&credentials, region, at_time, &agent);
-        assert_eq!(&ours.token, reference_token, "token for {region} at {at}\nours: {}\nreference: {reference_url}", msk::decode(&ours.token).unwrap());
+        assert_eq!(
+            &ours.token,
+            reference_token,
+            "token for {region} at {at}\nours: {}\nreference: {reference_url}",
+            msk::decode(&ours.token).unwrap()
+        );
         assert_eq!(ours.expires_ms.to_string(), *reference_expiry, "expiry for {region} at {at}");
         // And with our own user agent, everything before it is the same.
         let own = msk::decode(&msk::token_with(&credentials, region, at_time).token).unwrap();

@@ -47,10 +47,12 @@ import importlib.metadata
 print(MSKAuthTokenProvider.generate_auth_token("us-west-2")[0])
 print("aws-msk-iam-sasl-signer-python/" + importlib.metadata.version("aws-msk-iam-sasl-signer-python"))
 "#;
-    let reference = Command::new(reference_python()).args(["-c", script]).env_clear().envs(CREDENTIALS).output().unwrap();
+    let reference =
+        Command::new(reference_python()).args(["-c", script]).env_clear().envs(CREDENTIALS).output().unwrap();
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
     let lines: Vec<String> = String::from_utf8(reference.stdout).unwrap().lines().map(str::to_owned).collect();
-    let ours = msk_token(&["--region", "us-west-2", "--at", "2026-03-01T00:00:07Z", "--user-agent", &lines[1]], &CREDENTIALS);
+    let ours =
+        msk_token(&["--region", "us-west-2", "--at", "2026-03-01T00:00:07Z", "--user-agent", &lines[1]], &CREDENTIALS);
     assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
     assert_eq!(String::from_utf8(ours.stdout).unwrap().trim(), lines[0]);
     // `--explain` names the source and the expiry, and never the secret.

@@ -115,8 +115,8 @@ pub use entry::Command;
 pub use file_sink::FileSink;
 #[cfg(feature = "kafka")]
 pub use kafka::{
-    BATCH_MESSAGES, BatchMessage, DlqReplay, KafkaAuth, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, KafkaSourceStats,
-    OffsetsCommand, PartitionBatches, ResetTarget,
+    BATCH_MESSAGES, BatchMessage, DlqReplay, KafkaAuth, KafkaDeadLetter, KafkaSource, KafkaSourceConfig,
+    KafkaSourceStats, OffsetsCommand, PartitionBatches, ResetTarget,
 };
 pub use run::{RunOutcome, init_logging, run, run_command};
 

@@ -100,7 +100,9 @@ mod tests {
         }
         assert!(is_role_arn("arn:aws:iam::123456789012:role/msk-writer"));
         assert!(is_role_arn("arn:aws-cn:iam::123456789012:role/path/to/r"));
-        for not in ["arn:aws:iam::123:role/x", "arn:aws:iam::123456789012:user/x", "arn:aws:iam::123456789012:role/", "role/x"] {
+        for not in
+            ["arn:aws:iam::123:role/x", "arn:aws:iam::123456789012:user/x", "arn:aws:iam::123456789012:role/", "role/x"]
+        {
             assert!(!is_role_arn(not), "{not}");
         }
     }

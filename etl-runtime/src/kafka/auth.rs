@@ -27,10 +27,9 @@ pub(crate) fn properties(auth: Option<&KafkaAuth>) -> Vec<(String, String)> {
     match auth {
         None => Vec::new(),
         // MSK's IAM listener (port 9098) is TLS only.
-        Some(KafkaAuth::AwsMskIam { .. }) => vec![
-            ("security.protocol".into(), "SASL_SSL".into()),
-            ("sasl.mechanism".into(), "OAUTHBEARER".into()),
-        ],
+        Some(KafkaAuth::AwsMskIam { .. }) => {
+            vec![("security.protocol".into(), "SASL_SSL".into()), ("sasl.mechanism".into(), "OAUTHBEARER".into())]
+        }
     }
 }
 
@@ -68,7 +67,11 @@ impl TokenSource {
                     expires_ms = token.expires_ms,
                     "AWS MSK IAM token made"
                 );
-                Ok(OAuthToken { token: token.token, principal_name: token.access_key_id, lifetime_ms: token.expires_ms })
+                Ok(OAuthToken {
+                    token: token.token,
+                    principal_name: token.access_key_id,
+                    lifetime_ms: token.expires_ms,
+                })
             }
             Err(error) => {
                 tracing::error!(region = msk.region(), %error, "AWS MSK IAM token: no credentials to sign with");

@@ -503,7 +503,10 @@ impl ClientContext for SourceContext {
     // mechanism is OAUTHBEARER: with `source.kafka.auth`, or a passthrough that says so.
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 
-    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
         self.tokens.token()
     }
 

@@ -180,7 +180,10 @@ struct DeliveryContext {
 impl ClientContext for DeliveryContext {
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 
-    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
         self.tokens.token()
     }
 
@@ -207,7 +210,10 @@ impl ProducerContext for DeliveryContext {
     }
 }
 
-fn create_producer(config: &ClientConfig, context: DeliveryContext) -> Result<BaseProducer<DeliveryContext>, SourceError> {
+fn create_producer(
+    config: &ClientConfig,
+    context: DeliveryContext,
+) -> Result<BaseProducer<DeliveryContext>, SourceError> {
     BaseProducer::from_config_and_context(config, context)
         .map_err(|e| SourceError::fatal(format!("creating the dead-letter producer: {e}")))
 }
