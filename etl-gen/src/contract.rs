@@ -11,6 +11,9 @@ pub(crate) mod columns;
 #[path = "../../etl-runtime/src/contract/defaults.rs"]
 #[allow(dead_code)]
 pub(crate) mod defaults;
+/// What `source.kafka.auth.aws_msk_iam` owns and accepts (rule E0207).
+#[path = "../../etl-runtime/src/contract/kafka_auth.rs"]
+pub(crate) mod kafka_auth;
 /// The librdkafka properties etl-rs owns (rule E0301).
 #[path = "../../etl-runtime/src/contract/owned_properties.rs"]
 pub(crate) mod owned_properties;

@@ -7,4 +7,6 @@
 pub(crate) mod columns;
 pub(crate) mod defaults;
 #[cfg(feature = "kafka")]
+pub(crate) mod kafka_auth;
+#[cfg(feature = "kafka")]
 pub(crate) mod owned_properties;

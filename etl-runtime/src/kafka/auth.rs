@@ -12,6 +12,8 @@ use rdkafka::error::KafkaError;
 use time::OffsetDateTime;
 
 use super::context::log_to_tracing;
+use crate::contract::kafka_auth;
+use crate::engine::errors::SourceError;
 
 /// `source.kafka.auth`, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,30 @@ pub enum KafkaAuth {
     /// `aws_msk_iam`: tokens for `region`, signed as `role_arn` when given (assumed over the
     /// credential chain's identity), else as the chain's identity.
     AwsMskIam { region: String, role_arn: Option<String> },
+}
+
+/// Checks the resolved `auth` (a `${VAR}` may resolve to anything) and the passthrough beside it,
+/// as `gen` checks literals (E0207).
+pub(crate) fn check(auth: Option<&KafkaAuth>, passthrough: &[(String, String)]) -> Result<(), SourceError> {
+    let Some(KafkaAuth::AwsMskIam { region, role_arn }) = auth else { return Ok(()) };
+    if !kafka_auth::is_region(region) {
+        return Err(SourceError::fatal(format!(
+            "source.kafka.auth.aws_msk_iam.region `{region}` is not an AWS region (e.g. `eu-west-1`)"
+        )));
+    }
+    if let Some(role) = role_arn.as_deref().filter(|r| !kafka_auth::is_role_arn(r)) {
+        return Err(SourceError::fatal(format!(
+            "source.kafka.auth.aws_msk_iam.role_arn `{role}` is not an IAM role ARN \
+             (e.g. `arn:aws:iam::123456789012:role/msk-writer`)"
+        )));
+    }
+    if let Some((key, _)) = passthrough.iter().find(|(k, _)| kafka_auth::conflicts(k)) {
+        return Err(SourceError::fatal(format!(
+            "rdkafka property `{key}` conflicts with source.kafka.auth.aws_msk_iam, which sets the protocol \
+             and SASL itself; remove it"
+        )));
+    }
+    Ok(())
 }
 
 /// The properties `auth` sets, applied after the passthrough: `gen` rejects passthrough ones that
@@ -109,6 +135,23 @@ impl ConsumerContext for ToolContext {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resolved_values_are_checked_like_literals() {
+        let msk = |region: &str, role: Option<&str>| KafkaAuth::AwsMskIam {
+            region: region.into(),
+            role_arn: role.map(Into::into),
+        };
+        assert!(check(Some(&msk("eu-west-1", None)), &[]).is_ok());
+        assert!(check(None, &[("security.protocol".into(), "SSL".into())]).is_ok());
+        let region = check(Some(&msk("eu-west", None)), &[]).unwrap_err().message;
+        assert!(region.contains("eu-west") && region.contains("not an AWS region"), "{region}");
+        let role = check(Some(&msk("eu-west-1", Some("msk-writer"))), &[]).unwrap_err().message;
+        assert!(role.contains("role_arn"), "{role}");
+        let conflict =
+            check(Some(&msk("eu-west-1", None)), &[("sasl.mechanism".into(), "PLAIN".into())]).unwrap_err().message;
+        assert!(conflict.contains("sasl.mechanism"), "{conflict}");
+    }
 
     #[test]
     fn msk_iam_sets_tls_and_oauthbearer() {

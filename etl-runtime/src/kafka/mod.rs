@@ -253,6 +253,7 @@ impl KafkaSource {
         }
         let subscription = Subscription::parse(&config.topic, "source.kafka.topic")?;
         properties::check_passthrough(&config.properties)?;
+        auth::check(config.auth.as_ref(), &config.properties)?;
         let mut all = properties::consumer_properties(&properties::ConsumerProperties {
             brokers: &config.brokers,
             group_id: &config.group_id,

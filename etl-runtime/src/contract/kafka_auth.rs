@@ -1,0 +1,62 @@
+//! `source.kafka.auth.aws_msk_iam`'s checks, shared with etl-gen (rule E0207): which passthrough
+//! properties it owns, and what a region and a role ARN look like. `gen` checks literals; the
+//! runtime checks the values `${VAR}`s resolve to.
+
+/// Whether the passthrough property `key` contradicts `aws_msk_iam`, which sets the protocol and
+/// the SASL mechanism and makes the credentials itself (`ssl.*` stays the user's).
+pub(crate) fn conflicts(key: &str) -> bool {
+    matches!(key, "security.protocol" | "sasl.mechanism" | "sasl.mechanisms" | "sasl.username" | "sasl.password")
+        || key.starts_with("sasl.oauthbearer.")
+        || key.starts_with("sasl.kerberos.")
+}
+
+/// `eu-west-1`, `us-gov-west-1`, `cn-north-1`, `ap-southeast-2`: lower-case words joined by `-`,
+/// two letters first, a number last.
+pub(crate) fn is_region(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('-').collect();
+    parts.len() >= 3
+        && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        && parts[0].len() == 2
+        && parts[0].bytes().all(|b| b.is_ascii_lowercase())
+        && parts.last().is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `arn:<partition>:iam::<12 digits>:role/<path and name>`.
+pub(crate) fn is_role_arn(text: &str) -> bool {
+    let fields: Vec<&str> = text.splitn(6, ':').collect();
+    matches!(fields.as_slice(), ["arn", partition, "iam", "", account, resource]
+        if partition.starts_with("aws")
+            && account.len() == 12
+            && account.bytes().all(|b| b.is_ascii_digit())
+            && resource.strip_prefix("role/").is_some_and(|name| !name.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_and_role_arns_are_recognized() {
+        for region in ["eu-west-1", "us-gov-west-1", "cn-north-1", "ap-southeast-2"] {
+            assert!(is_region(region), "{region}");
+        }
+        for not in ["eu-west", "EU-WEST-1", "euwest1", "kafka.eu-west-1", "e-west-1", ""] {
+            assert!(!is_region(not), "{not}");
+        }
+        assert!(is_role_arn("arn:aws:iam::123456789012:role/msk-writer"));
+        assert!(is_role_arn("arn:aws-cn:iam::123456789012:role/path/to/r"));
+        for not in
+            ["arn:aws:iam::123:role/x", "arn:aws:iam::123456789012:user/x", "arn:aws:iam::123456789012:role/", "role/x"]
+        {
+            assert!(!is_role_arn(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn the_protocol_and_sasl_are_owned_and_tls_is_not() {
+        for key in ["security.protocol", "sasl.mechanisms", "sasl.oauthbearer.method", "sasl.kerberos.keytab"] {
+            assert!(conflicts(key), "{key}");
+        }
+        assert!(!conflicts("ssl.ca.location") && !conflicts("client.id"));
+    }
+}
