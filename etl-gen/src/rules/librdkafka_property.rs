@@ -16,8 +16,10 @@ own message instead of failing in production. A value that uses `${VAR}` is only
 at run time: then only the property name is checked. librdkafka's CONFIGURATION.md lists \
 the properties; this rule cannot see producer-only properties, which the consumer ignores \
 with a warning. It also knows what this build's librdkafka lacks: the GSSAPI (Kerberos) \
-SASL mechanism needs libsasl2, which is not linked; PLAIN, SCRAM-SHA-256/512 and \
-OAUTHBEARER are built in, as is TLS (OpenSSL).",
+SASL mechanism needs libsasl2, which is not linked; PLAIN and SCRAM-SHA-256/512 are built in, \
+as is TLS (OpenSSL). OAUTHBEARER needs a token source, and the binary's only one is \
+`source.kafka.auth.aws_msk_iam` (which sets the mechanism itself); librdkafka's own OIDC \
+client needs libcurl, which is not linked either.",
 };
 
 /// SASL mechanisms librdkafka only has with libsasl2 (Cyrus), which this build does not link.
@@ -82,7 +84,23 @@ pub(crate) fn check(cx: &Context<'_>, out: &mut Vec<Diagnostic>) {
                 )
                 .on_value()
                 .note("Kerberos (GSSAPI) needs libsasl2, which etl-rs does not link into its static binaries")
-                .help("use SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (over TLS) or OAUTHBEARER"),
+                .help("use SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (over TLS), or `source.kafka.auth.aws_msk_iam`"),
+            );
+            continue;
+        }
+        if matches!(name.as_str(), "sasl.mechanism" | "sasl.mechanisms")
+            && !templated
+            && kafka.auth.is_none()
+            && value.to_text().trim().eq_ignore_ascii_case("OAUTHBEARER")
+        {
+            out.push(
+                Diagnostic::error(&RULE, &path, "OAUTHBEARER without a token source")
+                    .on_value()
+                    .note(
+                        "the binary makes OAUTHBEARER tokens for `source.kafka.auth.aws_msk_iam` only; librdkafka's \
+                         OIDC client needs libcurl, which etl-rs does not link",
+                    )
+                    .help("for Amazon MSK, remove `sasl.mechanism` and set `source.kafka.auth.aws_msk_iam.region`"),
             );
             continue;
         }
