@@ -1,6 +1,7 @@
-//! `source.kafka.auth.aws_msk_iam`'s checks, shared with etl-gen (rule E0207): which passthrough
-//! properties it owns, and what a region and a role ARN look like. `gen` checks literals; the
-//! runtime checks the values `${VAR}`s resolve to.
+//! The checks of the authentication etl-rs does itself, shared with etl-gen (rules E0207 and
+//! E0303): which passthrough properties `source.kafka.auth.aws_msk_iam` owns, what a region and a
+//! role ARN look like, and which `sasl.oauthbearer.*` properties its OIDC client takes. `gen`
+//! checks literals; the runtime checks the values `${VAR}`s resolve to.
 
 /// Whether the passthrough property `key` contradicts `aws_msk_iam`, which sets the protocol and
 /// the SASL mechanism and makes the credentials itself (`ssl.*` stays the user's).
@@ -8,6 +9,45 @@ pub(crate) fn conflicts(key: &str) -> bool {
     matches!(key, "security.protocol" | "sasl.mechanism" | "sasl.mechanisms" | "sasl.username" | "sasl.password")
         || key.starts_with("sasl.oauthbearer.")
         || key.starts_with("sasl.kerberos.")
+}
+
+/// The passthrough properties of `sasl.oauthbearer.method: oidc` that the runtime's own OIDC
+/// client takes (librdkafka's needs libcurl, which is not linked): they never reach librdkafka.
+/// Each with the canonical name it stands for.
+pub(crate) const OIDC_PROPERTIES: &[(&str, &str)] = &[
+    ("sasl.oauthbearer.method", "sasl.oauthbearer.method"),
+    ("sasl.oauthbearer.client.id", "sasl.oauthbearer.client.id"),
+    ("sasl.oauthbearer.client.credentials.client.id", "sasl.oauthbearer.client.id"),
+    ("sasl.oauthbearer.client.secret", "sasl.oauthbearer.client.secret"),
+    ("sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.client.secret"),
+    ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.token.endpoint.url"),
+    ("sasl.oauthbearer.scope", "sasl.oauthbearer.scope"),
+];
+
+/// The properties OIDC needs besides the method.
+pub(crate) const OIDC_REQUIRED: &[&str] =
+    &["sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret", "sasl.oauthbearer.token.endpoint.url"];
+
+/// What of librdkafka's OIDC the runtime's client does not do, with why: refused rather than
+/// ignored, since a broker would then refuse the token for a reason nobody could see.
+pub(crate) fn oidc_unsupported(key: &str, value: &str) -> Option<&'static str> {
+    if key == "sasl.oauthbearer.extensions" {
+        return Some(
+            "SASL extensions (e.g. Confluent Cloud's logicalCluster and identityPoolId) cannot be set through rdkafka's token callback",
+        );
+    }
+    if key == "sasl.oauthbearer.grant.type" && !value.trim().eq_ignore_ascii_case("client_credentials") {
+        return Some("only the client_credentials grant is supported");
+    }
+    if key.starts_with("sasl.oauthbearer.assertion.") {
+        return Some("JWT-bearer assertions are not supported; use client_credentials");
+    }
+    None
+}
+
+/// The canonical OIDC property `key` stands for, if it is one the runtime's client takes.
+pub(crate) fn oidc_property(key: &str) -> Option<&'static str> {
+    OIDC_PROPERTIES.iter().find(|(name, _)| *name == key).map(|(_, canonical)| *canonical)
 }
 
 /// `eu-west-1`, `us-gov-west-1`, `cn-north-1`, `ap-southeast-2`: lower-case words joined by `-`,

@@ -1,6 +1,7 @@
-//! `source.kafka.auth`: authentication the framework does itself. Today that is Amazon MSK's IAM
-//! access control, SASL/OAUTHBEARER with a SigV4-signed token (etl-aws) that librdkafka asks for
-//! again, through its refresh event, before the current one expires.
+//! `source.kafka.auth`: authentication the framework does itself, and where the clients'
+//! OAUTHBEARER tokens come from: Amazon MSK's IAM access control (a SigV4-signed token from
+//! etl-aws) or an OIDC token endpoint (`sasl.oauthbearer.method: oidc`, `oidc.rs`). librdkafka asks
+//! for a new token, through its refresh event, before the current one expires.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -62,27 +63,62 @@ pub(crate) fn properties(auth: Option<&KafkaAuth>) -> Vec<(String, String)> {
 /// Where the clients' OAUTHBEARER tokens come from: shared by every client of the process (the
 /// consumer, the dead-letter producer, the offsets tool), so credentials are fetched once.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TokenSource(Option<Arc<etl_aws::MskIam>>);
+pub(crate) enum TokenSource {
+    /// No token source: an OAUTHBEARER refresh is an error that says so.
+    #[default]
+    None,
+    /// `source.kafka.auth.aws_msk_iam`.
+    AwsMskIam(Arc<etl_aws::MskIam>),
+    /// `sasl.oauthbearer.method: oidc`.
+    Oidc(Arc<super::oidc::Oidc>),
+}
 
 impl TokenSource {
-    pub(crate) fn new(auth: Option<&KafkaAuth>) -> Self {
-        Self::with_environment(auth, etl_aws::Environment::process())
+    /// The token source of `auth`, or of the OIDC properties in `passthrough`, which it takes out
+    /// (librdkafka without libcurl refuses them).
+    pub(crate) fn new(auth: Option<&KafkaAuth>, passthrough: &mut Vec<(String, String)>) -> Result<Self, SourceError> {
+        if let Some(oidc) = super::oidc::Oidc::take(passthrough)? {
+            return Ok(TokenSource::Oidc(Arc::new(oidc)));
+        }
+        Ok(Self::with_environment(auth, etl_aws::Environment::process()))
     }
 
     /// With the credential chain reading `env` rather than the process's environment.
     pub(crate) fn with_environment(auth: Option<&KafkaAuth>, env: etl_aws::Environment) -> Self {
-        TokenSource(auth.map(|KafkaAuth::AwsMskIam { region, role_arn }| {
-            Arc::new(etl_aws::MskIam::with_environment(region, role_arn.as_deref(), env))
-        }))
+        match auth {
+            Some(KafkaAuth::AwsMskIam { region, role_arn }) => {
+                TokenSource::AwsMskIam(Arc::new(etl_aws::MskIam::with_environment(region, role_arn.as_deref(), env)))
+            }
+            None => TokenSource::None,
+        }
     }
 
     /// A fresh token, for librdkafka's refresh event. A failure is logged and handed back:
     /// librdkafka retries it, and reports the authentication failure as a client error.
     pub(crate) fn token(&self) -> Result<OAuthToken, Box<dyn Error>> {
-        let Some(msk) = &self.0 else {
-            return Err("SASL mechanism OAUTHBEARER needs a token source: etl-rs makes tokens for \
-                        `source.kafka.auth.aws_msk_iam` only (OIDC is not built: README, Missing)"
-                .into());
+        let msk = match self {
+            TokenSource::None => {
+                return Err("SASL mechanism OAUTHBEARER needs a token source: `source.kafka.auth.aws_msk_iam`, \
+                            or `sasl.oauthbearer.method: oidc` with its client id, secret and token endpoint"
+                    .into());
+            }
+            TokenSource::Oidc(oidc) => {
+                return match oidc.token() {
+                    Ok(token) => {
+                        tracing::info!(principal = %token.principal, expires_ms = token.expires_ms, "OIDC token fetched");
+                        Ok(OAuthToken {
+                            token: token.token,
+                            principal_name: token.principal,
+                            lifetime_ms: token.expires_ms,
+                        })
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "OIDC token: the token endpoint did not give one");
+                        Err(error.into())
+                    }
+                };
+            }
+            TokenSource::AwsMskIam(msk) => msk,
         };
         match msk.token(OffsetDateTime::now_utc()) {
             Ok(token) => {
@@ -162,21 +198,20 @@ mod tests {
         assert!(properties(None).is_empty());
     }
 
-    /// librdkafka asks the context for a token, accepts it (it connects only once it holds one),
-    /// and sends it in the SASL/OAUTHBEARER exchange. A stub broker answers like a 0.10 broker
-    /// (SaslHandshake v0, after which the client writes its initial response as a raw frame) and
-    /// reads what the client sends.
-    #[test]
-    fn librdkafka_sends_the_token_the_context_makes() {
-        use std::io::{Read as _, Write as _};
-        use std::time::{Duration, Instant};
+    use std::io::{Read as _, Write as _};
+    use std::time::{Duration, Instant};
 
-        use rdkafka::ClientConfig;
-        use rdkafka::consumer::BaseConsumer;
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::BaseConsumer;
 
+    /// A stub broker that answers like a 0.10 broker (SaslHandshake v0, after which the client
+    /// writes its SASL initial response as a raw frame) and returns what the client sent as its
+    /// initial response, with the connection, left open and unanswered; empty if no client
+    /// connected within 15 s (one without a token never does).
+    fn stub_broker() -> (u16, std::thread::JoinHandle<(Vec<u8>, Option<std::net::TcpStream>)>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let broker = std::thread::spawn(move || -> Vec<u8> {
+        let broker = std::thread::spawn(move || -> (Vec<u8>, Option<std::net::TcpStream>) {
             // A client without a token never connects: give up after a while rather than hang.
             listener.set_nonblocking(true).unwrap();
             let deadline = Instant::now() + Duration::from_secs(15);
@@ -184,7 +219,7 @@ mod tests {
                 match listener.accept() {
                     Ok((stream, _)) => break stream,
                     Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                    Err(_) => return Vec::new(),
+                    Err(_) => return (Vec::new(), None),
                 }
             };
             stream.set_nonblocking(false).unwrap();
@@ -219,46 +254,148 @@ mod tests {
                         body.extend(b"OAUTHBEARER");
                         reply(&mut stream, &correlation, &body);
                     }
-                    _ => return request,
+                    _ => return (request, Some(stream)),
                 }
             }
         });
+        (port, broker)
+    }
 
+    /// The bearer token of an OAUTHBEARER initial response (RFC 7628).
+    fn bearer(sent: Vec<u8>) -> String {
+        let text = String::from_utf8(sent).unwrap();
+        text.strip_prefix("n,,\u{1}auth=Bearer ")
+            .and_then(|t| t.strip_suffix("\u{1}\u{1}"))
+            .unwrap_or_else(|| panic!("not an OAUTHBEARER initial response: {text:?}"))
+            .to_owned()
+    }
+
+    /// A consumer of the stub broker with `tokens` and `properties` (plus SASL_PLAINTEXT: the stub
+    /// does not speak TLS), polled until the stub has what the client sent.
+    fn initial_response(
+        tokens: TokenSource,
+        properties: &[(String, String)],
+        broker: std::thread::JoinHandle<(Vec<u8>, Option<std::net::TcpStream>)>,
+        port: u16,
+    ) -> (Vec<u8>, BaseConsumer<ToolContext>, Option<std::net::TcpStream>) {
+        let mut config = ClientConfig::new();
+        for (k, v) in properties {
+            config.set(k, v);
+        }
+        config
+            .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+            .set("group.id", "auth-test")
+            .set("security.protocol", "SASL_PLAINTEXT");
+        let consumer: BaseConsumer<ToolContext> = config.create_with_context(ToolContext { tokens }).unwrap();
+        while !broker.is_finished() {
+            // The refresh event reaches the context through the consumer's poll.
+            let _ = consumer.poll(Duration::from_millis(100));
+        }
+        let (sent, connection) = broker.join().expect("the stub broker");
+        (sent, consumer, connection)
+    }
+
+    /// librdkafka asks the context for a token, accepts it (it connects only once it holds one),
+    /// and sends it in the SASL/OAUTHBEARER exchange.
+    #[test]
+    fn librdkafka_sends_the_token_the_context_makes() {
+        let (port, broker) = stub_broker();
         let auth = KafkaAuth::AwsMskIam { region: "eu-west-1".into(), role_arn: None };
         let env = etl_aws::Environment::from_pairs([
             ("AWS_ACCESS_KEY_ID", "AKIDSTUB"),
             ("AWS_SECRET_ACCESS_KEY", "secret"),
             ("AWS_EC2_METADATA_DISABLED", "true"),
         ]);
-        let mut config = ClientConfig::new();
-        for (k, v) in properties(Some(&auth)) {
-            config.set(k, v);
-        }
-        config
-            .set("bootstrap.servers", format!("127.0.0.1:{port}"))
-            .set("group.id", "auth-test")
-            // The stub does not speak TLS.
-            .set("security.protocol", "SASL_PLAINTEXT");
-        let context = ToolContext { tokens: TokenSource::with_environment(Some(&auth), env) };
-        let consumer: BaseConsumer<ToolContext> = config.create_with_context(context).unwrap();
-        while !broker.is_finished() {
-            // The refresh event reaches the context through the consumer's poll.
-            let _ = consumer.poll(Duration::from_millis(100));
-        }
-        let sent = broker.join().expect("the stub broker got the client's SASL initial response");
-        let text = String::from_utf8(sent).unwrap();
-        let token = text
-            .strip_prefix("n,,\u{1}auth=Bearer ")
-            .and_then(|t| t.strip_suffix("\u{1}\u{1}"))
-            .unwrap_or_else(|| panic!("not an OAUTHBEARER initial response: {text:?}"));
-        let url = etl_aws::msk::decode(token).unwrap();
+        let tokens = TokenSource::with_environment(Some(&auth), env);
+        let (sent, _consumer, _connection) = initial_response(tokens, &properties(Some(&auth)), broker, port);
+        let url = etl_aws::msk::decode(&bearer(sent)).unwrap();
         assert!(url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"), "{url}");
         assert!(url.contains("X-Amz-Credential=AKIDSTUB%2F"), "{url}");
     }
 
+    /// `sasl.oauthbearer.method: oidc`: the client credentials go to the token endpoint (a stub),
+    /// the broker gets the endpoint's token, and librdkafka asks for a new one before it expires.
+    #[test]
+    fn oidc_tokens_come_from_the_endpoint_and_are_refreshed_before_expiry() {
+        use base64::Engine as _;
+
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+        let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/oauth2/token", endpoint.local_addr().unwrap());
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            for stream in endpoint.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut request = Vec::new();
+                let mut buf = [0; 4096];
+                // Headers and the short form body arrive together or soon after.
+                while !String::from_utf8_lossy(&request).contains("grant_type") {
+                    let n = stream.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    request.extend(&buf[..n]);
+                }
+                let text = String::from_utf8_lossy(&request).into_owned();
+                let authorization = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Authorization: ").or_else(|| l.strip_prefix("authorization: ")))
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = text.rsplit("\r\n\r\n").next().unwrap_or_default().to_owned();
+                let n = {
+                    let mut log = log.lock().unwrap();
+                    log.push((authorization, body));
+                    log.len()
+                };
+                // A JWT that expires in 6 s: librdkafka renews at 80% of its lifetime.
+                let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 6;
+                let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .encode(format!(r#"{{"sub":"etl-client","exp":{exp},"n":{n}}}"#));
+                let answer = format!(r#"{{"access_token":"eyJhbGciOiJub25lIn0.{claims}.","token_type":"bearer"}}"#);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            }
+        });
+        let mut passthrough: Vec<(String, String)> = [
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            ("sasl.oauthbearer.client.id", "etl-client"),
+            ("sasl.oauthbearer.client.secret", "client-secret"),
+            ("sasl.oauthbearer.token.endpoint.url", url.as_str()),
+            ("sasl.oauthbearer.scope", "kafka"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let tokens = TokenSource::new(None, &mut passthrough).unwrap();
+        assert!(matches!(tokens, TokenSource::Oidc(_)));
+        let (port, broker) = stub_broker();
+        // The connection stays open and the SASL exchange unanswered, so nothing but the token's
+        // lifetime makes librdkafka ask for another.
+        let (sent, consumer, _connection) = initial_response(tokens, &passthrough, broker, port);
+        let token = bearer(sent);
+        assert!(token.starts_with("eyJhbGciOiJub25lIn0."), "the endpoint's token: {token}");
+        // Renewed before the first one expires, with the same client credentials.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while asked.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            let _ = consumer.poll(Duration::from_millis(100));
+        }
+        let asked = asked.lock().unwrap().clone();
+        assert!(asked.len() >= 2, "the token was not refreshed: {asked:?}");
+        let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("etl-client:client-secret"));
+        for (authorization, body) in &asked {
+            assert_eq!(authorization, &basic);
+            assert_eq!(body, "grant_type=client_credentials&scope=kafka");
+        }
+    }
+
     #[test]
     fn without_auth_an_oauthbearer_refresh_says_what_is_missing() {
-        let error = TokenSource::new(None).token().err().expect("no token without auth").to_string();
-        assert!(error.contains("source.kafka.auth.aws_msk_iam"), "{error}");
+        let error = TokenSource::None.token().err().expect("no token without auth").to_string();
+        assert!(error.contains("source.kafka.auth.aws_msk_iam") && error.contains("oidc"), "{error}");
     }
 }

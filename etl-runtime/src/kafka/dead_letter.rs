@@ -84,9 +84,9 @@ impl KafkaDeadLetter {
             return Err(SourceError::fatal("errors.dlq_topic is empty"));
         }
         let mut all: Vec<(String, String)> = properties.to_vec();
+        let context = DeliveryContext { tokens: TokenSource::new(auth.as_ref(), &mut all)? };
         all.push(("bootstrap.servers".into(), brokers.to_owned()));
         all.extend(super::auth::properties(auth.as_ref()));
-        let context = DeliveryContext { tokens: TokenSource::new(auth.as_ref()) };
         // `auto.offset.reset` (which the generated code always passes, defaulted) means nothing to
         // a producer, and librdkafka would warn about it at every start.
         let producing: Vec<(String, String)> = all.iter().filter(|(k, _)| k != "auto.offset.reset").cloned().collect();

@@ -102,6 +102,7 @@
 //! log line, in `Debug` output and in configuration errors.
 
 pub(crate) mod auth;
+mod oidc;
 // Unsafe code: librdkafka's batch consumption, which rdkafka does not wrap (and, in
 // `allocator`, mimalloc's option defaults).
 #[allow(unsafe_code)]
@@ -254,15 +255,16 @@ impl KafkaSource {
         let subscription = Subscription::parse(&config.topic, "source.kafka.topic")?;
         properties::check_passthrough(&config.properties)?;
         auth::check(config.auth.as_ref(), &config.properties)?;
+        let mut passthrough = config.properties.clone();
+        let tokens = auth::TokenSource::new(config.auth.as_ref(), &mut passthrough)?;
         let mut all = properties::consumer_properties(&properties::ConsumerProperties {
             brokers: &config.brokers,
             group_id: &config.group_id,
             commit_interval: config.commit_interval,
             statistics_interval: config.statistics_interval,
-            passthrough: &config.properties,
+            passthrough: &passthrough,
         });
         all.extend(auth::properties(config.auth.as_ref()));
-        let tokens = auth::TokenSource::new(config.auth.as_ref());
         let client_config = properties::client_config(&all, "source.kafka")?;
         tracing::info!(
             topic = %subscription,
