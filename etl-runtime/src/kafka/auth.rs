@@ -204,11 +204,14 @@ mod tests {
     use rdkafka::ClientConfig;
     use rdkafka::consumer::BaseConsumer;
 
+    /// The stub broker's thread: what the client sent, and the connection it sent it on.
+    type StubBroker = std::thread::JoinHandle<(Vec<u8>, Option<std::net::TcpStream>)>;
+
     /// A stub broker that answers like a 0.10 broker (SaslHandshake v0, after which the client
     /// writes its SASL initial response as a raw frame) and returns what the client sent as its
     /// initial response, with the connection, left open and unanswered; empty if no client
     /// connected within 15 s (one without a token never does).
-    fn stub_broker() -> (u16, std::thread::JoinHandle<(Vec<u8>, Option<std::net::TcpStream>)>) {
+    fn stub_broker() -> (u16, StubBroker) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let broker = std::thread::spawn(move || -> (Vec<u8>, Option<std::net::TcpStream>) {
@@ -275,7 +278,7 @@ mod tests {
     fn initial_response(
         tokens: TokenSource,
         properties: &[(String, String)],
-        broker: std::thread::JoinHandle<(Vec<u8>, Option<std::net::TcpStream>)>,
+        broker: StubBroker,
         port: u16,
     ) -> (Vec<u8>, BaseConsumer<ToolContext>, Option<std::net::TcpStream>) {
         let mut config = ClientConfig::new();
