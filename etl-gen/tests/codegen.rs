@@ -744,3 +744,122 @@ fn every_pipeline_compiles_without_warnings() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// `sasl.oauthbearer.method: oidc` in a generated binary: it asks the token endpoint (a stub)
+/// with the client credentials, sends the token it got in the OAUTHBEARER exchange to the broker
+/// (a stub that answers like a 0.10 broker and keeps the exchange open), and renews the token
+/// before it expires; the client secret appears in no log line.
+#[test]
+fn a_generated_binary_fetches_oidc_tokens_and_renews_them() {
+    use std::io::{Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+
+    let (_, binary) = build("etl-gen/tests/pipelines/oidc/pipeline.yaml");
+    // The token endpoint: each answer a JWT-shaped token that expires in 6 s.
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let endpoint = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint_url = format!("http://{}/token", endpoint.local_addr().unwrap());
+    let log = asked.clone();
+    std::thread::spawn(move || {
+        for stream in endpoint.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = Vec::new();
+            let mut buf = [0; 4096];
+            while !String::from_utf8_lossy(&request).contains("grant_type") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend(&buf[..n]),
+                }
+            }
+            let n = {
+                let mut log = log.lock().unwrap();
+                log.push(String::from_utf8_lossy(&request).into_owned());
+                log.len()
+            };
+            let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 6;
+            let claims = URL_SAFE_NO_PAD.encode(format!(r#"{{"sub":"etl-client","exp":{exp}}}"#));
+            let answer = format!(r#"{{"access_token":"eyJhbGciOiJub25lIn0.{claims}.token{n}","token_type":"bearer"}}"#);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    // The broker: ApiVersions refused above v0, SaslHandshake v0, then the raw initial response.
+    let broker = TcpListener::bind("127.0.0.1:0").unwrap();
+    let brokers = broker.local_addr().unwrap().to_string();
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<(Vec<u8>, TcpStream)>();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = broker.accept() else { return };
+        let frame = |stream: &mut TcpStream| -> Option<Vec<u8>> {
+            let mut size = [0; 4];
+            stream.read_exact(&mut size).ok()?;
+            let mut body = vec![0; u32::from_be_bytes(size) as usize];
+            stream.read_exact(&mut body).ok()?;
+            Some(body)
+        };
+        while let Some(request) = frame(&mut stream) {
+            let (key, version) =
+                (i16::from_be_bytes([request[0], request[1]]), i16::from_be_bytes([request[2], request[3]]));
+            let mut answer = request[4..8].to_vec();
+            match key {
+                18 if version > 0 => answer.extend([0, 35, 0, 0, 0, 0]),
+                18 => answer.extend([0, 0, 0, 0, 0, 1, 0, 17, 0, 0, 0, 0]),
+                17 => {
+                    answer.extend([0, 0, 0, 0, 0, 1, 0, 11]);
+                    answer.extend(b"OAUTHBEARER");
+                }
+                _ => {
+                    let _ = sent_tx.send((request, stream));
+                    return;
+                }
+            }
+            let mut framed = (answer.len() as u32).to_be_bytes().to_vec();
+            framed.extend(answer);
+            stream.write_all(&framed).unwrap();
+        }
+    });
+    let secret = "oidc-client-secret-marker";
+    let mut child = Command::new(&binary)
+        .envs([
+            ("KAFKA_BROKERS", brokers.as_str()),
+            ("KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+            ("OIDC_CLIENT_SECRET", secret),
+            ("OIDC_TOKEN_ENDPOINT", endpoint_url.as_str()),
+            ("RUST_LOG", "info"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sent = sent_rx.recv_timeout(Duration::from_secs(30));
+    // Renewed before the first token's 6 s are out (librdkafka asks at 80%).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while asked.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    let (sent, _connection) = sent.unwrap_or_else(|_| panic!("the broker got no SASL initial response; log:\n{log}"));
+    let text = String::from_utf8(sent).unwrap();
+    assert!(
+        text.starts_with("n,,\u{1}auth=Bearer eyJhbGciOiJub25lIn0.") && text.ends_with(".token1\u{1}\u{1}"),
+        "{text:?}"
+    );
+    let asked = asked.lock().unwrap().clone();
+    assert!(asked.len() >= 2, "the token was not renewed before it expired: {asked:?}\n{log}");
+    let basic = format!("Basic {}", STANDARD.encode(format!("etl-client:{secret}")));
+    for request in &asked {
+        assert!(request.starts_with("POST /token "), "{request}");
+        assert!(request.contains(&basic) && request.ends_with("grant_type=client_credentials"), "{request}");
+    }
+    assert!(log.contains("OIDC token fetched"), "{log}");
+    assert!(!log.contains(secret), "the client secret is in the log:\n{log}");
+}
