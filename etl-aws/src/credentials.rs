@@ -60,8 +60,17 @@ impl Credentials {
 
 /// The environment the chain reads: the process's, or a fixed map in tests (the chain never
 /// reads `std::env` itself, so tests can run side by side).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Environment(HashMap<String, String>);
+
+/// The variables' names only: the environment holds secrets, of AWS and of everything else.
+impl fmt::Debug for Environment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.0.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_tuple("Environment").field(&names).finish()
+    }
+}
 
 impl Environment {
     pub fn process() -> Self {
@@ -101,7 +110,15 @@ pub fn resolve(env: &Environment, region: &str) -> Result<Credentials, AwsError>
     if let Some(credentials) = from_profile(env)? {
         return Ok(credentials);
     }
-    if let (Some(token_file), Some(role_arn)) = (env.get("AWS_WEB_IDENTITY_TOKEN_FILE"), env.get("AWS_ROLE_ARN")) {
+    if let Some(token_file) = env.get("AWS_WEB_IDENTITY_TOKEN_FILE") {
+        let Some(role_arn) = env.get("AWS_ROLE_ARN") else {
+            return Err(AwsError::Provider {
+                provider: "web identity".into(),
+                message: "AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not (IRSA sets both: is the \
+                          service account annotated with eks.amazonaws.com/role-arn?)"
+                    .into(),
+            });
+        };
         return web_identity(env, region, token_file, role_arn);
     }
     if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_some()
@@ -137,7 +154,11 @@ fn from_environment(env: &Environment) -> Result<Option<Credentials>, AwsError> 
             provider: "environment".into(),
             message: "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into(),
         }),
-        _ => Ok(None),
+        (None, Some(_)) => Err(AwsError::Provider {
+            provider: "environment".into(),
+            message: "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not".into(),
+        }),
+        (None, None) => Ok(None),
     }
 }
 
@@ -158,7 +179,18 @@ fn from_profile(env: &Environment) -> Result<Option<Credentials>, AwsError> {
     let mut found = HashMap::new();
     for (file, section) in [(credentials_file, profile.to_owned()), (config_file, config_section)] {
         let Some(file) = file else { continue };
-        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        // A missing file is no profile; one that is there and cannot be read is an error, not a
+        // reason to go on to another identity.
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(AwsError::Provider {
+                    provider: format!("profile {profile}"),
+                    message: format!("reading {}: {e}", file.display()),
+                });
+            }
+        };
         if let Some(values) = ini_section(&text, &section) {
             for (k, v) in values {
                 found.entry(k).or_insert(v);
@@ -218,12 +250,31 @@ fn ini_section(text: &str, section: &str) -> Option<HashMap<String, String>> {
     values
 }
 
-/// The STS endpoint: `AWS_ENDPOINT_URL_STS`, then `AWS_ENDPOINT_URL`, then the regional one.
+/// The STS endpoint: `AWS_ENDPOINT_URL_STS`, then `AWS_ENDPOINT_URL`, then the regional one
+/// (China's regions are under `amazonaws.com.cn`).
 fn sts_endpoint(env: &Environment, region: &str) -> String {
+    let suffix = if region.starts_with("cn-") { "amazonaws.com.cn" } else { "amazonaws.com" };
     env.get("AWS_ENDPOINT_URL_STS")
         .or_else(|| env.get("AWS_ENDPOINT_URL"))
         .map(|u| u.trim_end_matches('/').to_owned())
-        .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"))
+        .unwrap_or_else(|| format!("https://sts.{region}.{suffix}"))
+}
+
+/// Whether the container endpoint `url` may be sent the authorization token: over https any
+/// host; over http only loopback and the addresses ECS and EKS Pod Identity serve on, as the AWS
+/// SDKs allow.
+fn container_host_allowed(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    matches!(host, "localhost" | "::1" | "169.254.170.2" | "169.254.170.23" | "fd00:ec2::23")
+        || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn agent(timeout: Duration) -> ureq::Agent {
@@ -372,6 +423,15 @@ fn container(env: &Environment) -> Result<Credentials, AwsError> {
         (None, Some(full)) => full.to_owned(),
         (None, None) => unreachable!("called only when one of the two is set"),
     };
+    if !container_host_allowed(&url) {
+        return Err(AwsError::Provider {
+            provider: provider.into(),
+            message: format!(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI {url}: over http only loopback and the ECS and EKS Pod Identity \
+                 addresses (169.254.170.2, 169.254.170.23, fd00:ec2::23) are asked; use https"
+            ),
+        });
+    }
     let authorization = match env.get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
         Some(file) => {
             Some(std::fs::read_to_string(file).map(|t| t.trim().to_owned()).map_err(|e| AwsError::Provider {
@@ -468,9 +528,36 @@ mod tests {
     }
 
     #[test]
+    fn container_endpoints_over_http_are_only_the_local_ones() {
+        for ok in [
+            "http://169.254.170.2/v2/credentials/x",
+            "http://169.254.170.23/v1/credentials",
+            "http://[fd00:ec2::23]/v1/credentials",
+            "http://127.0.0.1:8080/creds",
+            "http://localhost/creds",
+            "https://creds.example.com/x",
+        ] {
+            assert!(container_host_allowed(ok), "{ok}");
+        }
+        for not in ["http://creds.example.com/x", "http://10.0.0.1/creds", "ftp://127.0.0.1/x"] {
+            assert!(!container_host_allowed(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn china_regions_use_their_own_sts_domain() {
+        let env = Environment::default();
+        assert_eq!(sts_endpoint(&env, "cn-north-1"), "https://sts.cn-north-1.amazonaws.com.cn");
+        assert_eq!(sts_endpoint(&env, "eu-west-1"), "https://sts.eu-west-1.amazonaws.com");
+    }
+
+    #[test]
     fn secrets_are_not_printed() {
         let c = Credentials::new("AKID", "very-secret", Some("tok".into()), "environment");
         let shown = format!("{c:?}");
         assert!(!shown.contains("very-secret") && !shown.contains("tok\""), "{shown}");
+        let env = Environment::from_pairs([("AWS_SECRET_ACCESS_KEY", "very-secret")]);
+        let shown = format!("{env:?}");
+        assert!(shown.contains("AWS_SECRET_ACCESS_KEY") && !shown.contains("very-secret"), "{shown}");
     }
 }

@@ -14,14 +14,15 @@ use crate::sigv4::{self, Scope};
 /// next one at 80% of this.
 pub const TOKEN_LIFETIME_S: u32 = 900;
 
-/// Temporary credentials are fetched again once they are this close to expiry.
-const CREDENTIALS_MARGIN_S: i64 = 300;
+/// Temporary credentials are fetched again once they are this close to expiry: more than a
+/// token's lifetime, so that no token outlives the credentials that signed it.
+const CREDENTIALS_MARGIN_S: i64 = TOKEN_LIFETIME_S as i64 + 60;
 
 /// `User-Agent` in the token: the broker logs it, which tells an operator who connected.
 pub const USER_AGENT: &str = concat!("etl-rs/", env!("CARGO_PKG_VERSION"));
 
 /// One token and what librdkafka needs to know of it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MskToken {
     /// What the client sends as the bearer token.
     pub token: String,
@@ -31,6 +32,18 @@ pub struct MskToken {
     pub access_key_id: String,
     /// The provider that gave the credentials.
     pub source: String,
+}
+
+/// The token is a bearer credential for 15 minutes: not shown.
+impl std::fmt::Debug for MskToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MskToken")
+            .field("token", &"********")
+            .field("expires_ms", &self.expires_ms)
+            .field("access_key_id", &self.access_key_id)
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 /// `source.kafka.auth.aws_msk_iam`: makes tokens for one region, optionally as an assumed role.
@@ -153,7 +166,9 @@ mod tests {
         temporary.expires = Some(now + time::Duration::hours(1));
         *msk.cached.lock().unwrap() = Some(temporary.clone());
         assert_eq!(msk.credentials(now).unwrap().access_key_id, "ASIA");
-        // Within the margin of their expiry, the chain is asked again.
-        assert_eq!(msk.credentials(now + time::Duration::minutes(56)).unwrap().access_key_id, "AKID");
+        // Within the margin of their expiry (a token's lifetime and a minute), the chain is asked
+        // again.
+        assert_eq!(msk.credentials(now + time::Duration::minutes(43)).unwrap().access_key_id, "ASIA");
+        assert_eq!(msk.credentials(now + time::Duration::minutes(45)).unwrap().access_key_id, "AKID");
     }
 }

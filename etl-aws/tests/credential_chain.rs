@@ -305,3 +305,29 @@ fn a_role_is_assumed_with_signed_sts_calls_and_its_credentials_cached_until_near
         "{error}"
     );
 }
+
+#[test]
+fn a_half_configured_source_is_an_error_not_a_fall_through() {
+    // Each would otherwise go on to another source, as far as the node's instance role.
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (&[("AWS_SECRET_ACCESS_KEY", "s")], "AWS_ACCESS_KEY_ID is not"),
+        (&[("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/token")], "AWS_ROLE_ARN is not"),
+        (&[("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://creds.example.com/v1")], "use https"),
+    ];
+    for (pairs, expected) in cases {
+        let error = resolve(&env(pairs), "eu-west-1").unwrap_err().to_string();
+        assert!(error.contains(expected), "{pairs:?}: {error}");
+    }
+    // A credentials file that is there and cannot be read (a directory here).
+    let dir = tempfile::tempdir().unwrap();
+    let error = resolve(
+        &Environment::from_pairs([
+            ("AWS_SHARED_CREDENTIALS_FILE", dir.path().to_str().unwrap()),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]),
+        "eu-west-1",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("profile default") && error.contains("reading"), "{error}");
+}

@@ -22,6 +22,8 @@ pub(crate) const OIDC_PROPERTIES: &[(&str, &str)] = &[
     ("sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.client.secret"),
     ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.token.endpoint.url"),
     ("sasl.oauthbearer.scope", "sasl.oauthbearer.scope"),
+    // Only `client_credentials` gets this far (`oidc_unsupported` refuses the others).
+    ("sasl.oauthbearer.grant.type", "sasl.oauthbearer.grant.type"),
 ];
 
 /// The properties OIDC needs besides the method.

@@ -5,14 +5,16 @@
 
 use std::error::Error;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::ConsumerContext;
+use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::error::KafkaError;
 use time::OffsetDateTime;
 
-use super::context::log_to_tracing;
+use super::properties::log_to_tracing;
 use crate::contract::kafka_auth;
 use crate::engine::errors::SourceError;
 
@@ -33,7 +35,8 @@ pub(crate) fn check(auth: Option<&KafkaAuth>, passthrough: &[(String, String)]) 
             "source.kafka.auth.aws_msk_iam.region `{region}` is not an AWS region (e.g. `eu-west-1`)"
         )));
     }
-    if let Some(role) = role_arn.as_deref().filter(|r| !kafka_auth::is_role_arn(r)) {
+    // An empty role (`${MSK_ROLE_ARN:-}`) is no role.
+    if let Some(role) = role_arn.as_deref().filter(|r| !r.is_empty() && !kafka_auth::is_role_arn(r)) {
         return Err(SourceError::fatal(format!(
             "source.kafka.auth.aws_msk_iam.role_arn `{role}` is not an IAM role ARN \
              (e.g. `arn:aws:iam::123456789012:role/msk-writer`)"
@@ -60,8 +63,9 @@ pub(crate) fn properties(auth: Option<&KafkaAuth>) -> Vec<(String, String)> {
     }
 }
 
-/// Where the clients' OAUTHBEARER tokens come from: shared by every client of the process (the
-/// consumer, the dead-letter producer, the offsets tool), so credentials are fetched once.
+/// Where the clients' OAUTHBEARER tokens come from: shared by the source's clients (the consumer,
+/// the offsets tool, `dlq replay`'s plan), so credentials are fetched once for them; the
+/// dead-letter producer makes its own from the same settings.
 #[derive(Debug, Clone, Default)]
 pub(crate) enum TokenSource {
     /// No token source: an OAUTHBEARER refresh is an error that says so.
@@ -148,6 +152,32 @@ impl TokenSource {
 #[derive(Clone, Default)]
 pub(crate) struct ToolContext {
     pub(crate) tokens: TokenSource,
+    /// Set once a token was made (and so handed to librdkafka).
+    made: Arc<AtomicBool>,
+}
+
+impl ToolContext {
+    pub(crate) fn new(tokens: TokenSource) -> Self {
+        ToolContext { tokens, made: Arc::default() }
+    }
+}
+
+/// How long [`await_token`] polls for the first token.
+const TOKEN_WAIT: Duration = Duration::from_secs(30);
+
+/// Polls `consumer` until it holds its first token, when it needs one. rdkafka hands a token
+/// refresh to the application only inside a poll, and librdkafka connects to no broker before it
+/// has a token: a client that only makes requests (metadata, offsets, watermarks) and never polls
+/// would wait out every request's timeout.
+pub(crate) fn await_token(consumer: &BaseConsumer<ToolContext>) {
+    let context = consumer.context();
+    if matches!(context.tokens, TokenSource::None) {
+        return;
+    }
+    let deadline = Instant::now() + TOKEN_WAIT;
+    while !context.made.load(Ordering::Acquire) && Instant::now() < deadline {
+        let _ = consumer.poll(Duration::from_millis(50));
+    }
 }
 
 impl ClientContext for ToolContext {
@@ -162,7 +192,9 @@ impl ClientContext for ToolContext {
     }
 
     fn generate_oauth_token(&self, _config: Option<&str>) -> Result<OAuthToken, Box<dyn Error>> {
-        self.tokens.token()
+        let token = self.tokens.token()?;
+        self.made.store(true, Ordering::Release);
+        Ok(token)
     }
 }
 
@@ -184,6 +216,7 @@ mod tests {
         assert!(region.contains("eu-west") && region.contains("not an AWS region"), "{region}");
         let role = check(Some(&msk("eu-west-1", Some("msk-writer"))), &[]).unwrap_err().message;
         assert!(role.contains("role_arn"), "{role}");
+        assert!(check(Some(&msk("eu-west-1", Some(""))), &[]).is_ok(), "an empty role is no role");
         let conflict =
             check(Some(&msk("eu-west-1", None)), &[("sasl.mechanism".into(), "PLAIN".into())]).unwrap_err().message;
         assert!(conflict.contains("sasl.mechanism"), "{conflict}");
@@ -199,10 +232,8 @@ mod tests {
     }
 
     use std::io::{Read as _, Write as _};
-    use std::time::{Duration, Instant};
 
     use rdkafka::ClientConfig;
-    use rdkafka::consumer::BaseConsumer;
 
     /// The stub broker's thread: what the client sent, and the connection it sent it on.
     type StubBroker = std::thread::JoinHandle<(Vec<u8>, Option<std::net::TcpStream>)>;
@@ -289,7 +320,7 @@ mod tests {
             .set("bootstrap.servers", format!("127.0.0.1:{port}"))
             .set("group.id", "auth-test")
             .set("security.protocol", "SASL_PLAINTEXT");
-        let consumer: BaseConsumer<ToolContext> = config.create_with_context(ToolContext { tokens }).unwrap();
+        let consumer: BaseConsumer<ToolContext> = config.create_with_context(ToolContext::new(tokens)).unwrap();
         while !broker.is_finished() {
             // The refresh event reaches the context through the consumer's poll.
             let _ = consumer.poll(Duration::from_millis(100));
@@ -314,6 +345,35 @@ mod tests {
         let url = etl_aws::msk::decode(&bearer(sent)).unwrap();
         assert!(url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"), "{url}");
         assert!(url.contains("X-Amz-Credential=AKIDSTUB%2F"), "{url}");
+    }
+
+    /// A client that never polls (the offsets tool's) connects once [`await_token`] got it its
+    /// first token; without it, librdkafka never connects.
+    #[test]
+    fn await_token_lets_a_client_that_never_polls_connect() {
+        let (port, broker) = stub_broker();
+        let auth = KafkaAuth::AwsMskIam { region: "eu-west-1".into(), role_arn: None };
+        let env = etl_aws::Environment::from_pairs([
+            ("AWS_ACCESS_KEY_ID", "AKIDTOOL"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]);
+        let mut config = ClientConfig::new();
+        for (k, v) in properties(Some(&auth)) {
+            config.set(k, v);
+        }
+        config
+            .set("bootstrap.servers", format!("127.0.0.1:{port}"))
+            .set("group.id", "auth-tool-test")
+            .set("security.protocol", "SASL_PLAINTEXT");
+        let tokens = TokenSource::with_environment(Some(&auth), env);
+        let consumer: BaseConsumer<ToolContext> = config.create_with_context(ToolContext::new(tokens)).unwrap();
+        await_token(&consumer);
+        // No poll from here on.
+        let (sent, _connection) = broker.join().unwrap();
+        let url = etl_aws::msk::decode(&bearer(sent)).unwrap();
+        assert!(url.contains("X-Amz-Credential=AKIDTOOL%2F"), "{url}");
+        drop(consumer);
     }
 
     /// `sasl.oauthbearer.method: oidc`: the client credentials go to the token endpoint (a stub),

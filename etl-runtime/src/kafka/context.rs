@@ -15,6 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::batches::PartitionBatches;
 use super::partition_lane::{FetchStats, KafkaLane, LaneProgress, Start};
+use super::properties::log_to_tracing;
 use crate::engine::errors::SinkErrorKind;
 use crate::engine::handle::{LedgerReadError, PipelineHandle};
 use crate::engine::lane::{LaneKey, named};
@@ -580,18 +581,6 @@ impl ConsumerContext for SourceContext {
 
     fn main_queue_min_poll_interval(&self) -> rdkafka::util::Timeout {
         rdkafka::util::Timeout::After(Duration::from_millis(100))
-    }
-}
-
-/// Forwards a librdkafka log line to `tracing`.
-pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
-    match level {
-        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-            tracing::error!(target: "librdkafka", fac, "{message}")
-        }
-        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "librdkafka", fac, "{message}"),
-        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
     }
 }
 

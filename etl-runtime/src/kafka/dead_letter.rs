@@ -17,8 +17,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::auth::{KafkaAuth, TokenSource};
-use super::context::log_to_tracing;
 use super::properties;
+use super::properties::log_to_tracing;
 use crate::engine::errors::SinkError;
 use crate::engine::errors::SourceError;
 use crate::engine::lane::LaneKey;

@@ -22,7 +22,7 @@ use rdkafka::message::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::KafkaSource;
-use super::auth::ToolContext;
+use super::auth::{self, ToolContext};
 use super::subscription::Subscription;
 use crate::engine::lane::LaneKey;
 use crate::engine::ledger::{Ledger, Newest};
@@ -329,10 +329,11 @@ impl Tool {
         let mut config = source.client_config.clone();
         // Nothing is committed but what `reset --execute` commits itself.
         config.set("enable.auto.commit", "false");
-        let context = ToolContext { tokens: source.tokens.clone() };
+        let context = ToolContext::new(source.tokens.clone());
         let consumer: BaseConsumer<ToolContext> = config
             .create_with_context(context.clone())
             .map_err(|e| format!("creating the Kafka client (source.kafka): {e}"))?;
+        auth::await_token(&consumer);
         Ok(Tool {
             group: source.config.group_id.clone(),
             subscription: source.subscription.clone(),
@@ -418,8 +419,9 @@ impl Tool {
         let mut reader_config = self.config.clone();
         reader_config.set("enable.partition.eof", "false");
         let reader: BaseConsumer<ToolContext> = reader_config
-            .create_with_context(self.context.clone())
+            .create_with_context(ToolContext::new(self.context.tokens.clone()))
             .map_err(|e| Outcome::failed(format!("creating the Kafka reader: {e}")))?;
+        auth::await_token(&reader);
         let mut list = TopicPartitionList::new();
         let mut wanted = BTreeMap::new();
         for v in views.iter() {

@@ -33,7 +33,6 @@ impl std::fmt::Debug for Oidc {
 }
 
 /// A token and what librdkafka needs of it.
-#[derive(Debug)]
 pub(crate) struct OidcToken {
     pub(crate) token: String,
     /// Its expiry, in milliseconds since the epoch: the JWT's `exp`, else `expires_in` from now.
@@ -42,11 +41,27 @@ pub(crate) struct OidcToken {
     pub(crate) principal: String,
 }
 
+/// The token is a bearer credential: not shown.
+impl std::fmt::Debug for OidcToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcToken")
+            .field("token", &"********")
+            .field("expires_ms", &self.expires_ms)
+            .field("principal", &self.principal)
+            .finish()
+    }
+}
+
 impl Oidc {
     /// Takes the OIDC properties out of `properties` (they must not reach librdkafka, which
     /// refuses them without libcurl) when `sasl.oauthbearer.method` is `oidc`; `None` otherwise.
     pub(crate) fn take(properties: &mut Vec<(String, String)>) -> Result<Option<Oidc>, SourceError> {
         let method = properties.iter().rev().find(|(k, _)| k == "sasl.oauthbearer.method").map(|(_, v)| v.trim());
+        if method.is_some_and(|m| m.eq_ignore_ascii_case("default")) {
+            // librdkafka's own default, and a property it refuses without libcurl: drop it.
+            properties.retain(|(k, _)| k != "sasl.oauthbearer.method");
+            return Ok(None);
+        }
         if !method.is_some_and(|m| m.eq_ignore_ascii_case("oidc")) {
             return Ok(None);
         }
@@ -193,10 +208,22 @@ mod tests {
         assert_eq!(p, props(&[("security.protocol", "SASL_SSL"), ("sasl.mechanism", "OAUTHBEARER")]));
         assert_eq!((oidc.client_id.as_str(), oidc.scope.as_deref()), ("etl", Some("kafka read")));
         assert!(!format!("{oidc:?}").contains("s3cret"));
-        // Not oidc: nothing is taken.
-        let mut plain = props(&[("sasl.mechanism", "PLAIN")]);
+        // Not oidc: nothing is taken, but the default method (which librdkafka refuses without
+        // libcurl) is dropped.
+        let mut plain = props(&[("sasl.mechanism", "PLAIN"), ("sasl.oauthbearer.method", "default")]);
         assert!(Oidc::take(&mut plain).unwrap().is_none());
-        assert_eq!(plain.len(), 1);
+        assert_eq!(plain, props(&[("sasl.mechanism", "PLAIN")]));
+        // The client-credentials grant, said explicitly, is taken too.
+        let mut explicit = props(&[
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            ("sasl.oauthbearer.grant.type", "client_credentials"),
+            ("sasl.oauthbearer.client.id", "etl"),
+            ("sasl.oauthbearer.client.secret", "s"),
+            ("sasl.oauthbearer.token.endpoint.url", "https://idp.example/token"),
+        ]);
+        assert!(Oidc::take(&mut explicit).unwrap().is_some());
+        assert_eq!(explicit, props(&[("sasl.mechanism", "OAUTHBEARER")]));
         let fail = |pairs: &[(&str, &str)]| Oidc::take(&mut props(pairs)).unwrap_err().message;
         let base = [("sasl.mechanism", "OAUTHBEARER"), ("sasl.oauthbearer.method", "oidc")];
         assert!(fail(&base).contains("sasl.oauthbearer.client.id"));

@@ -1,5 +1,6 @@
 //! The librdkafka properties of the Kafka clients: the framework-owned ones, the prefetch defaults,
-//! the passthrough checks, and masking secrets before anything is logged.
+//! the passthrough checks, and masking secrets before anything is logged; and where the clients'
+//! own log lines go.
 
 use std::time::Duration;
 
@@ -110,6 +111,18 @@ pub(crate) fn consumer_properties(p: &ConsumerProperties<'_>) -> Vec<(String, St
         ("enable.partition.eof".into(), "false".into()),
     ]);
     out
+}
+
+/// Forwards a librdkafka log line to `tracing`.
+pub(crate) fn log_to_tracing(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            tracing::error!(target: "librdkafka", fac, "{message}")
+        }
+        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "librdkafka", fac, "{message}"),
+        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+    }
 }
 
 /// Builds a `ClientConfig` (later entries win) and checks it with librdkafka's own parser, so a
