@@ -304,14 +304,21 @@ mod tests {
             .to_owned()
     }
 
-    /// A consumer of the stub broker with `tokens` and `properties` (plus SASL_PLAINTEXT: the stub
-    /// does not speak TLS), polled until the stub has what the client sent.
-    fn initial_response(
-        tokens: TokenSource,
-        properties: &[(String, String)],
-        broker: StubBroker,
-        port: u16,
-    ) -> (Vec<u8>, BaseConsumer<ToolContext>, Option<std::net::TcpStream>) {
+    /// `aws_msk_iam` in eu-west-1, and tokens signed with the access key `key_id`.
+    fn stub_msk(key_id: &str) -> (KafkaAuth, TokenSource) {
+        let auth = KafkaAuth::AwsMskIam { region: "eu-west-1".into(), role_arn: None };
+        let env = etl_aws::Environment::from_pairs([
+            ("AWS_ACCESS_KEY_ID", key_id),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]);
+        let tokens = TokenSource::with_environment(Some(&auth), env);
+        (auth, tokens)
+    }
+
+    /// A consumer of the stub broker on `port` with `tokens` and `properties`, over
+    /// SASL_PLAINTEXT (the stub does not speak TLS).
+    fn stub_client(tokens: TokenSource, properties: &[(String, String)], port: u16) -> BaseConsumer<ToolContext> {
         let mut config = ClientConfig::new();
         for (k, v) in properties {
             config.set(k, v);
@@ -320,7 +327,18 @@ mod tests {
             .set("bootstrap.servers", format!("127.0.0.1:{port}"))
             .set("group.id", "auth-test")
             .set("security.protocol", "SASL_PLAINTEXT");
-        let consumer: BaseConsumer<ToolContext> = config.create_with_context(ToolContext::new(tokens)).unwrap();
+        config.create_with_context(ToolContext::new(tokens)).unwrap()
+    }
+
+    /// The stub broker's client with `tokens` and `properties`, polled until the stub has what the
+    /// client sent.
+    fn initial_response(
+        tokens: TokenSource,
+        properties: &[(String, String)],
+        broker: StubBroker,
+        port: u16,
+    ) -> (Vec<u8>, BaseConsumer<ToolContext>, Option<std::net::TcpStream>) {
+        let consumer = stub_client(tokens, properties, port);
         while !broker.is_finished() {
             // The refresh event reaches the context through the consumer's poll.
             let _ = consumer.poll(Duration::from_millis(100));
@@ -334,13 +352,7 @@ mod tests {
     #[test]
     fn librdkafka_sends_the_token_the_context_makes() {
         let (port, broker) = stub_broker();
-        let auth = KafkaAuth::AwsMskIam { region: "eu-west-1".into(), role_arn: None };
-        let env = etl_aws::Environment::from_pairs([
-            ("AWS_ACCESS_KEY_ID", "AKIDSTUB"),
-            ("AWS_SECRET_ACCESS_KEY", "secret"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-        ]);
-        let tokens = TokenSource::with_environment(Some(&auth), env);
+        let (auth, tokens) = stub_msk("AKIDSTUB");
         let (sent, _consumer, _connection) = initial_response(tokens, &properties(Some(&auth)), broker, port);
         let url = etl_aws::msk::decode(&bearer(sent)).unwrap();
         assert!(url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"), "{url}");
@@ -352,22 +364,8 @@ mod tests {
     #[test]
     fn await_token_lets_a_client_that_never_polls_connect() {
         let (port, broker) = stub_broker();
-        let auth = KafkaAuth::AwsMskIam { region: "eu-west-1".into(), role_arn: None };
-        let env = etl_aws::Environment::from_pairs([
-            ("AWS_ACCESS_KEY_ID", "AKIDTOOL"),
-            ("AWS_SECRET_ACCESS_KEY", "secret"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-        ]);
-        let mut config = ClientConfig::new();
-        for (k, v) in properties(Some(&auth)) {
-            config.set(k, v);
-        }
-        config
-            .set("bootstrap.servers", format!("127.0.0.1:{port}"))
-            .set("group.id", "auth-tool-test")
-            .set("security.protocol", "SASL_PLAINTEXT");
-        let tokens = TokenSource::with_environment(Some(&auth), env);
-        let consumer: BaseConsumer<ToolContext> = config.create_with_context(ToolContext::new(tokens)).unwrap();
+        let (auth, tokens) = stub_msk("AKIDTOOL");
+        let consumer = stub_client(tokens, &properties(Some(&auth)), port);
         await_token(&consumer);
         // No poll from here on.
         let (sent, _connection) = broker.join().unwrap();
