@@ -15,23 +15,30 @@ pub(crate) fn runs(binary: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Runs `apt-get install -y -qq <install>` (packages, and options such as
-/// `--no-install-recommends`) unless `binary` already runs, then checks that it does.
-pub(crate) fn ensure(binary: &str, install: &[&str]) -> anyhow::Result<()> {
-    if runs(binary) {
-        return Ok(());
-    }
+/// Runs `apt-get update` and `apt-get install -y -qq <install>` (packages, and options such as
+/// `--no-install-recommends`); `what` names what needs them, for the error.
+pub(crate) fn install(what: &str, install: &[&str]) -> anyhow::Result<()> {
     let install = [&["install", "-y", "-qq"][..], install].concat();
     for args in [&["update", "-qq"][..], &install[..]] {
         let status = Command::new("apt-get")
             .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
-            .with_context(|| format!("running apt-get ({binary} is installed from Debian's packages)"))?;
+            .with_context(|| format!("running apt-get ({what} is installed from Debian's packages)"))?;
         if !status.success() {
             bail!("apt-get {} failed ({status})", args.join(" "));
         }
     }
+    Ok(())
+}
+
+/// Runs `apt-get install -y -qq <install>` (packages, and options such as
+/// `--no-install-recommends`) unless `binary` already runs, then checks that it does.
+pub(crate) fn ensure(binary: &str, install: &[&str]) -> anyhow::Result<()> {
+    if runs(binary) {
+        return Ok(());
+    }
+    self::install(binary, install)?;
     if !runs(binary) {
         bail!("apt-get {} succeeded but `{binary} --version` does not run", install.join(" "));
     }

@@ -312,11 +312,18 @@ fn install_venv(package: &str, name: &str) -> anyhow::Result<PathBuf> {
         return Ok(python);
     }
     eprintln!("infra: installing {package} into {} (first use)", venv.display());
+    // A fresh Debian may lack python3, and has no `venv` module without python3-venv.
+    crate::apt::ensure("python3", &["--no-install-recommends", "python3", "python3-venv"])?;
     let work = cache_dir().join(format!("{name}-{}", std::process::id()));
-    let created =
-        Command::new("python3").args(["-m", "venv"]).arg(&work).status().context("running python3 -m venv")?;
+    let venv_at = |work: &Path| Command::new("python3").args(["-m", "venv"]).arg(work).status();
+    let mut created = venv_at(&work).context("running python3 -m venv")?;
     if !created.success() {
-        bail!("python3 -m venv {} failed ({created}); Debian needs the python3-venv package", work.display());
+        let _ = fs::remove_dir_all(&work);
+        crate::apt::install("python3 -m venv", &["--no-install-recommends", "python3-venv"])?;
+        created = venv_at(&work).context("running python3 -m venv")?;
+    }
+    if !created.success() {
+        bail!("python3 -m venv {} failed ({created}) after installing python3-venv", work.display());
     }
     let installed = Command::new(work.join("bin/python"))
         .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", package])

@@ -122,7 +122,8 @@ impl Oidc {
         let mut body = "grant_type=client_credentials".to_owned();
         if let Some(scope) = &self.scope {
             body.push_str("&scope=");
-            body.push_str(&form_encode(scope));
+            // RFC 3986 encoding is valid form encoding (`%20` for a space).
+            body.push_str(&etl_aws::sigv4::percent_encode(scope));
         }
         let shown = crate::secret::mask_userinfo(&self.endpoint);
         let mut response = self
@@ -172,19 +173,6 @@ fn jwt_claims(token: &str) -> Option<serde_json::Value> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// `application/x-www-form-urlencoded` of one value.
-fn form_encode(value: &str) -> String {
-    let mut out = String::new();
-    for byte in value.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(byte as char),
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,12 +220,11 @@ mod tests {
     }
 
     #[test]
-    fn claims_are_read_from_a_jwt_and_form_values_encoded() {
+    fn claims_are_read_from_a_jwt() {
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"sub":"etl","exp":2000000000}"#);
         let token = format!("eyJhbGciOiJSUzI1NiJ9.{claims}.c2ln");
         let c = jwt_claims(&token).unwrap();
         assert_eq!((c["sub"].as_str(), c["exp"].as_i64()), (Some("etl"), Some(2_000_000_000)));
         assert!(jwt_claims("opaque-token").is_none());
-        assert_eq!(form_encode("kafka read:all"), "kafka+read%3Aall");
     }
 }
