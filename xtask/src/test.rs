@@ -23,53 +23,37 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let root = workspace::root();
     step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
-    step(
-        "clippy",
-        Command::new(cargo()).current_dir(&root).args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--locked",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    )?;
-    // Generated code passes clippy too, with `-D warnings`: every example, corpus and test
-    // pipeline, compiled together as the binaries of one scratch crate by
-    // `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings` (in the workspace tests
-    // below), which reuses the runtime the clippy step above compiled.
-    // The operator's kit (examples/monitoring): the alert rules are valid and their unit tests
-    // pass, by Prometheus's own tool (Debian's `prometheus` package; the server is not started).
-    // tests/monitoring.rs in etl-runtime checks their metric names against the registry.
-    println!("==> promtool for the alert rules");
-    crate::apt::ensure("promtool", &["--no-install-recommends", "prometheus"])?;
-    let monitoring = root.join("examples/monitoring");
-    step(
-        "promtool check rules",
-        Command::new("promtool").current_dir(&monitoring).args(["check", "rules", "alerts.yaml"]),
-    )?;
-    step(
-        "promtool test rules",
-        Command::new("promtool").current_dir(&monitoring).args(["test", "rules", "alerts_test.yaml"]),
-    )?;
-    // The image tests (xtask/tests/image.rs) run the image in podman; they fail without it.
-    println!("==> podman for the image tests");
-    crate::podman::install()?;
-    let podman_env = crate::podman::configure(&root.join("target")).context("writing the podman configuration")?;
-    // Every test binary is built first, in one cargo invocation; then the end-to-end scenarios
-    // (`xtask/tests/e2e.rs`, mostly waiting on outages, kills and rebalances) run in the
-    // background with a thread per scenario while the other test binaries run one after another
-    // in the foreground, at a lower priority: the scenarios' time checks get the cores first.
-    let binaries = build_tests(&root, &podman_env)?;
-    let (e2e, others): (Vec<_>, Vec<_>) = binaries.into_iter().partition(|b| b.package == "xtask" && b.name == "e2e");
-    let e2e = e2e.into_iter().next().context("no xtask/tests/e2e.rs binary among the tests")?;
-    // The services the tests share, started once up front (each test binary would start what
-    // is missing, but concurrent starts of one service race).
-    step(
-        "local services",
-        Command::new(cargo()).current_dir(&root).args(["xtask", "infra", "up", "--durable"]).stdout(Stdio::null()),
-    )?;
+    // The critical path of a run is the end-to-end binary: its scenarios (mostly waiting on
+    // outages, kills and rebalances) take longer than every other check together. So it starts
+    // as early as it can: what the tests need from outside the workspace (Debian's packages, the
+    // services' downloads and start-ups: mostly waiting too) is set up on another thread while
+    // that one binary compiles, and everything else (clippy, the other test binaries) runs in
+    // the foreground once it has started, at a lower priority, so that the scenarios' builds and
+    // time checks get the cores first.
+    let set_up = {
+        let root = root.clone();
+        std::thread::spawn(move || set_up(&root))
+    };
+    let e2e = build_tests(&root, &["--package", "xtask", "--test", "e2e"], false);
+    // The scenarios' pipelines are static release builds of generated crates over one build of
+    // the runtime and librdkafka (minutes of C and Rust). That one is made here, while the
+    // set-up thread waits on downloads, rather than by the first scenario while every other one
+    // waits for it; the scenarios' own builds of their crates then take seconds each.
+    if e2e.is_ok() {
+        let xtask = std::env::current_exe().context("finding the xtask executable")?;
+        step(
+            "the scenarios' runtime (static release)",
+            Command::new(xtask)
+                .current_dir(&root)
+                .args(["build", "xtask/tests/e2e/pipeline.yaml", "--fault-injection", "--static"])
+                .stdout(Stdio::null()),
+        )?;
+    }
+    let podman_env = set_up.join().map_err(|_| anyhow::anyhow!("the set-up thread panicked"))??;
+    let e2e = e2e?
+        .into_iter()
+        .find(|b| b.package == "xtask" && b.name == "e2e")
+        .context("no xtask/tests/e2e.rs binary among the tests")?;
     let log_path = root.join("target/e2e-run.log");
     let log = std::fs::File::create(&log_path).context("creating target/e2e-run.log")?;
     println!("==> end-to-end scenarios in the background (log: {})", log_path.display());
@@ -88,15 +72,24 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         .spawn()
         .context("starting the end-to-end scenarios")?;
     let mut failed = Vec::new();
+    // Generated code passes clippy too, with `-D warnings`: every example, corpus and test
+    // pipeline, compiled together as the binaries of one scratch crate by
+    // `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings` (among the tests below).
+    let mut clippy = nice(&root, cargo());
+    clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
+    if let Err(error) = step("clippy", &mut clippy) {
+        failed.push(error.to_string());
+    }
+    let others = match build_tests(&root, &["--workspace", "--all-targets"], true) {
+        Ok(binaries) => binaries.into_iter().filter(|b| !(b.package == "xtask" && b.name == "e2e")).collect(),
+        Err(error) => {
+            failed.push(error.to_string());
+            Vec::new()
+        }
+    };
     for binary in &others {
-        let mut command = Command::new("nice");
-        command
-            .args(["-n", "10"])
-            .arg(&binary.executable)
-            .current_dir(&binary.dir)
-            .env("CARGO", cargo())
-            .envs(podman_env.iter().map(|(k, v)| (k, v)))
-            .args(&args.cargo_test_args);
+        let mut command = nice(&binary.dir, &binary.executable);
+        command.env("CARGO", cargo()).envs(podman_env.iter().map(|(k, v)| (k, v))).args(&args.cargo_test_args);
         if let Err(error) = step(&format!("tests {}::{}", binary.package, binary.name), &mut command) {
             failed.push(error.to_string());
         }
@@ -115,6 +108,47 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the tests need from outside the workspace, installed and started: promtool (and the
+/// alert rules checked with it), podman for the image tests, and the local services. Returns the
+/// environment that points podman at its configuration.
+fn set_up(root: &Path) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
+    // The operator's kit (examples/monitoring): the alert rules are valid and their unit tests
+    // pass, by Prometheus's own tool (Debian's `prometheus` package; the server is not started).
+    // tests/monitoring.rs in etl-runtime checks their metric names against the registry.
+    println!("==> promtool for the alert rules");
+    crate::apt::ensure("promtool", &["--no-install-recommends", "prometheus"])?;
+    let monitoring = root.join("examples/monitoring");
+    step(
+        "promtool check rules",
+        Command::new("promtool").current_dir(&monitoring).args(["check", "rules", "alerts.yaml"]),
+    )?;
+    step(
+        "promtool test rules",
+        Command::new("promtool").current_dir(&monitoring).args(["test", "rules", "alerts_test.yaml"]),
+    )?;
+    // The image tests (xtask/tests/image.rs) run the image in podman; they fail without it.
+    println!("==> podman for the image tests");
+    crate::podman::install()?;
+    let podman_env = crate::podman::configure(&root.join("target")).context("writing the podman configuration")?;
+    // The services the tests share, started once up front (each test binary would start what
+    // is missing, but concurrent starts of one service race). This very binary, not `cargo
+    // xtask`: cargo would wait for the build directory the e2e binary is compiling in.
+    let xtask = std::env::current_exe().context("finding the xtask executable")?;
+    step(
+        "local services",
+        Command::new(xtask).current_dir(root).args(["infra", "up", "--durable"]).stdout(Stdio::null()),
+    )?;
+    Ok(podman_env)
+}
+
+/// `program` in `dir` under `nice -n 10`: the foreground's work, which yields the cores to the
+/// end-to-end scenarios.
+fn nice(dir: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new("nice");
+    command.args(["-n", "10"]).arg(program).current_dir(dir);
+    command
+}
+
 /// Threads of the end-to-end test binary: one per scenario, so that every scenario starts at
 /// once and waits only for the locks of what it needs to itself (`xtask/tests/e2e/support/scope.rs`).
 const E2E_THREADS: usize = 64;
@@ -129,22 +163,17 @@ struct TestBinary {
     dir: PathBuf,
 }
 
-/// Builds every test target of the workspace (`cargo test --no-run`) and returns the executables,
-/// read from cargo's JSON messages.
-fn build_tests(root: &Path, env: &[(&str, PathBuf)]) -> anyhow::Result<Vec<TestBinary>> {
-    println!("==> build the tests");
+/// Builds the test targets `selection` names (`cargo test --no-run`, niced or not) and returns
+/// the executables, read from cargo's JSON messages.
+fn build_tests(root: &Path, selection: &[&str], niced: bool) -> anyhow::Result<Vec<TestBinary>> {
+    let what = selection.join(" ");
+    println!("==> build the tests ({what})");
     let started = Instant::now();
-    let output = Command::new(cargo())
+    let mut command = if niced { nice(root, cargo()) } else { Command::new(cargo()) };
+    let output = command
         .current_dir(root)
-        .args([
-            "test",
-            "--workspace",
-            "--locked",
-            "--all-targets",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ])
-        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(["test", "--locked", "--no-run", "--message-format=json-render-diagnostics"])
+        .args(selection)
         .stderr(Stdio::inherit())
         .output()
         .context("starting cargo test --no-run")?;
@@ -164,7 +193,7 @@ fn build_tests(root: &Path, env: &[(&str, PathBuf)]) -> anyhow::Result<Vec<TestB
             dir: artifact.manifest_path.parent().map_or_else(|| root.to_owned(), |d| d.as_std_path().to_owned()),
         });
     }
-    println!("==> build the tests took {:.0}s ({} binaries)", started.elapsed().as_secs_f64(), binaries.len());
+    println!("==> build the tests ({what}) took {:.0}s ({} binaries)", started.elapsed().as_secs_f64(), binaries.len());
     Ok(binaries)
 }
 
