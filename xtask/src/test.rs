@@ -21,6 +21,12 @@ pub(crate) struct TestArgs {
 
 pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     let root = workspace::root();
+    // The test build relinks target/debug/xtask (dev-dependencies unify features differently),
+    // so what runs xtask meanwhile runs a copy of this binary.
+    let xtask = root.join("target/xtask-test/xtask");
+    std::fs::create_dir_all(root.join("target/xtask-test"))?;
+    std::fs::copy(std::env::current_exe().context("finding the xtask executable")?, &xtask)
+        .context("copying the xtask executable")?;
     step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
     // The critical path of a run is the end-to-end binary: its scenarios (mostly waiting on
@@ -31,8 +37,8 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     // the foreground once it has started, at a lower priority, so that the scenarios' builds and
     // time checks get the cores first.
     let set_up = {
-        let root = root.clone();
-        std::thread::spawn(move || set_up(&root))
+        let (root, xtask) = (root.clone(), xtask.clone());
+        std::thread::spawn(move || set_up(&root, &xtask))
     };
     let e2e = build_tests(&root, &["--package", "xtask", "--test", "e2e"], false);
     // The scenarios' pipelines are static release builds of generated crates over one build of
@@ -40,10 +46,9 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     // set-up thread waits on downloads, rather than by the first scenario while every other one
     // waits for it; the scenarios' own builds of their crates then take seconds each.
     if e2e.is_ok() {
-        let xtask = std::env::current_exe().context("finding the xtask executable")?;
         step(
             "the scenarios' runtime (static release)",
-            Command::new(xtask)
+            Command::new(&xtask)
                 .current_dir(&root)
                 .args(["build", "xtask/tests/e2e/pipeline.yaml", "--fault-injection", "--static"])
                 .stdout(Stdio::null()),
@@ -111,7 +116,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
 /// What the tests need from outside the workspace, installed and started: promtool (and the
 /// alert rules checked with it), podman for the image tests, and the local services. Returns the
 /// environment that points podman at its configuration.
-fn set_up(root: &Path) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
+fn set_up(root: &Path, xtask: &Path) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
     // The operator's kit (examples/monitoring): the alert rules are valid and their unit tests
     // pass, by Prometheus's own tool (Debian's `prometheus` package; the server is not started).
     // tests/monitoring.rs in etl-runtime checks their metric names against the registry.
@@ -131,9 +136,8 @@ fn set_up(root: &Path) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
     crate::podman::install()?;
     let podman_env = crate::podman::configure(&root.join("target")).context("writing the podman configuration")?;
     // The services the tests share, started once up front (each test binary would start what
-    // is missing, but concurrent starts of one service race). This very binary, not `cargo
-    // xtask`: cargo would wait for the build directory the e2e binary is compiling in.
-    let xtask = std::env::current_exe().context("finding the xtask executable")?;
+    // is missing, but concurrent starts of one service race). Not through `cargo xtask`: cargo
+    // would wait for the build directory the e2e binary is compiling in.
     step(
         "local services",
         Command::new(xtask).current_dir(root).args(["infra", "up", "--durable"]).stdout(Stdio::null()),
