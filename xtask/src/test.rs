@@ -29,22 +29,42 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         .context("copying the xtask executable")?;
     step("formatting", Command::new(cargo()).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
-    // The critical path of a run is the end-to-end binary: its scenarios (mostly waiting on
-    // outages, kills and rebalances) take longer than every other check together. So it starts
-    // as early as it can: what the tests need from outside the workspace (Debian's packages, the
-    // services' downloads and start-ups: mostly waiting too) is set up on another thread while
-    // that one binary compiles, and everything else (clippy, the other test binaries) runs in
-    // the foreground once it has started, at a lower priority, so that the scenarios' builds and
-    // time checks get the cores first.
+    // The run is bound by its two cores: every step is arranged so that neither idles. The
+    // end-to-end scenarios (mostly waiting on outages, kills and rebalances, with bursts of
+    // load) run beside the other test binaries (mostly compiling), which run in two lanes so
+    // that one compiles while the other waits. Before them: what the tests need from outside
+    // the workspace (Debian's packages, the services' downloads and start-ups: waiting) is set
+    // up on one thread while the e2e binary, the scenarios' static runtime and clippy compile.
     let set_up = {
         let (root, xtask) = (root.clone(), xtask.clone());
         std::thread::spawn(move || set_up(&root, &xtask))
     };
     let e2e = build_tests(&root, &["--package", "xtask", "--test", "e2e"], false);
+    // Clippy checks every target of the workspace with `-D warnings` (generated code passes
+    // clippy too: every example, corpus and test pipeline, compiled together as the binaries of
+    // one scratch crate by `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings`).
+    // After the e2e build, which needs the same build directory.
+    let clippy = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            step(
+                "clippy",
+                Command::new(cargo()).current_dir(&root).args([
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--locked",
+                    "--",
+                    "-D",
+                    "warnings",
+                ]),
+            )
+        })
+    };
     // The scenarios' pipelines are static release builds of generated crates over one build of
-    // the runtime and librdkafka (minutes of C and Rust). That one is made here, while the
-    // set-up thread waits on downloads, rather than by the first scenario while every other one
-    // waits for it; the scenarios' own builds of their crates then take seconds each.
+    // the runtime and librdkafka (minutes of C and Rust). That one is made here rather than by
+    // the first scenario while every other one waits for it; the scenarios' own builds of their
+    // crates then take seconds each.
     if e2e.is_ok() {
         step(
             "the scenarios' runtime (static release)",
@@ -77,27 +97,16 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         .spawn()
         .context("starting the end-to-end scenarios")?;
     let mut failed = Vec::new();
-    // Generated code passes clippy too, with `-D warnings`: every example, corpus and test
-    // pipeline, compiled together as the binaries of one scratch crate by
-    // `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings` (among the tests below).
-    let mut clippy = nice(&root, cargo());
-    clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
-    if let Err(error) = step("clippy", &mut clippy) {
+    if let Err(error) = clippy.join().map_err(|_| anyhow::anyhow!("the clippy thread panicked"))? {
         failed.push(error.to_string());
     }
-    let others = match build_tests(&root, &["--workspace", "--all-targets"], true) {
-        Ok(binaries) => binaries.into_iter().filter(|b| !(b.package == "xtask" && b.name == "e2e")).collect(),
-        Err(error) => {
-            failed.push(error.to_string());
-            Vec::new()
+    match build_tests(&root, &["--workspace", "--all-targets"], true) {
+        Ok(binaries) => {
+            let others: Vec<TestBinary> =
+                binaries.into_iter().filter(|b| !(b.package == "xtask" && b.name == "e2e")).collect();
+            failed.extend(run_in_two_lanes(others, &podman_env, &args.cargo_test_args));
         }
-    };
-    for binary in &others {
-        let mut command = nice(&binary.dir, &binary.executable);
-        command.env("CARGO", cargo()).envs(podman_env.iter().map(|(k, v)| (k, v))).args(&args.cargo_test_args);
-        if let Err(error) = step(&format!("tests {}::{}", binary.package, binary.name), &mut command) {
-            failed.push(error.to_string());
-        }
+        Err(error) => failed.push(error.to_string()),
     }
     let status = background.wait().context("waiting for the end-to-end scenarios")?;
     let output = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -111,6 +120,52 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     }
     println!("xtask test: all steps passed");
     Ok(())
+}
+
+/// The test binaries that compile generated crates (cargo in the shared target directory, or in
+/// a directory of their own) and touch none of the shared services: they run in a lane of their
+/// own, beside the others, which mostly wait on the services.
+const COMPILING: [(&str, &str); 4] =
+    [("etl-gen", "codegen"), ("etl-gen", "ci_workflow"), ("etl-macros", "ui"), ("etl-gen", "front_end_props")];
+
+/// Runs `binaries` niced in two lanes, [`COMPILING`] ones in one, the rest in the other, each
+/// binary's output printed whole when it ends; returns what failed.
+fn run_in_two_lanes(binaries: Vec<TestBinary>, env: &[(&'static str, PathBuf)], args: &[String]) -> Vec<String> {
+    let (compiling, waiting): (Vec<_>, Vec<_>) =
+        binaries.into_iter().partition(|b| COMPILING.contains(&(b.package.as_str(), b.name.as_str())));
+    let lane = |binaries: Vec<TestBinary>| {
+        let (env, args) = (env.to_vec(), args.to_vec());
+        std::thread::spawn(move || {
+            let mut failed = Vec::new();
+            for binary in &binaries {
+                let name = format!("tests {}::{}", binary.package, binary.name);
+                let started = Instant::now();
+                let output = nice(&binary.dir, &binary.executable)
+                    .env("CARGO", cargo())
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .args(&args)
+                    .output();
+                let took = started.elapsed().as_secs_f64();
+                // One block per binary, so that the two lanes' outputs do not interleave.
+                let mut block = format!("==> {name}: {}\n", binary.executable.display());
+                match output {
+                    Ok(output) => {
+                        block.push_str(&String::from_utf8_lossy(&output.stdout));
+                        block.push_str(&String::from_utf8_lossy(&output.stderr));
+                        block.push_str(&format!("==> {name} took {took:.0}s\n"));
+                        if !output.status.success() {
+                            failed.push(format!("{name} failed ({})", output.status));
+                        }
+                    }
+                    Err(error) => failed.push(format!("starting {name}: {error}")),
+                }
+                print!("{block}");
+            }
+            failed
+        })
+    };
+    let lanes = [lane(compiling), lane(waiting)];
+    lanes.into_iter().flat_map(|l| l.join().unwrap_or_else(|_| vec!["a test lane panicked".to_owned()])).collect()
 }
 
 /// What the tests need from outside the workspace, installed and started: promtool (and the
