@@ -31,41 +31,21 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
     step("generated files are fresh", Command::new(cargo()).current_dir(&root).args(["xtask", "codegen", "--check"]))?;
     // The run is bound by its two cores: every step is arranged so that neither idles. The
     // end-to-end scenarios (mostly waiting on outages, kills and rebalances, with bursts of
-    // load) run beside the other test binaries (mostly compiling), which run in two lanes so
-    // that one compiles while the other waits. Before them: what the tests need from outside
-    // the workspace (Debian's packages, the services' downloads and start-ups: waiting) is set
-    // up on one thread while the e2e binary, the scenarios' static runtime and clippy compile.
+    // load) run beside the other test binaries and clippy (mostly compiling), which run niced in
+    // two lanes so that one compiles while the other waits. Before them: what the tests need from
+    // outside the workspace (Debian's packages, the services' downloads and start-ups: waiting)
+    // is set up on one thread while the test binaries and the scenarios' static runtime compile
+    // (niced beside the scenarios, the test build took 8 minutes instead of 2).
     let set_up = {
         let (root, xtask) = (root.clone(), xtask.clone());
         std::thread::spawn(move || set_up(&root, &xtask))
     };
-    let e2e = build_tests(&root, &["--package", "xtask", "--test", "e2e"], false);
-    // Clippy checks every target of the workspace with `-D warnings` (generated code passes
-    // clippy too: every example, corpus and test pipeline, compiled together as the binaries of
-    // one scratch crate by `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings`).
-    // After the e2e build, which needs the same build directory.
-    let clippy = {
-        let root = root.clone();
-        std::thread::spawn(move || {
-            step(
-                "clippy",
-                Command::new(cargo()).current_dir(&root).args([
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--locked",
-                    "--",
-                    "-D",
-                    "warnings",
-                ]),
-            )
-        })
-    };
+    let built = build_tests(&root, &["--workspace", "--all-targets"]);
     // The scenarios' pipelines are static release builds of generated crates over one build of
     // the runtime and librdkafka (minutes of C and Rust). That one is made here rather than by
     // the first scenario while every other one waits for it; the scenarios' own builds of their
     // crates then take seconds each.
-    if e2e.is_ok() {
+    if built.is_ok() {
         step(
             "the scenarios' runtime (static release)",
             Command::new(&xtask)
@@ -75,10 +55,8 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         )?;
     }
     let podman_env = set_up.join().map_err(|_| anyhow::anyhow!("the set-up thread panicked"))??;
-    let e2e = e2e?
-        .into_iter()
-        .find(|b| b.package == "xtask" && b.name == "e2e")
-        .context("no xtask/tests/e2e.rs binary among the tests")?;
+    let (e2e, others): (Vec<_>, Vec<_>) = built?.into_iter().partition(|b| b.package == "xtask" && b.name == "e2e");
+    let e2e = e2e.into_iter().next().context("no xtask/tests/e2e.rs binary among the tests")?;
     let log_path = root.join("target/e2e-run.log");
     let log = std::fs::File::create(&log_path).context("creating target/e2e-run.log")?;
     println!("==> end-to-end scenarios in the background (log: {})", log_path.display());
@@ -96,18 +74,8 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         .stderr(log)
         .spawn()
         .context("starting the end-to-end scenarios")?;
-    let mut failed = Vec::new();
-    if let Err(error) = clippy.join().map_err(|_| anyhow::anyhow!("the clippy thread panicked"))? {
-        failed.push(error.to_string());
-    }
-    match build_tests(&root, &["--workspace", "--all-targets"], true) {
-        Ok(binaries) => {
-            let others: Vec<TestBinary> =
-                binaries.into_iter().filter(|b| !(b.package == "xtask" && b.name == "e2e")).collect();
-            failed.extend(run_in_two_lanes(others, &podman_env, &args.cargo_test_args));
-        }
-        Err(error) => failed.push(error.to_string()),
-    }
+    let failed_lanes = run_in_two_lanes(&root, others, &podman_env, &args.cargo_test_args);
+    let mut failed = failed_lanes;
     let status = background.wait().context("waiting for the end-to-end scenarios")?;
     let output = std::fs::read_to_string(&log_path).unwrap_or_default();
     println!("==> end-to-end scenarios ({}):\n{output}", e2e.executable.display());
@@ -128,26 +96,39 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
 const COMPILING: [(&str, &str); 4] =
     [("etl-gen", "codegen"), ("etl-gen", "ci_workflow"), ("etl-macros", "ui"), ("etl-gen", "front_end_props")];
 
-/// Runs `binaries` niced in two lanes, [`COMPILING`] ones in one, the rest in the other, each
-/// binary's output printed whole when it ends; returns what failed.
-fn run_in_two_lanes(binaries: Vec<TestBinary>, env: &[(&'static str, PathBuf)], args: &[String]) -> Vec<String> {
+/// Runs `binaries` niced in two lanes, [`COMPILING`] ones in one and then clippy, the rest in
+/// the other, each one's output printed whole when it ends; returns what failed.
+///
+/// Clippy checks every target of the workspace with `-D warnings` (generated code passes clippy
+/// too: every example, corpus and test pipeline, compiled together as the binaries of one
+/// scratch crate by `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings`).
+fn run_in_two_lanes(
+    root: &Path,
+    binaries: Vec<TestBinary>,
+    env: &[(&'static str, PathBuf)],
+    args: &[String],
+) -> Vec<String> {
+    let job = |b: &TestBinary| {
+        let mut command = nice(&b.dir, &b.executable);
+        command.env("CARGO", cargo()).envs(env.iter().map(|(k, v)| (k, v))).args(args);
+        (format!("tests {}::{}", b.package, b.name), command)
+    };
     let (compiling, waiting): (Vec<_>, Vec<_>) =
-        binaries.into_iter().partition(|b| COMPILING.contains(&(b.package.as_str(), b.name.as_str())));
-    let lane = |binaries: Vec<TestBinary>| {
-        let (env, args) = (env.to_vec(), args.to_vec());
+        binaries.iter().partition(|b| COMPILING.contains(&(b.package.as_str(), b.name.as_str())));
+    let mut compiling: Vec<(String, Command)> = compiling.into_iter().map(job).collect();
+    let mut clippy = nice(root, cargo());
+    clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
+    compiling.push(("clippy".to_owned(), clippy));
+    let waiting: Vec<(String, Command)> = waiting.into_iter().map(job).collect();
+    let lane = |jobs: Vec<(String, Command)>| {
         std::thread::spawn(move || {
             let mut failed = Vec::new();
-            for binary in &binaries {
-                let name = format!("tests {}::{}", binary.package, binary.name);
+            for (name, mut command) in jobs {
                 let started = Instant::now();
-                let output = nice(&binary.dir, &binary.executable)
-                    .env("CARGO", cargo())
-                    .envs(env.iter().map(|(k, v)| (k, v)))
-                    .args(&args)
-                    .output();
+                let output = command.output();
                 let took = started.elapsed().as_secs_f64();
-                // One block per binary, so that the two lanes' outputs do not interleave.
-                let mut block = format!("==> {name}: {}\n", binary.executable.display());
+                // One block per job, so that the two lanes' outputs do not interleave.
+                let mut block = format!("==> {name}: {command:?}\n");
                 match output {
                     Ok(output) => {
                         block.push_str(&String::from_utf8_lossy(&output.stdout));
@@ -222,14 +203,13 @@ struct TestBinary {
     dir: PathBuf,
 }
 
-/// Builds the test targets `selection` names (`cargo test --no-run`, niced or not) and returns
+/// Builds the test targets `selection` names (`cargo test --no-run`) and returns
 /// the executables, read from cargo's JSON messages.
-fn build_tests(root: &Path, selection: &[&str], niced: bool) -> anyhow::Result<Vec<TestBinary>> {
+fn build_tests(root: &Path, selection: &[&str]) -> anyhow::Result<Vec<TestBinary>> {
     let what = selection.join(" ");
     println!("==> build the tests ({what})");
     let started = Instant::now();
-    let mut command = if niced { nice(root, cargo()) } else { Command::new(cargo()) };
-    let output = command
+    let output = Command::new(cargo())
         .current_dir(root)
         .args(["test", "--locked", "--no-run", "--message-format=json-render-diagnostics"])
         .args(selection)
