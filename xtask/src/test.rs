@@ -74,8 +74,7 @@ pub(crate) fn run(args: &TestArgs) -> anyhow::Result<()> {
         .stderr(log)
         .spawn()
         .context("starting the end-to-end scenarios")?;
-    let failed_lanes = run_in_two_lanes(&root, others, &podman_env, &args.cargo_test_args);
-    let mut failed = failed_lanes;
+    let mut failed = run_in_two_lanes(&root, others, &podman_env, &args.cargo_test_args);
     let status = background.wait().context("waiting for the end-to-end scenarios")?;
     let output = std::fs::read_to_string(&log_path).unwrap_or_default();
     println!("==> end-to-end scenarios ({}):\n{output}", e2e.executable.display());
