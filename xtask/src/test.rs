@@ -95,55 +95,30 @@ const COMPILING: [(&str, &str); 4] =
     [("etl-gen", "codegen"), ("etl-gen", "ci_workflow"), ("etl-macros", "ui"), ("etl-gen", "front_end_props")];
 
 /// Runs `binaries` niced one after another, the others first, then the [`COMPILING`] ones and
-/// clippy, each one's output printed whole when it ends; returns what failed.
+/// clippy; returns what failed. (Two lanes at once were faster, but beside a compiling lane the
+/// restarted ClickHouse of `etl-runtime/tests/clickhouse.rs::outages_are_retried_without_losing_rows`
+/// came back too late in two runs of three: docs/BENCHMARKS.md, "The order of the steps".)
 ///
 /// Clippy checks every target of the workspace with `-D warnings` (generated code passes clippy
 /// too: every example, corpus and test pipeline, compiled together as the binaries of one
 /// scratch crate by `etl-gen/tests/codegen.rs::every_pipeline_compiles_without_warnings`).
 fn run_niced(root: &Path, binaries: Vec<TestBinary>, env: &[(&'static str, PathBuf)], args: &[String]) -> Vec<String> {
-    let job = |b: &TestBinary| {
-        let mut command = nice(&b.dir, &b.executable);
-        command.env("CARGO", cargo()).envs(env.iter().map(|(k, v)| (k, v))).args(args);
-        (format!("tests {}::{}", b.package, b.name), command)
-    };
     let (compiling, waiting): (Vec<_>, Vec<_>) =
-        binaries.iter().partition(|b| COMPILING.contains(&(b.package.as_str(), b.name.as_str())));
-    let mut compiling: Vec<(String, Command)> = compiling.into_iter().map(job).collect();
+        binaries.into_iter().partition(|b| COMPILING.contains(&(b.package.as_str(), b.name.as_str())));
+    let mut failed = Vec::new();
+    for binary in waiting.iter().chain(&compiling) {
+        let mut command = nice(&binary.dir, &binary.executable);
+        command.env("CARGO", cargo()).envs(env.iter().map(|(k, v)| (k, v))).args(args);
+        if let Err(error) = step(&format!("tests {}::{}", binary.package, binary.name), &mut command) {
+            failed.push(error.to_string());
+        }
+    }
     let mut clippy = nice(root, cargo());
     clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
-    compiling.push(("clippy".to_owned(), clippy));
-    let waiting: Vec<(String, Command)> = waiting.into_iter().map(job).collect();
-    let lane = |jobs: Vec<(String, Command)>| {
-        std::thread::spawn(move || {
-            let mut failed = Vec::new();
-            for (name, mut command) in jobs {
-                let started = Instant::now();
-                let output = command.output();
-                let took = started.elapsed().as_secs_f64();
-                // One block per job, printed when it ends.
-                let mut block = format!("==> {name}: {command:?}\n");
-                match output {
-                    Ok(output) => {
-                        block.push_str(&String::from_utf8_lossy(&output.stdout));
-                        block.push_str(&String::from_utf8_lossy(&output.stderr));
-                        block.push_str(&format!("==> {name} took {took:.0}s\n"));
-                        if !output.status.success() {
-                            failed.push(format!("{name} failed ({})", output.status));
-                        }
-                    }
-                    Err(error) => failed.push(format!("starting {name}: {error}")),
-                }
-                print!("{block}");
-            }
-            failed
-        })
-    };
-    // One lane after all: beside a compiling lane, the restarted ClickHouse of
-    // `etl-runtime/tests/clickhouse.rs::outages_are_retried_without_losing_rows` came back too
-    // late in two runs of three (docs/BENCHMARKS.md, "The order of the steps").
-    let mut jobs = waiting;
-    jobs.extend(compiling);
-    lane(jobs).join().unwrap_or_else(|_| vec!["the test lane panicked".to_owned()])
+    if let Err(error) = step("clippy", &mut clippy) {
+        failed.push(error.to_string());
+    }
+    failed
 }
 
 /// What the tests need from outside the workspace, installed and started: promtool (and the
