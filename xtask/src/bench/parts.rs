@@ -161,6 +161,8 @@ pub(crate) fn json(m: &Measured, records: u64, partitions: u32, commit: &str) ->
             "librdkafka_over_raw_consumer": pipeline_rdk / raw_rdk.max(f64::MIN_POSITIVE),
             "threads": threads,
             "peak_rss_bytes": p.peak_rss,
+            "join_s": p.join_seconds,
+            "join_cpu_s": p.join_cpu_seconds,
         },
         "parts": parts_json,
         "raw_source": {

@@ -55,8 +55,13 @@ pub(crate) struct Run {
     pub(crate) rows_out: f64,
     pub(crate) pauses: f64,
     pub(crate) batch_rows_mean: f64,
+    /// CPU seconds from the last scrape before the first record to the last record done.
     pub(crate) cpu_seconds: f64,
-    /// Each live thread's name and CPU seconds, read with `cpu_seconds`.
+    /// CPU seconds from the start to the last scrape before the first record (joining the
+    /// group: idle cost, not counted per record), and how long that took.
+    pub(crate) join_cpu_seconds: f64,
+    pub(crate) join_seconds: f64,
+    /// Each live thread's name and CPU seconds over the same interval as `cpu_seconds`.
     pub(crate) threads: Vec<(String, f64)>,
     pub(crate) peak_rss: u64,
     pub(crate) exit: String,
@@ -120,7 +125,7 @@ pub(crate) fn run_pipeline(
     let file = fs::File::create(&log)?;
     let group = format!("bench-{}-{}-{}", v.label, std::process::id(), nanos());
     eprintln!("bench: {} ({}), log {}", v.label, v.binary.display(), log.display());
-    let meter = LoadMeter::start(infra);
+    let mut meter = LoadMeter::start(infra);
     let spawned = Instant::now();
     let mut child = KillOnDrop(
         flagship_command(&v.binary, &infra.brokers, &infra.clickhouse, (topic, &group), &admin, file)?
@@ -136,6 +141,11 @@ pub(crate) fn run_pipeline(
     let (mut samples, mut first_in, mut kept_at) = (Vec::new(), None, f64::NEG_INFINITY);
     let (mut progress, mut progress_at) = (0.0, Instant::now());
     let shown = crate::progress::Progress::records(&format!("bench: {}", v.label), records);
+    // Until the first record is in, the consumer joins its group (on this broker that takes about
+    // 20 s, which a raw consumer with its own assignment never waits). What the pipeline and the
+    // servers spend meanwhile is idle cost, not cost per record: it is measured apart, and the
+    // per-record figures start at the last scrape before the first record, like records/s.
+    let mut joined = Joined::now(pid);
     let (last, cpu_seconds, threads, peak_rss) = loop {
         if let Some(status) = child.0.try_wait()? {
             bail!("{} exited ({status}) before the end:\n{}", v.label, tail());
@@ -145,6 +155,9 @@ pub(crate) fn run_pipeline(
             let sample = Sample::of(t, &scrape);
             if first_in.is_none() && sample.records_in > 0.0 {
                 first_in = Some(t);
+            } else if first_in.is_none() {
+                joined = Joined::now(pid);
+                meter = LoadMeter::start(infra);
             }
             let finished = sample.done >= records as f64;
             // Scrapes every 50 ms time the ends closely; the plot needs only every 250 ms.
@@ -158,8 +171,8 @@ pub(crate) fn run_pipeline(
             }
             if finished {
                 // Before SIGTERM: the shutdown is not part of the work.
-                let cpu = procfs::cpu_seconds(pid).unwrap_or(0.0);
-                break (scrape, cpu, procfs::thread_cpu_seconds(pid), procfs::peak_rss(pid));
+                let cpu = procfs::cpu_seconds(pid).unwrap_or(0.0) - joined.cpu_seconds;
+                break (scrape, cpu, joined.threads_since(pid), procfs::peak_rss(pid));
             }
         }
         if progress_at.elapsed() > Duration::from_secs(120) {
@@ -202,12 +215,43 @@ pub(crate) fn run_pipeline(
         pauses: end.pauses - pauses_before,
         batch_rows_mean,
         cpu_seconds,
+        join_cpu_seconds: joined.cpu_seconds,
+        join_seconds: joined.at.duration_since(spawned).as_secs_f64(),
         threads,
         peak_rss,
         exit,
         load,
         samples,
     })
+}
+
+/// The pipeline's CPU at the last scrape before its first record: where its per-record figures
+/// start.
+struct Joined {
+    at: Instant,
+    cpu_seconds: f64,
+    threads: std::collections::BTreeMap<u32, (String, f64)>,
+}
+
+impl Joined {
+    fn now(pid: u32) -> Joined {
+        Joined {
+            at: Instant::now(),
+            cpu_seconds: procfs::cpu_seconds(pid).unwrap_or(0.0),
+            threads: procfs::thread_cpu_seconds_by_id(pid),
+        }
+    }
+
+    /// Each live thread's CPU seconds since then (all of it for threads started since).
+    fn threads_since(&self, pid: u32) -> Vec<(String, f64)> {
+        procfs::thread_cpu_seconds_by_id(pid)
+            .into_iter()
+            .map(|(tid, (name, seconds))| {
+                let before = self.threads.get(&tid).map_or(0.0, |(_, s)| *s);
+                (name, seconds - before)
+            })
+            .collect()
+    }
 }
 
 fn scrape(admin: &str) -> Option<prom::Scrape> {

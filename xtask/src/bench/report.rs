@@ -106,12 +106,16 @@ pub(crate) fn report(
     let _ = writeln!(
         out,
         "- pipeline: steady (10% to 90% of the records done) {:.0} records/s; taken from Kafka at {:.0} records/s; \
-         first record {:.2} s after start (joining the group), {:.0} records/s counting that; mean batch {:.0} rows \
+         first record {:.2} s after start (joining the group), {:.0} records/s counting that; CPU while joining \
+         {:.2} s over {:.1} s ({:.1}% of a core; not counted per record, like the time); mean batch {:.0} rows \
          (raw inserter: {:.0} rows in {} batches); {:.1} pause events/s; exit {}",
         p.steady_records_per_second(),
         p.intake_records_per_second(),
         p.first_in,
         per_second(p.records as f64, p.done_at),
+        p.join_cpu_seconds,
+        p.join_seconds,
+        100.0 * p.join_cpu_seconds / p.join_seconds.max(f64::MIN_POSITIVE),
         p.batch_rows_mean,
         i.values["rows"],
         i.values["batches"],

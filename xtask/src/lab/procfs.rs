@@ -45,11 +45,19 @@ pub(crate) fn stat_name(stat: &str) -> Option<&str> {
 /// `/proc/<pid>/task/*/stat`. Threads that already ended are not listed (their time is in
 /// [`cpu_seconds`] only).
 pub(crate) fn thread_cpu_seconds(pid: u32) -> Vec<(String, f64)> {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    thread_cpu_seconds_by_id(pid).into_values().collect()
+}
+
+/// Each live thread of process `pid` by thread id: its name and the CPU seconds it used so far.
+/// Names repeat (librdkafka names every broker thread alike), ids do not.
+pub(crate) fn thread_cpu_seconds_by_id(pid: u32) -> std::collections::BTreeMap<u32, (String, f64)> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return Default::default() };
     tasks
         .filter_map(|task| {
-            let stat = fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
-            Some((stat_name(&stat)?.to_owned(), stat_ticks(&stat)? as f64 / ticks_per_second()))
+            let task = task.ok()?;
+            let tid = task.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = fs::read_to_string(task.path().join("stat")).ok()?;
+            Some((tid, (stat_name(&stat)?.to_owned(), stat_ticks(&stat)? as f64 / ticks_per_second())))
         })
         .collect()
 }

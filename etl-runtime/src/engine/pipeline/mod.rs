@@ -29,6 +29,14 @@ use crate::engine::shared::Shared;
 /// Short, so a lane whose source has new data is picked up at once ("keeps polling").
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
+/// How long a thread that owns no lane (and drains none) waits for a control message: nothing
+/// else can give it work, and the control channel wakes it at once. Waking every `IDLE_WAIT`
+/// instead cost about 1% of a core per thread, measured on a member that waited 23 s for its
+/// group to form (docs/BENCHMARKS.md, "The join is not per record"); a standby member with no
+/// partitions waits like that all along. Well inside the loop-gap bound the tests hold
+/// (`backpressure.rs`, `POLL_GAP_BOUND`).
+const LANELESS_WAIT: Duration = Duration::from_millis(50);
+
 /// How often the thread sets the gauges of lanes that may take no turns (paused, held, draining),
 /// and samples each lane for the stall watchdog.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
@@ -149,7 +157,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
                         Ok(msg) => if self.handle_control(msg) { return self.exit() },
                         Err(_) => return self.exit(),
                     },
-                    default(IDLE_WAIT) => {}
+                    default(if self.lanes.is_empty() && self.drains.is_empty() { LANELESS_WAIT } else { IDLE_WAIT }) => {}
                 }
             }
         }
