@@ -244,14 +244,22 @@ impl Joined {
 
     /// Each live thread's CPU seconds since then (all of it for threads started since).
     fn threads_since(&self, pid: u32) -> Vec<(String, f64)> {
-        procfs::thread_cpu_seconds_by_id(pid)
-            .into_iter()
-            .map(|(tid, (name, seconds))| {
-                let before = self.threads.get(&tid).map_or(0.0, |(_, s)| *s);
-                (name, seconds - before)
-            })
-            .collect()
+        cpu_since(&self.threads, procfs::thread_cpu_seconds_by_id(pid))
     }
+}
+
+/// Each thread of `now` with the CPU seconds it used since `before`, matched by thread id (names
+/// repeat); a thread started since counts whole, one that ended since is gone from both sums.
+fn cpu_since(
+    before: &std::collections::BTreeMap<u32, (String, f64)>,
+    now: std::collections::BTreeMap<u32, (String, f64)>,
+) -> Vec<(String, f64)> {
+    now.into_iter()
+        .map(|(tid, (name, seconds))| {
+            let earlier = before.get(&tid).map_or(0.0, |(_, s)| *s);
+            (name, seconds - earlier)
+        })
+        .collect()
 }
 
 fn scrape(admin: &str) -> Option<prom::Scrape> {
@@ -270,5 +278,34 @@ impl Drop for KillOnDrop {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_since;
+
+    #[test]
+    fn thread_cpu_is_counted_since_the_join_by_thread_id() {
+        let at = |threads: &[(u32, &str, f64)]| threads.iter().map(|&(t, n, s)| (t, (n.to_owned(), s))).collect();
+        // Two librdkafka broker threads share a name; one pipeline thread starts after the join.
+        let before = at(&[(10, "rdk:broker-1", 0.5), (11, "rdk:broker-1", 0.25), (12, "etl-sink", 0.75)]);
+        let now = at(&[
+            (10, "rdk:broker-1", 2.0),
+            (11, "rdk:broker-1", 0.25),
+            (12, "etl-sink", 1.0),
+            (13, "etl-pipeline-0", 3.0),
+        ]);
+        let mut since = cpu_since(&before, now);
+        since.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        assert_eq!(
+            since,
+            [
+                ("etl-pipeline-0".to_owned(), 3.0),
+                ("etl-sink".into(), 0.25),
+                ("rdk:broker-1".into(), 0.0),
+                ("rdk:broker-1".into(), 1.5)
+            ]
+        );
     }
 }
