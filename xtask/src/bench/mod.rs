@@ -9,7 +9,8 @@
 //! 3. the pipeline: the flagship's pipeline.yaml, copied under target/ with only its name and
 //!    table changed (the tests own the `orders` table), reading the whole topic; /metrics is
 //!    scraped every 50 ms (a sample kept every 250 ms for the plot), CPU time and VmHWM read from
-//!    /proc before SIGTERM;
+//!    /proc before SIGTERM; its CPU (and the servers') counts from the last scrape before the
+//!    first record, like its records/s: the group join before it is reported apart;
 //! 4. the raw sink limit: the rows the pipeline wrote, read back per shard as RowBinary and
 //!    inserted by `bench-raw insert` (a child process) into a table of the same columns; before
 //!    its clock starts, the child measures the Native transposition and the lz4 compression of
