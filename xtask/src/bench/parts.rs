@@ -96,8 +96,11 @@ pub(crate) fn markdown(out: &mut String, m: &Measured, records: u64) {
     if classes.is_empty() {
         return;
     }
-    let _ =
-        writeln!(out, "\nThe pipeline's CPU by thread (`/proc/PID/task/*/stat` before SIGTERM), s per M records:\n");
+    let _ = writeln!(
+        out,
+        "\nThe pipeline's CPU by thread (`/proc/PID/task/*/stat`, from the last scrape before the first record to \
+         the last record done), s per M records:\n"
+    );
     let _ = writeln!(out, "| threads | what | CPU s / M | share |");
     let _ = writeln!(out, "|---|---|---|---|");
     let total: f64 = classes.values().sum();

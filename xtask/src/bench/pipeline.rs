@@ -1,6 +1,7 @@
 //! One pipeline run of `cargo xtask bench`: the variant's binary started on the topic, /metrics
-//! scraped until every record is done, its CPU time and peak RSS read before SIGTERM, and the
-//! rows in ClickHouse checked against what it counted.
+//! scraped until every record is done, its CPU time (from the last scrape before the first
+//! record) and peak RSS read before SIGTERM, and the rows in ClickHouse checked against what it
+//! counted.
 
 use std::fs;
 use std::net::TcpListener;
