@@ -142,8 +142,9 @@ pub(crate) fn run_pipeline(
     let (mut samples, mut first_in, mut kept_at) = (Vec::new(), None, f64::NEG_INFINITY);
     let (mut progress, mut progress_at) = (0.0, Instant::now());
     let shown = crate::progress::Progress::records(&format!("bench: {}", v.label), records);
-    // Until the first record is in, the consumer joins its group (on this broker that takes about
-    // 20 s, which a raw consumer with its own assignment never waits). What the pipeline and the
+    // Until the first record is in, the consumer joins its group (Tansu holds the first JoinGroup
+    // for half of `session.timeout.ms`, 23 s at the flagship's default; a raw consumer with its own
+    // assignment never waits). What the pipeline and the
     // servers spend meanwhile is idle cost, not cost per record: it is measured apart, and the
     // per-record figures start at the last scrape before the first record, like records/s.
     let mut joined = Joined::now(pid);
