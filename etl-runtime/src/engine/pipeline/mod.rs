@@ -37,6 +37,17 @@ const IDLE_WAIT: Duration = Duration::from_millis(2);
 /// (`backpressure.rs`, `POLL_GAP_BOUND`).
 const LANELESS_WAIT: Duration = Duration::from_millis(50);
 
+/// Idle turns in a row (about 200 ms at `IDLE_WAIT`) after which a thread counts its lanes as
+/// quiet and waits `QUIET_WAIT` between turns; the first turn that processes a record goes back
+/// to `IDLE_WAIT`. A saturated pipeline never goes this long without a record, so its cadence is
+/// unchanged; a quiet topic costs a thread 50 wake-ups a second instead of 500 (2 ms turns over
+/// idle lanes cost about 1.4% of a core per thread, docs/BENCHMARKS.md, "The join is not per
+/// record"). What waits for a turn is coarse next to 20 ms: `batch.linger`,
+/// `backpressure.min_pause`, a held record's retry backoff; acks and control messages still wake
+/// the thread at once.
+const QUIET_AFTER: u32 = 100;
+const QUIET_WAIT: Duration = Duration::from_millis(20);
+
 /// How often the thread sets the gauges of lanes that may take no turns (paused, held, draining),
 /// and samples each lane for the stall watchdog.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
@@ -108,6 +119,7 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
     pub(crate) fn run(mut self) {
         let mut last = Instant::now();
         let mut next_report = last;
+        let mut idle_turns = 0u32;
         loop {
             let now = Instant::now();
             let gap = now.duration_since(last).as_nanos() as u64;
@@ -148,16 +160,28 @@ impl<C: Chain, D: Delivery> PipelineThread<C, D> {
             }
             self.finish_drains();
             self.store_offsets();
+            // Read before the flush, which takes the turn's counts.
+            let took_records = self.counts.records_in > 0;
             self.flush_counts();
 
+            idle_turns = if took_records { 0 } else { idle_turns.saturating_add(1) };
             if !busy {
+                let wait = if !self.drains.is_empty() {
+                    IDLE_WAIT
+                } else if self.lanes.is_empty() {
+                    LANELESS_WAIT
+                } else if idle_turns >= QUIET_AFTER {
+                    QUIET_WAIT
+                } else {
+                    IDLE_WAIT
+                };
                 crossbeam_channel::select! {
                     recv(self.acks) -> ack => if let Ok(ack) = ack { self.handle_ack(ack) },
                     recv(self.control) -> msg => match msg {
                         Ok(msg) => if self.handle_control(msg) { return self.exit() },
                         Err(_) => return self.exit(),
                     },
-                    default(if self.lanes.is_empty() && self.drains.is_empty() { LANELESS_WAIT } else { IDLE_WAIT }) => {}
+                    default(wait) => {}
                 }
             }
         }
