@@ -126,7 +126,6 @@ pub(crate) fn run_pipeline(
     let file = fs::File::create(&log)?;
     let group = format!("bench-{}-{}-{}", v.label, std::process::id(), nanos());
     eprintln!("bench: {} ({}), log {}", v.label, v.binary.display(), log.display());
-    let mut meter = LoadMeter::start(infra);
     let spawned = Instant::now();
     let mut child = KillOnDrop(
         flagship_command(&v.binary, &infra.brokers, &infra.clickhouse, (topic, &group), &admin, file)?
@@ -147,7 +146,7 @@ pub(crate) fn run_pipeline(
     // assignment never waits). What the pipeline and the
     // servers spend meanwhile is idle cost, not cost per record: it is measured apart, and the
     // per-record figures start at the last scrape before the first record, like records/s.
-    let mut joined = Joined::now(pid);
+    let mut joined = Joined::now(pid, infra);
     let (last, cpu_seconds, threads, peak_rss) = loop {
         if let Some(status) = child.0.try_wait()? {
             bail!("{} exited ({status}) before the end:\n{}", v.label, tail());
@@ -158,8 +157,7 @@ pub(crate) fn run_pipeline(
             if first_in.is_none() && sample.records_in > 0.0 {
                 first_in = Some(t);
             } else if first_in.is_none() {
-                joined = Joined::now(pid);
-                meter = LoadMeter::start(infra);
+                joined = Joined::now(pid, infra);
             }
             let finished = sample.done >= records as f64;
             // Scrapes every 50 ms time the ends closely; the plot needs only every 250 ms.
@@ -183,7 +181,7 @@ pub(crate) fn run_pipeline(
         std::thread::sleep(Duration::from_millis(50));
     };
     shown.finish();
-    let load = meter.finish(cpu_seconds);
+    let load = joined.meter.finish(cpu_seconds);
     let end = *samples.last().expect("the last sample is kept");
     let first_in = first_in.unwrap_or(0.0);
     let pauses_before = samples.iter().find(|s| s.t >= first_in).map_or(0.0, |s| s.pauses);
@@ -227,20 +225,22 @@ pub(crate) fn run_pipeline(
     })
 }
 
-/// The pipeline's CPU at the last scrape before its first record: where its per-record figures
-/// start.
+/// The pipeline's and the servers' CPU at the last scrape before its first record: where its
+/// per-record figures start.
 struct Joined {
     at: Instant,
     cpu_seconds: f64,
     threads: std::collections::BTreeMap<u32, (String, f64)>,
+    meter: LoadMeter,
 }
 
 impl Joined {
-    fn now(pid: u32) -> Joined {
+    fn now(pid: u32, infra: &Servers) -> Joined {
         Joined {
             at: Instant::now(),
             cpu_seconds: procfs::cpu_seconds(pid).unwrap_or(0.0),
             threads: procfs::thread_cpu_seconds_by_id(pid),
+            meter: LoadMeter::start(infra),
         }
     }
 
