@@ -3,7 +3,8 @@
 //! the figures a script or a reviewer reads without parsing Markdown.
 //!
 //! The parts, each in CPU seconds per million records of the topic:
-//! - `consume`: the raw consumer (`bench-raw consume`), the whole process;
+//! - `consume`: the raw consumer (`bench-raw consume`), the whole process (the median of three
+//!   reads, `limits::consume`);
 //! - `decode`: the generated decoder alone, on the topic's own payloads (`benches/parts.rs`);
 //! - `chain`: the rest of the generated chain on them: operators and row encoding (the whole
 //!   chain's CPU less the decoder's);
@@ -171,6 +172,7 @@ pub(crate) fn json(m: &Measured, records: u64, partitions: u32, commit: &str) ->
         "raw_source": {
             "records_per_s": c.records_per_second(),
             "cpu_s_per_m": c.cpu_per_million(),
+            "cpu_s_per_m_runs": c.runs_cpu_per_million,
             "librdkafka_cpu_s_per_m": raw_rdk,
         },
         "raw_sink": {

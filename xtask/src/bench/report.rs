@@ -124,9 +124,12 @@ pub(crate) fn report(
     );
     let _ = writeln!(
         out,
-        "- raw consumer: first message {:.2} s after assign; messages of {:.1} payload bytes on average",
+        "- raw consumer: first message {:.2} s after assign; messages of {:.1} payload bytes on average; read {} \
+         times, CPU {} s/M, the median run's figures used throughout",
         c.values["startup_seconds"],
-        c.values["payload_bytes"] / c.records as f64
+        c.values["payload_bytes"] / c.records as f64,
+        c.runs_cpu_per_million.len(),
+        c.runs_cpu_per_million.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", ")
     );
     let _ = writeln!(
         out,
