@@ -72,13 +72,14 @@
 //! Once a partition's queue is split, librdkafka applies `queued.max.messages.kbytes` and
 //! `queued.min.messages` to that partition queue alone. The defaults here (overridable with the
 //! `rdkafka:` passthrough) are `queued.max.messages.kbytes=8192` (8 MiB),
-//! `queued.min.messages=10000` and `fetch.queue.backoff.ms=10` (with librdkafka's 1000 ms a small cap
-//! collapses consumption about 40-fold). `fetch.wait.max.ms` stays at librdkafka's 500 ms: a broker
+//! `queued.min.messages=100000` (librdkafka's own, so the kbytes cap binds) and
+//! `fetch.queue.backoff.ms=10` (with librdkafka's 1000 ms a small cap collapses consumption about
+//! 40-fold). `fetch.wait.max.ms` stays at librdkafka's 500 ms: a broker
 //! that reads its log from object storage spends that wait reading, and answers with what it read
 //! by then (see `properties::DEFAULT_FETCH_WAIT_MAX_MS`). Pausing a partition purges its queue;
 //! once resumed it waits for the fetch in flight, which the broker may hold up to
 //! `fetch.wait.max.ms` when nothing else has new data. A partition stops fetching once its queue holds
-//! 10 000 messages or 8 MiB; the fetch in flight can add one more response for it, up to
+//! 100 000 messages or 8 MiB; the fetch in flight can add one more response for it, up to
 //! `fetch.message.max.bytes` (1 MiB by default; some brokers ignore it and send up to `fetch.max.bytes`,
 //! 50 MiB by default, per broker connection). A lane's batch is taken from the queue in one
 //! non-blocking pass: at most what the queue held plus a response landing meanwhile, and no longer

@@ -142,7 +142,7 @@ fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
             .set("queued.max.messages.kbytes", "8192")
-            .set("queued.min.messages", "10000")
+            .set("queued.min.messages", "100000")
             .set("fetch.queue.backoff.ms", "10")
             .set("fetch.wait.max.ms", "500")
             .create()
