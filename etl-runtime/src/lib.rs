@@ -149,7 +149,9 @@ pub mod __private {
     pub use crate::entry::{Build, Command, Part, Resolved, Setting, Start, start, startup_error};
     pub use crate::file_sink::FileSink;
     #[cfg(feature = "kafka")]
-    pub use crate::kafka::{KafkaAuth, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, topic_list, topic_pattern};
+    pub use crate::kafka::{
+        KafkaAuth, KafkaDeadLetter, KafkaSource, KafkaSourceConfig, prefetch_properties, topic_list, topic_pattern,
+    };
     #[cfg(feature = "registry")]
     pub use crate::registry::{Datum, Registry, RegistryError};
     pub use crate::run::{RunOutcome, init_logging, run, run_command};

@@ -139,6 +139,7 @@ pub use self::auth::KafkaAuth;
 pub use self::batches::{BATCH_MESSAGES, BatchMessage, PartitionBatches};
 pub use self::dead_letter::KafkaDeadLetter;
 pub use self::offsets::{OffsetsCommand, ResetTarget};
+pub use self::properties::prefetch_properties;
 pub use self::replay::DlqReplay;
 pub use self::subscription::{topic_list, topic_pattern};
 

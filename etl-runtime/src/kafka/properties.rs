@@ -93,18 +93,24 @@ pub(crate) struct ConsumerProperties<'a> {
     pub(crate) passthrough: &'a [(String, String)],
 }
 
-/// The consumer's properties in the order they are applied: prefetch defaults, then the passthrough
-/// (which may override the defaults), then the framework-owned ones (which nothing overrides).
-pub(crate) fn consumer_properties(p: &ConsumerProperties<'_>) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = vec![
+/// The prefetch defaults: how far librdkafka reads ahead per partition queue and how it waits.
+/// Also what `cargo xtask bench`'s raw consumer reads with, so that it stays the same kind of limit.
+pub fn prefetch_properties() -> Vec<(String, String)> {
+    vec![
         ("queued.max.messages.kbytes".into(), DEFAULT_QUEUED_MAX_KBYTES.to_string()),
         ("queued.min.messages".into(), DEFAULT_QUEUED_MIN_MESSAGES.to_string()),
         ("fetch.queue.backoff.ms".into(), DEFAULT_FETCH_QUEUE_BACKOFF_MS.to_string()),
         ("fetch.wait.max.ms".into(), DEFAULT_FETCH_WAIT_MAX_MS.to_string()),
-        // librdkafka's `latest` would make a new group (or one whose committed offsets expired)
-        // silently skip everything already in the topic.
-        ("auto.offset.reset".into(), DEFAULT_AUTO_OFFSET_RESET.into()),
-    ];
+    ]
+}
+
+/// The consumer's properties in the order they are applied: prefetch defaults, then the passthrough
+/// (which may override the defaults), then the framework-owned ones (which nothing overrides).
+pub(crate) fn consumer_properties(p: &ConsumerProperties<'_>) -> Vec<(String, String)> {
+    let mut out = prefetch_properties();
+    // librdkafka's `latest` would make a new group (or one whose committed offsets expired)
+    // silently skip everything already in the topic.
+    out.push(("auto.offset.reset".into(), DEFAULT_AUTO_OFFSET_RESET.into()));
     out.extend(p.passthrough.iter().cloned());
     out.extend([
         ("bootstrap.servers".into(), p.brokers.to_owned()),

@@ -133,21 +133,18 @@ pub(crate) fn parse_result(stdout: &str) -> anyhow::Result<BTreeMap<String, f64>
 }
 
 fn consume(args: &ConsumeArgs) -> anyhow::Result<BTreeMap<&'static str, f64>> {
-    // The Kafka source's prefetch defaults (etl-runtime/src/kafka/properties.rs), so both read
-    // ahead the same way; no group membership or commits, which the source pays for separately.
-    let consumer: Arc<BaseConsumer> = Arc::new(
-        ClientConfig::new()
-            .set("bootstrap.servers", &args.source.brokers)
-            .set("group.id", format!("bench-raw-{}", std::process::id()))
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false")
-            .set("queued.max.messages.kbytes", "8192")
-            .set("queued.min.messages", "100000")
-            .set("fetch.queue.backoff.ms", "10")
-            .set("fetch.wait.max.ms", "500")
-            .create()
-            .context("creating the consumer")?,
-    );
+    // The Kafka source's own prefetch defaults, so both read ahead the same way; no group
+    // membership or commits, which the source pays for separately.
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &args.source.brokers)
+        .set("group.id", format!("bench-raw-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    for (key, value) in etl_runtime::__private::prefetch_properties() {
+        config.set(key, value);
+    }
+    let consumer: Arc<BaseConsumer> = Arc::new(config.create().context("creating the consumer")?);
     let threads = args.threads.max(1);
     let mut queues: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
     let mut assignment = TopicPartitionList::new();
