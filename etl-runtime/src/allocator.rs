@@ -26,9 +26,9 @@ const PURGE_DELAY: std::os::raw::c_int = 15;
 /// and fill again all the time; purged after one second, they are given back and faulted in
 /// again, and every purge is a system call that can interrupt the threads of the process on other
 /// cores. Ten seconds keeps them through a steady run: in four interleaved pairs on 3M records the
-/// flagship spent 6% less CPU a record and its librdkafka threads 9% less, at the same peak RSS
-/// (docs/BENCHMARKS.md, "The allocator's purge delay"). The peak is what the memory bound
-/// promises, and pages kept longer cannot raise it above what the process once held.
+/// flagship spent 6% less CPU a record and its librdkafka threads 9% less, at the same peak RSS;
+/// on 10M records the peak was a median 20% higher (docs/BENCHMARKS.md, "The allocator's purge
+/// delay"), still a third of its `gen --memory` bound.
 #[cfg(feature = "mimalloc")]
 const PURGE_DELAY_MS: std::os::raw::c_long = 10_000;
 
