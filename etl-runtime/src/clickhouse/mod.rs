@@ -131,9 +131,10 @@ use table_columns::RowLayout;
 /// code) marks the replica unhealthy (`etl_sink_replica_healthy{shard,replica}` = 0) and moves the
 /// shard to the next replica, so the runtime's retry goes there: a hung replica costs one insert
 /// `timeout`, then the inserts go elsewhere. An unhealthy replica is passed over for 30 s; then
-/// the next insert on its shard starts a probe (within `timeout`, as a task of its own: a query
-/// that fails on a replica whose copy of the table is read-only) that marks it healthy again or
-/// starts a new cooldown, so the gauge tells the truth about replicas nobody writes to. The shard stays on the replica that works; a recovered one is used
+/// the next insert on its shard, or the sink's idle prober (every 10 s from the first check on,
+/// inserts or not), starts a probe (within `timeout`, as a task of its own: a query that fails on
+/// a replica whose copy of the table is read-only) that marks it healthy again or starts a new
+/// cooldown, so the gauge tells the truth about replicas nobody writes to. The shard stays on the replica that works; a recovered one is used
 /// again when that one fails. When every replica of a shard failed recently, the current one is
 /// tried anyway (the runtime's backoff paces the attempts). The exactly-once ledger rotates over
 /// the same replicas, starting at the current one. Success marks a replica healthy.
@@ -147,6 +148,8 @@ pub struct ClickhouseSink {
     insert_sql: String,
     /// The query that probes a failed replica (`replicas::probe_query`).
     probe: std::sync::Arc<str>,
+    /// Whether `replicas::probe_while_idle` runs (started by the first check).
+    idle_probes: std::sync::atomic::AtomicBool,
     layout: Option<RowLayout>,
     /// `format: native`: an empty encoder of the columns, and the ones inserts have finished
     /// with, kept so their buffers are reused.
@@ -303,6 +306,7 @@ impl ClickhouseSink {
             shards,
             insert_sql: table_columns::insert_sql(&config.database, &config.table, &config.columns, config.format),
             probe: replicas::probe_query(&config.database, &config.table).into(),
+            idle_probes: std::sync::atomic::AtomicBool::new(false),
             database: config.database,
             table: config.table,
             columns: config.columns,
@@ -336,6 +340,10 @@ impl Sink for ClickhouseSink {
     }
 
     async fn check(&self) -> Result<(), SinkError> {
+        // The start-up check runs on the sink's runtime, where the idle prober then lives.
+        if !self.idle_probes.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            replicas::probe_while_idle(&self.shards, &self.probe, self.timeout);
+        }
         self.check_table().await
     }
 

@@ -125,6 +125,31 @@ pub(super) fn probe_recovered(
     }
 }
 
+/// How often the replicas of every shard are looked at for probes due, whether or not anything
+/// is inserted (`probe_while_idle`).
+const IDLE_PROBE_EVERY: Duration = Duration::from_millis(REPLICA_COOLDOWN.as_millis() as u64 / 3);
+
+/// Probes the failed replicas of every shard when their cooldown is over, also while no insert
+/// comes (a pipeline that has caught up, or a shard no row goes to): otherwise a replica that came
+/// back would stay `etl_sink_replica_healthy` 0 until the next insert on its shard, and an alert
+/// on the gauge would fire for a replica that is fine. Runs on the caller's tokio runtime until
+/// the sink is dropped (it holds the shards weakly) or the runtime ends.
+pub(super) fn probe_while_idle(shards: &Arc<Vec<Shard>>, probe: &Arc<str>, timeout: Duration) {
+    let (shards, probe) = (Arc::downgrade(shards), probe.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(IDLE_PROBE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(shards) = shards.upgrade() else { return };
+            for shard in 0..shards.len() {
+                let current = shards[shard].current.load(Ordering::Relaxed) % shards[shard].replicas.len();
+                probe_recovered(&shards, &probe, shard, current, timeout);
+            }
+        }
+    });
+}
+
 /// The probe query of a table: it fails on a replica that cannot take inserts into it (a
 /// replicated table in read-only mode, its Keeper session lost), where `SELECT 1` would pass.
 pub(super) fn probe_query(database: &str, table: &str) -> String {

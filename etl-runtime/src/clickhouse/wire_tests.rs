@@ -366,3 +366,28 @@ async fn a_failed_replica_is_probed_after_its_cooldown() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+// With nothing inserted at all, the idle prober the first check starts still probes a failed
+// replica once its cooldown is over: the health gauge of a replica that came back is right
+// while the pipeline has nothing to write (a caught-up topic, a shard no row goes to).
+#[tokio::test]
+async fn a_failed_replica_is_probed_while_nothing_is_inserted() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (live, requests) = fake_server(ok());
+    let sink = ClickhouseSink::new(config(vec![vec![format!("http://{addr}"), live]])).unwrap();
+    let healthy = |index: usize| sink.shards[0].replicas[index].healthy.get();
+    assert_eq!(sink.write(0, &batch("tok-10", 5)).await.unwrap_err().kind, SinkErrorKind::Retryable);
+    assert_eq!(healthy(0), 0, "refused: unhealthy");
+    // Its outcome against a fake server does not matter here: the check starts the prober.
+    let _ = sink.check().await;
+
+    let (_back, probes) = fake_server_on(addr, ok());
+    let deadline = Instant::now() + replicas::REPLICA_COOLDOWN * 4;
+    while healthy(0) != 1 {
+        assert!(Instant::now() < deadline, "the replica that answers again is probed healthy without an insert");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(String::from_utf8_lossy(&next(&probes)).contains("system.replicas"), "the probe reached the replica");
+    let inserts = requests.try_iter().filter(|r| decoded(&split(r).0).contains("insert_deduplication_token")).count();
+    assert_eq!(inserts, 0, "nothing was inserted meanwhile");
+}
