@@ -67,6 +67,34 @@ impl Recorded {
 /// A boxed future, so that [`Ledger`] stays object safe.
 pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, SinkError>> + Send + 'a>>;
 
+/// How many partitions read the ledger at once: a new owner's claims and spans (the assignment
+/// callback waits for all of them) and `offsets show`'s newest spans. One partition after another,
+/// 64 partitions kept the exactly-once flagship's first assignment 2.4 s longer than
+/// at-least-once on the local ClickHouse (docs/BENCHMARKS.md, "64 partitions and exactly-once,
+/// again"), and a ClickHouse farther away multiplies that by its round trip. Sixteen at once keeps
+/// the burst of small queries on each shard modest.
+pub(crate) const CONCURRENT_READS: usize = 16;
+
+/// Runs `futures` concurrently on the calling task, each to completion; their outputs in the
+/// futures' order. (A join for a handful of small ledger reads, without a dependency for it.)
+pub(crate) async fn all_in_order<'a, T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
+    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut waiting = false;
+        for (future, output) in futures.iter_mut().zip(&mut outputs) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(done) => *output = Some(done),
+                    std::task::Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    outputs.into_iter().map(|o| o.expect("polled to completion")).collect()
+}
+
 /// Where batch spans are made durable before their insert (for ClickHouse: a small table on each
 /// shard). Implemented by sinks that support exactly-once.
 pub trait Ledger: Send + Sync + 'static {
@@ -260,6 +288,28 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `all_in_order` runs its futures at once and gives their outputs in their order, whatever
+    /// order they finish in: the later a future is, the sooner it finishes here.
+    #[tokio::test]
+    async fn all_in_order_runs_the_futures_together_and_keeps_their_order() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+        let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let futures: Vec<Pin<Box<dyn Future<Output = usize> + Send + '_>>> = (0..5usize)
+            .map(|i| {
+                let (running, most) = (&running, &most);
+                Box::pin(async move {
+                    most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5 * (5 - i as u64))).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    i
+                }) as Pin<Box<dyn Future<Output = usize> + Send + '_>>
+            })
+            .collect();
+        assert_eq!(all_in_order(futures).await, vec![0, 1, 2, 3, 4]);
+        assert_eq!(most.load(Ordering::SeqCst), 5, "all five were under way at once");
+    }
 
     fn current(spans: &[(Span, u64)]) -> Recorded {
         Recorded { spans: spans.to_vec(), ..Recorded::default() }

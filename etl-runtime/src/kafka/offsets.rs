@@ -25,7 +25,7 @@ use super::KafkaSource;
 use super::auth::{self, ToolContext};
 use super::subscription::Subscription;
 use crate::engine::lane::LaneKey;
-use crate::engine::ledger::{Ledger, Newest};
+use crate::engine::ledger::{CONCURRENT_READS, Ledger, Newest, all_in_order};
 
 /// How long one broker request of these commands may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -493,16 +493,20 @@ impl Tool {
         let views = self.view(&partitions)?;
         let mut spans: Vec<(String, i32, Newest, bool)> = Vec::new();
         if let Some(ledger) = ledger {
-            for v in &views {
-                let lane = LaneKey { topic: v.topic.as_str().into(), partition: v.partition };
-                let newest = runtime
-                    .block_on(ledger.newest(&lane))
-                    .map_err(|e| Outcome::failed(format!("reading the exactly-once ledger: {e}")))?;
-                for n in newest {
-                    // Finished: every record of the batch is below the committed offset, so no
-                    // run replays it.
-                    let finished = v.committed.is_some_and(|c| n.last < c);
-                    spans.push((v.topic.clone(), v.partition, n, finished));
+            // Several partitions at a time: each read is a query or two per shard.
+            for group in views.chunks(CONCURRENT_READS) {
+                let lanes: Vec<LaneKey> =
+                    group.iter().map(|v| LaneKey { topic: v.topic.as_str().into(), partition: v.partition }).collect();
+                let reads = runtime.block_on(all_in_order(lanes.iter().map(|lane| ledger.newest(lane)).collect()));
+                for (v, newest) in group.iter().zip(reads) {
+                    let newest =
+                        newest.map_err(|e| Outcome::failed(format!("reading the exactly-once ledger: {e}")))?;
+                    for n in newest {
+                        // Finished: every record of the batch is below the committed offset, so
+                        // no run replays it.
+                        let finished = v.committed.is_some_and(|c| n.last < c);
+                        spans.push((v.topic.clone(), v.partition, n, finished));
+                    }
                 }
             }
         }

@@ -3,21 +3,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::engine::errors::{SinkError, SinkErrorKind};
 use crate::engine::handle::PipelineHandle;
 use crate::engine::lane::LaneKey;
-use crate::engine::ledger::{Ledger, Recorded, Replay};
-
-/// How many partitions of one assignment read the ledger at once. A read is three round trips
-/// (the highest epoch, the claim, the spans) and the assignment callback waits for all of them:
-/// one partition after another, 64 partitions kept the exactly-once flagship's first assignment
-/// 2.4 s longer than at-least-once on the local ClickHouse (docs/BENCHMARKS.md, "Exactly-once at
-/// 64 partitions, by hand"), and a ClickHouse farther away multiplies that by its round trip.
-/// Sixteen at once keeps the burst of small queries on each shard modest.
-pub(crate) const CONCURRENT_READS: usize = 16;
+use crate::engine::ledger::{CONCURRENT_READS, Ledger, Recorded, Replay, all_in_order};
 
 /// The exactly-once ledger could not be read for a lane: the new owner cannot know where to
 /// start, so the source must stop.
@@ -140,7 +131,7 @@ async fn read_each<'a>(
     ledger: &'a dyn Ledger,
     lanes: impl Iterator<Item = &'a (LaneKey, Option<i64>)>,
 ) -> Vec<Result<(u64, Recorded), SinkError>> {
-    let mut reads: Vec<Read<'a>> = lanes
+    let reads: Vec<Read<'a>> = lanes
         .map(|(lane, watermark)| {
             Box::pin(async move {
                 let epoch = ledger.claim(lane).await?;
@@ -148,21 +139,7 @@ async fn read_each<'a>(
             }) as Read<'a>
         })
         .collect();
-    let mut outcomes: Vec<Option<Result<(u64, Recorded), SinkError>>> = reads.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut waiting = false;
-        for (read, outcome) in reads.iter_mut().zip(&mut outcomes) {
-            if outcome.is_none() {
-                match read.as_mut().poll(cx) {
-                    Poll::Ready(done) => *outcome = Some(done),
-                    Poll::Pending => waiting = true,
-                }
-            }
-        }
-        if waiting { Poll::Pending } else { Poll::Ready(()) }
-    })
-    .await;
-    outcomes.into_iter().map(|o| o.expect("polled to completion")).collect()
+    all_in_order(reads).await
 }
 
 #[cfg(test)]
